@@ -1,0 +1,3 @@
+from gptrain.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""The `gptrain` command. Each command group lives in its own module and registers itself.
+
+Modules here stay thin (parse, call the library, print) and import torch only inside the
+functions that need it, so `gptrain --help` and `gptrain jobs` answer fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gptrain import __version__
+
+GROUPS = ("gptrain.cli.data", "gptrain.cli.train", "gptrain.cli.model")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
+    parser = argparse.ArgumentParser(
+        prog="gptrain", description="Train GPT-style language models and manage each training run.")
+    parser.add_argument("--version", action="version", version=f"gptrain {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in GROUPS:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gptrain.errors import UserError
+
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "takes_extra", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        return args.func(args, extra) or 0
+    except UserError as e:
+        print(f"gptrain: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("gptrain: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,153 @@
+"""`gptrain data prepare|import|fetch|push|list|inspect|rm`."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    data = sub.add_parser("data", help="prepare and manage token datasets")
+    dsub = data.add_subparsers(dest="data_command", metavar="ACTION")
+    dsub.required = True
+
+    p = dsub.add_parser("prepare", help="tokenize text into a dataset directory",
+                        description="Tokenize SOURCEs (files, folders, globs of .txt/.md/.jsonl/"
+                        ".json/.parquet, fsspec URLs, or one Hugging Face dataset name) into "
+                        "flat token files + meta.json.")
+    p.add_argument("sources", nargs="+", metavar="SOURCE")
+    p.add_argument("--out", required=True, help="new directory to write")
+    p.add_argument("--tokenizer", default="gpt2", help="gpt2, char, byte, or a HF tokenizer directory")
+    p.add_argument("--hf-config", default=None, help="Hugging Face dataset config, e.g. wikitext-2-raw-v1")
+    p.add_argument("--text-field", default="text", help="field/column holding the text in records")
+    p.add_argument("--val-fraction", type=float, default=0.0005,
+                   help="share of documents drawn into the val split (sources without their own)")
+    p.add_argument("--num-proc", type=int, default=1, help="tokenizer processes")
+    p.add_argument("--seed", type=int, default=1337, help="seed of the train/val draw")
+    p.set_defaults(func=cmd_prepare)
+
+    p = dsub.add_parser("import", help="convert a HF save_to_disk dataset with input_ids")
+    p.add_argument("source", metavar="DIR")
+    p.add_argument("--out", required=True)
+    p.add_argument("--tokenizer", default="gpt2", help="the tokenizer the ids came from")
+    p.set_defaults(func=cmd_import)
+
+    p = dsub.add_parser("fetch", help="download an offline demo corpus (shakespeare)")
+    p.add_argument("corpus", choices=["shakespeare"])
+    p.add_argument("--out", default=None, help="directory (default: $GPTRAIN_HOME/corpora/NAME)")
+    p.set_defaults(func=cmd_fetch)
+
+    p = dsub.add_parser("push", help="register a prepared dataset under a name")
+    p.add_argument("name")
+    p.add_argument("dir")
+    p.set_defaults(func=cmd_push)
+
+    p = dsub.add_parser("list", help="list named datasets")
+    p.set_defaults(func=cmd_list)
+
+    p = dsub.add_parser("inspect", help="show a dataset's meta and a decoded sample")
+    p.add_argument("name", help="dataset name or directory")
+    p.add_argument("--verify", action="store_true", help="check every file's sha256")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_inspect)
+
+    p = dsub.add_parser("rm", help="delete a named dataset")
+    p.add_argument("name")
+    p.set_defaults(func=cmd_rm)
+
+
+def _summary(meta: dict) -> str:
+    parts = [f"{s}: {v['tokens']:,} tokens, {v['documents']:,} docs" for s, v in meta["splits"].items()]
+    return f"tokenizer {meta['tokenizer_name']} (vocab {meta['vocab_size']}, {meta['dtype']}); " + "; ".join(parts)
+
+
+def cmd_prepare(args, extra) -> int:
+    from gptrain.data.prepare import prepare
+
+    meta = prepare(args.sources, args.out, tokenizer=args.tokenizer, hf_config=args.hf_config,
+                   text_field=args.text_field, val_fraction=args.val_fraction,
+                   num_proc=args.num_proc, seed=args.seed)
+    print(f"prepared {args.out}: {_summary(meta)}")
+    return 0
+
+
+def cmd_import(args, extra) -> int:
+    from gptrain.data.hf_import import import_hf
+
+    meta = import_hf(args.source, args.out, args.tokenizer)
+    print(f"imported {args.source} -> {args.out}: {_summary(meta)}")
+    return 0
+
+
+def cmd_fetch(args, extra) -> int:
+    from gptrain.data.fetch import fetch
+    from gptrain.home import home
+
+    out = fetch(args.corpus, args.out or str(home() / "corpora" / args.corpus))
+    print(out)
+    return 0
+
+
+def cmd_push(args, extra) -> int:
+    from gptrain.data.store import push
+
+    dest = push(args.name, args.dir)
+    print(f"pushed dataset {args.name} ({dest})")
+    return 0
+
+
+def cmd_list(args, extra) -> int:
+    from gptrain.data.store import list_all
+
+    rows = [("NAME", "TOKENIZER", "TOKENS", "SIZE", "CREATED")]
+    for name, meta, size in list_all():
+        tokens = sum(s["tokens"] for s in meta["splits"].values())
+        rows.append((name, meta["tokenizer_name"], f"{tokens:,}", _bytes(size), meta.get("created", "")[:19]))
+    _table(rows)
+    return 0
+
+
+def cmd_inspect(args, extra) -> int:
+    from gptrain import tokenizers
+    from gptrain.data.formats import open_split, read_meta, verify
+    from gptrain.data.store import resolve
+
+    path = resolve(args.name)
+    meta = read_meta(path)
+    verify(path, checksums=args.verify)
+    split = "train" if meta["splits"]["train"]["tokens"] else "val"
+    tokens = open_split(path, split)
+    sample = tokenizers.from_spec(meta["tokenizer"]).decode(tokens[:64].tolist())
+    if args.json:
+        print(json.dumps({"path": str(path), "meta": meta, "sample": sample,
+                          "verified": bool(args.verify)}, indent=2))
+        return 0
+    print(f"dataset  {args.name}  ({path})")
+    print(f"         {_summary(meta)}")
+    for name, info in meta["splits"].items():
+        for f in info["files"]:
+            print(f"  {name:<6} {f['name']:<18} {f['tokens']:>14,} tokens  sha256 {f['sha256'][:16]}")
+    print(f"checksums: {'verified' if args.verify else 'sizes checked (--verify for sha256)'}")
+    print(f"sample:  {sample!r}")
+    return 0
+
+
+def cmd_rm(args, extra) -> int:
+    from gptrain.data.store import remove
+
+    remove(args.name)
+    print(f"removed dataset {args.name}")
+    return 0
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    return f"{n:.1f}TB"
+
+
+def _table(rows) -> None:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())

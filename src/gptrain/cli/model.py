@@ -1,0 +1,75 @@
+"""`gptrain generate`, `gptrain export`: use a trained model."""
+
+from __future__ import annotations
+
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("generate", help="generate text from a model",
+                       description="Generate text. MODEL is a job name, a checkpoint ID or "
+                       "directory, or a Hugging Face model directory or hub id.")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("--prompt", "--input_str", dest="prompt", default="",
+                   help="text to continue (empty: start from end-of-text)")
+    p.add_argument("--max-new-tokens", "--max_new_tokens", dest="max_new_tokens", type=int, default=50)
+    p.add_argument("--temperature", type=float, default=0.8, help="0 for greedy decoding")
+    p.add_argument("--top-k", dest="top_k", type=int, default=None)
+    p.add_argument("--top-p", dest="top_p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--num-samples", dest="num_samples", type=int, default=1)
+    p.add_argument("--tokenizer", default=None,
+                   help="override the model's tokenizer (gpt2, byte, or a HF tokenizer directory)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("export", help="export a model to a Hugging Face directory")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("--format", default="hf", choices=["hf"])
+    p.add_argument("--out", required=True, help="new directory to write")
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_generate(args, extra) -> int:
+    import torch
+
+    from gptrain.errors import UserError
+    from gptrain.models.generate import generate
+    from gptrain.models.load import load_model, pick_device
+    from gptrain.tokenizers import by_name
+
+    if args.max_new_tokens < 1 or args.num_samples < 1:
+        raise UserError("--max-new-tokens and --num-samples must be >= 1")
+    device = pick_device(args.device)
+    model, tokenizer = load_model(args.model, device=device)
+    if args.tokenizer:
+        tokenizer = by_name(args.tokenizer)
+    if tokenizer is None:
+        raise UserError(f"{args.model} has no tokenizer files; pass --tokenizer gpt2 (or a "
+                        "tokenizer directory)")
+    ids = tokenizer.encode(args.prompt) if args.prompt else []
+    if not ids:
+        if tokenizer.eos_id is None:
+            raise UserError("give a --prompt: this tokenizer has no end-of-text token to start from")
+        ids = [tokenizer.eos_id]
+    prompt = torch.tensor([ids] * args.num_samples, device=device)
+    out = generate(model, prompt, args.max_new_tokens, temperature=args.temperature,
+                   top_k=args.top_k, top_p=args.top_p, eos_id=tokenizer.eos_id, seed=args.seed)
+    for i, row in enumerate(out.tolist()):
+        new = row[len(ids):]
+        if tokenizer.eos_id is not None and tokenizer.eos_id in new:
+            new = new[: new.index(tokenizer.eos_id)]
+        if args.num_samples > 1:
+            print(f"--- sample {i + 1}")
+        sys.stdout.write(args.prompt + tokenizer.decode(new) + "\n")
+    return 0
+
+
+def cmd_export(args, extra) -> int:
+    from gptrain.models.hf import export_hf
+    from gptrain.models.load import load_model
+
+    model, tokenizer = load_model(args.model, device="cpu")
+    out = export_hf(model, tokenizer, args.out)
+    print(f"exported {args.model} to {out} (Hugging Face GPT-2 format)")
+    return 0

@@ -1,0 +1,367 @@
+"""Typed training configuration: TOML file + `--section.key=value` overrides + HF-style aliases.
+
+Every field has a doc string (its `doc` metadata) that `gptrain train --help` prints. This
+module imports no torch, so the CLI stays fast.
+
+    cfg = parse_train_args(["configs/tiny-debug.toml", "--train.max_steps=20", "--do_eval"])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gptrain.errors import UserError, closest
+
+
+def opt(default, doc: str, choices: tuple | None = None):
+    """A config field with its documentation (and allowed values)."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"doc": doc, "choices": choices})
+    return field(default=default, metadata={"doc": doc, "choices": choices})
+
+
+@dataclass
+class ModelConfig:
+    preset: str = opt("gpt2-tiny", "Architecture preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, "
+                      "gpt2-mini, gpt2-tiny). Ignored when init_from gives weights with their own shape.")
+    init_from: str = opt("", "Start from these weights: a Hugging Face GPT-2 directory or hub id, "
+                         "or a gptrain checkpoint directory. Empty: random GPT-2 init.")
+    n_layer: int | None = opt(None, "Override the preset's number of transformer blocks.")
+    n_head: int | None = opt(None, "Override the preset's number of attention heads.")
+    n_embd: int | None = opt(None, "Override the preset's embedding width.")
+    block_size: int | None = opt(None, "Context length in tokens (default: the preset's, capped "
+                                 "by what the weights support).")
+    vocab_size: int | None = opt(None, "Vocabulary size (default: the dataset's tokenizer).")
+    dropout: float = opt(0.0, "Dropout probability (0 for pre-training, 0.1 helps fine-tuning).")
+    bias: bool = opt(True, "Use biases in Linear and LayerNorm layers, as GPT-2 does.")
+    attn_implementation: str = opt("sdpa", "Attention kernel: sdpa (PyTorch fused/flash), eager "
+                                   "(reference), flash_attention_2 (the flash-attn package).",
+                                   ("sdpa", "eager", "flash_attention_2"))
+    pad_vocab_multiple: int = opt(64, "Pad the embedding rows to a multiple of this for faster "
+                                  "matmuls (0: no padding). Padded logits are never used.")
+
+
+@dataclass
+class DataConfig:
+    path: str = opt("", "Training data: a `gptrain data prepare` directory, a named dataset, or "
+                    "a Hugging Face save_to_disk directory with an input_ids column.")
+    dataset_name: str = opt("", "Source dataset name, as in the HF scripts (recorded, not fetched).")
+    dataset_config_name: str = opt("", "Source dataset config name (recorded, not fetched).")
+    max_train_samples: int | None = opt(None, "Use at most this many training blocks per epoch.")
+    max_eval_samples: int | None = opt(None, "Evaluate on at most this many validation blocks.")
+
+
+@dataclass
+class TrainConfig:
+    output_dir: str = opt("out", "Directory for checkpoints, metrics and the resolved config.")
+    do_train: bool = opt(True, "Run training.")
+    do_eval: bool = opt(True, "Evaluate on the validation split (every eval_every steps and at the end).")
+    batch_size: int = opt(8, "Sequences per device per micro-step.")
+    eval_batch_size: int = opt(8, "Sequences per device per evaluation step.")
+    grad_accum_steps: int = opt(1, "Micro-steps accumulated into one optimizer step.")
+    lr: float = opt(6e-4, "Peak learning rate.")
+    min_lr_ratio: float = opt(0.1, "Final learning rate as a fraction of lr (cosine and linear).")
+    lr_schedule: str = opt("cosine", "Decay after warmup.", ("cosine", "linear", "constant"))
+    warmup_steps: int = opt(0, "Linear warmup steps.")
+    weight_decay: float = opt(0.1, "AdamW weight decay (matrices only; biases and norms get none).")
+    beta1: float = opt(0.9, "AdamW beta1.")
+    beta2: float = opt(0.95, "AdamW beta2.")
+    grad_clip: float = opt(1.0, "Clip the global gradient norm to this (0: off).")
+    max_steps: int = opt(-1, "Optimizer steps to run; -1: as many as num epochs need.")
+    epochs: float = opt(1.0, "Passes over the training data when max_steps is -1.")
+    seed: int = opt(42, "Seed for init, data order and dropout.")
+    precision: str = opt("auto", "Compute precision; auto: bf16 on GPUs that support it, else fp32.",
+                         ("auto", "fp32", "bf16", "fp16"))
+    eval_strategy: str = opt("steps", "When to evaluate: every eval_every steps, each epoch, or never.",
+                             ("steps", "epoch", "no"))
+    eval_every: int = opt(500, "Evaluate every this many steps (eval_strategy=steps).")
+    activation_checkpointing: str = opt("none", "Recompute activations in backward to save memory.",
+                                        ("none", "full", "selective"))
+    compile: bool = opt(False, "torch.compile each transformer block.")
+    nan_policy: str = opt("stop", "On a NaN/inf loss: stop the run, or skip the step.", ("stop", "skip"))
+    device: str = opt("auto", "auto: cuda when present, else cpu.", ("auto", "cpu", "cuda"))
+
+
+@dataclass
+class ParallelConfig:
+    dp_replicate: int = opt(1, "Data-parallel replicas (DDP); -1: infer from the world size.")
+    dp_shard: int = opt(-1, "Fully-sharded data-parallel degree (FSDP2); -1: infer.")
+    tp: int = opt(1, "Tensor-parallel degree (with sequence parallel).")
+    pp: int = opt(1, "Pipeline-parallel stages.")
+    pp_schedule: str = opt("1f1b", "Pipeline schedule.", ("gpipe", "1f1b", "interleaved_1f1b"))
+    pp_microbatches: int | None = opt(None, "Microbatches per pipeline step (default: 2 x pp).")
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = opt(500, "Save a checkpoint every this many steps (0: only at the end).")
+    keep_last: int | None = opt(None, "Keep only the newest this many checkpoints.")
+    async_save: bool = opt(False, "Write checkpoints in the background while training goes on.")
+    resume_from: str = opt("auto", "auto: the latest checkpoint in output_dir if any; none: start "
+                           "fresh; or a checkpoint directory.")
+
+
+@dataclass
+class MetricsConfig:
+    log_every: int = opt(10, "Print and record training metrics every this many steps.")
+    report_to: list[str] = opt(["tensorboard"], "Metric sinks besides metrics.jsonl.",
+                               ("tensorboard", "wandb", "none", "all"))
+    wandb_project: str = opt("gptrain", "Weights & Biases project.")
+    wandb_mode: str = opt("offline", "Weights & Biases mode.", ("online", "offline", "disabled"))
+    peak_flops: float | None = opt(None, "Peak FLOP/s of one device for MFU (default: known GPU "
+                                   "table, or a measured matmul peak on CPU).")
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(Config)}
+
+# HF Trainer / run_clm.py flag -> (canonical key, value map or None). A value map turns the HF
+# value into ours; for flags that take no value the map holds the implied value under None.
+ALIASES: dict[str, tuple[str, dict | None]] = {
+    "model_name_or_path": ("model.init_from", None),
+    "hf_model": ("model.init_from", None),
+    "output_dir": ("train.output_dir", None),
+    "do_train": ("train.do_train", None),
+    "do_eval": ("train.do_eval", None),
+    "per_device_train_batch_size": ("train.batch_size", None),
+    "per_device_eval_batch_size": ("train.eval_batch_size", None),
+    "gradient_accumulation_steps": ("train.grad_accum_steps", None),
+    "learning_rate": ("train.lr", None),
+    "weight_decay": ("train.weight_decay", None),
+    "num_train_epochs": ("train.epochs", None),
+    "max_steps": ("train.max_steps", None),
+    "warmup_steps": ("train.warmup_steps", None),
+    "lr_scheduler_type": ("train.lr_schedule", {"constant_with_warmup": "constant"}),
+    "logging_steps": ("metrics.log_every", None),
+    "save_steps": ("checkpoint.every", None),
+    "save_total_limit": ("checkpoint.keep_last", None),
+    "eval_steps": ("train.eval_every", None),
+    "eval_strategy": ("train.eval_strategy", None),
+    "evaluation_strategy": ("train.eval_strategy", None),
+    "seed": ("train.seed", None),
+    "resume_from_checkpoint": ("checkpoint.resume_from", None),
+    "torch_dtype": ("train.precision", {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
+                                        "auto": "auto"}),
+    "attn_implementation": ("model.attn_implementation", None),
+    "max_train_samples": ("data.max_train_samples", None),
+    "max_eval_samples": ("data.max_eval_samples", None),
+    "dataset_name": ("data.dataset_name", None),
+    "dataset_config_name": ("data.dataset_config_name", None),
+    "tokenized_dataset_load_dir": ("data.path", None),
+    "dataset_block_size": ("model.block_size", None),
+    "block_size": ("model.block_size", None),
+    "bf16": ("train.precision", {None: "bf16", "true": "bf16", "false": "auto"}),
+    "fp16": ("train.precision", {None: "fp16", "true": "fp16", "false": "auto"}),
+    "gradient_checkpointing": ("train.activation_checkpointing",
+                               {None: "full", "true": "full", "false": "none"}),
+    "report_to": ("metrics.report_to", None),
+}
+
+
+def field_info(key: str) -> tuple[dataclasses.Field, type]:
+    """The dataclass field and its resolved type for 'section.name'."""
+    section, _, name = key.partition(".")
+    cls = SECTIONS[section]
+    hints = typing.get_type_hints(cls)
+    return {f.name: f for f in dataclasses.fields(cls)}[name], hints[name]
+
+
+def all_keys() -> list[str]:
+    return [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+
+
+def _base_type(tp) -> tuple[type, bool]:
+    """(inner type, optional?) for `X | None`."""
+    args = typing.get_args(tp)
+    if type(None) in args:
+        return next(a for a in args if a is not type(None)), True
+    return tp, False
+
+
+BOOL_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def convert(key: str, value):
+    """Check and convert a value (a CLI string or a TOML value) for `key`."""
+    f, tp = field_info(key)
+    base, optional = _base_type(tp)
+    if optional and (value is None or (isinstance(value, str) and value.lower() in ("none", "null"))):
+        return None
+    try:
+        if base is bool:
+            if isinstance(value, bool):
+                out = value
+            elif isinstance(value, str) and value.lower() in BOOL_WORDS:
+                out = BOOL_WORDS[value.lower()]
+            else:
+                raise ValueError
+        elif base is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            out = int(value)
+        elif base is float:
+            if isinstance(value, bool):
+                raise ValueError
+            out = float(value)
+        elif typing.get_origin(base) is list:
+            items = value.split(",") if isinstance(value, str) else value
+            if not isinstance(items, list):
+                raise ValueError
+            out = [str(v).strip() for v in items if str(v).strip()]
+        else:
+            if not isinstance(value, str):
+                raise ValueError
+            out = value
+    except (ValueError, TypeError):
+        kind = getattr(base, "__name__", str(base))
+        raise UserError(f"bad value {value!r} for {key}: expected {kind}"
+                        + (" or none" if optional else "")) from None
+    choices = f.metadata.get("choices")
+    for item in (out if isinstance(out, list) else [out]):
+        if choices and item not in choices:
+            raise UserError(f"bad value {item!r} for {key}: choose one of {', '.join(choices)}"
+                            + closest(str(item), choices))
+    return out
+
+
+def _set(cfg: Config, key: str, value) -> None:
+    if key.count(".") != 1 or key not in all_keys():
+        raise UserError(f"unknown config key {key!r}{closest(key, all_keys())}; "
+                        "see `gptrain train --help`")
+    section, name = key.split(".")
+    setattr(getattr(cfg, section), name, convert(key, value))
+
+
+def load_toml(path: str | Path, cfg: Config | None = None) -> Config:
+    """Read a TOML config file onto `cfg` (default: a fresh Config)."""
+    cfg = cfg or Config()
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"config file {path} is not valid TOML: {e}") from None
+    for section, values in data.items():
+        if section not in SECTIONS:
+            raise UserError(f"unknown section [{section}] in {path}{closest(section, SECTIONS)}")
+        if not isinstance(values, dict):
+            raise UserError(f"{section} in {path} must be a [{section}] table")
+        for name, value in values.items():
+            _set(cfg, f"{section}.{name}", value)
+    return cfg
+
+
+def parse_train_args(argv: list[str], cfg: Config | None = None) -> Config:
+    """Parse `[CONFIG.toml] [--section.key=value | --section.key value | --hf_flag value]...`."""
+    cfg = cfg or Config()
+    args = list(argv)
+    if args and not args[0].startswith("-"):
+        load_toml(args.pop(0), cfg)
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if not token.startswith("--"):
+            raise UserError(f"unexpected argument {token!r}: options look like --section.key=value")
+        name, eq, value = token[2:].partition("=")
+        if not eq:
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            takes_no_value = _is_flag(name)
+            if nxt is not None and not nxt.startswith("--") and not (
+                    takes_no_value and nxt.lower() not in BOOL_WORDS):
+                value, i = nxt, i + 1
+            elif takes_no_value:
+                value = None
+            else:
+                raise UserError(f"option --{name} needs a value")
+        _apply(cfg, name.replace("-", "_") if "." not in name else name, value)
+        i += 1
+    return cfg
+
+
+def _is_flag(name: str) -> bool:
+    """Options that may stand alone: booleans and the HF flags that imply a value."""
+    if name in ALIASES:
+        key, vmap = ALIASES[name]
+        return (vmap is not None and None in vmap) or _base_type(field_info(key)[1])[0] is bool
+    if name in all_keys():
+        return _base_type(field_info(name)[1])[0] is bool
+    return False
+
+
+def _apply(cfg: Config, name: str, value) -> None:
+    if name in ALIASES:
+        key, vmap = ALIASES[name]
+        if vmap is not None:
+            lookup = value.lower() if isinstance(value, str) else value
+            value = vmap.get(lookup, value)
+        if value is None:
+            value = "true"
+        _set(cfg, key, value)
+        return
+    if "." not in name:
+        raise UserError(f"unknown option --{name}{closest(name, list(ALIASES) + all_keys())}; "
+                        "see `gptrain train --help`")
+    _set(cfg, name, "true" if value is None else value)
+
+
+def dump_toml(cfg: Config) -> str:
+    """The config as TOML (fields that are None are left out: None is their default)."""
+    lines = []
+    for section, values in cfg.to_dict().items():
+        lines.append(f"[{section}]")
+        for name, value in values.items():
+            if value is not None:
+                lines.append(f"{name} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value) -> str:
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def format_help() -> str:
+    """Every field with its default and doc, then the alias table: `gptrain train --help`."""
+    out = ["usage: gptrain train [CONFIG.toml] [--section.key=value ...] [HF-Trainer-style flags]",
+           "", "Train a GPT model in the foreground (alone or under torchrun).", ""]
+    for section, cls in SECTIONS.items():
+        out.append(f"[{section}]")
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            tp = _base_type(hints[f.name])[0]
+            kind = getattr(tp, "__name__", str(tp))
+            choices = f.metadata.get("choices")
+            kind = "|".join(choices) if choices else kind
+            out.append(f"  --{section}.{f.name} ({kind}, default {default!r})")
+            out.append(f"      {f.metadata['doc']}")
+        out.append("")
+    out.append("HF Trainer flags accepted as aliases:")
+    for name, (key, _) in ALIASES.items():
+        out.append(f"  --{name:<30} -> {key}")
+    return "\n".join(out)

@@ -1,0 +1,108 @@
+"""Datasets saved by HF `DatasetDict.save_to_disk` with an `input_ids` column.
+
+This is what the hosted-service tutorials' prepare_save_dataset.py writes (grouped into
+blocks or not). Rows are concatenated per split into flat token files; grouped blocks were
+cut from one stream, so concatenating them restores it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from gptrain.data.formats import FORMAT, VERSION, token_dtype
+from gptrain.errors import UserError
+
+SPLIT_NAMES = {"train": "train", "validation": "val", "valid": "val", "val": "val", "test": "test"}
+
+
+def is_hf_saved(path) -> bool:
+    p = Path(path)
+    return (p / "dataset_dict.json").is_file() or (p / "state.json").is_file()
+
+
+def import_hf(src: str, out: str, tokenizer: str = "gpt2") -> dict:
+    """Convert a save_to_disk dataset into a prepared dataset directory (atomic)."""
+    try:
+        import datasets
+    except ImportError:
+        raise UserError("reading a Hugging Face saved dataset needs: pip install 'gptrain[hf]'") from None
+    from gptrain import tokenizers
+
+    src_dir = Path(src).expanduser()
+    if not is_hf_saved(src_dir):
+        raise UserError(f"{src} is not a dataset saved by Hugging Face save_to_disk")
+    out_dir = Path(out).expanduser()
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise UserError(f"output {out_dir} already exists; choose a new --out directory")
+    tok = tokenizers.by_name(tokenizer)
+    try:
+        loaded = datasets.load_from_disk(str(src_dir))
+    except Exception as e:
+        raise UserError(f"cannot read {src}: {str(e).splitlines()[0]}") from None
+    parts = loaded if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}
+    dtype = token_dtype(tok.vocab_size)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        splits = {}
+        for name, ds in parts.items():
+            split = SPLIT_NAMES.get(name, name)
+            if split == "test" and "validation" in parts:
+                continue
+            split = "val" if split == "test" else split
+            if "input_ids" not in ds.column_names:
+                raise UserError(f"{src} split {name!r} has no input_ids column "
+                                f"(columns: {', '.join(ds.column_names)})")
+            splits[split] = _write_split(ds, tmp / f"{split}.bin", dtype, tok.vocab_size)
+        if "train" not in splits:
+            raise UserError(f"{src} has no train split (splits: {', '.join(parts)})")
+        meta = {"format": FORMAT, "version": VERSION, "tokenizer": tok.spec(),
+                "tokenizer_name": tok.name, "vocab_size": tok.vocab_size, "eos_id": tok.eos_id,
+                "dtype": dtype, "splits": splits, "sources": [str(src_dir)],
+                "imported_from": "huggingface save_to_disk"}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+        if out_dir.exists():
+            out_dir.rmdir()
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return meta
+
+
+def _write_split(ds, path: Path, dtype: str, vocab_size: int) -> dict:
+    sha, count = hashlib.sha256(), 0
+    with open(path, "wb") as f:
+        for batch in ds.select_columns(["input_ids"]).iter(batch_size=1000):
+            rows = batch["input_ids"]
+            if not rows:
+                continue
+            ids = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows])
+            if len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
+                raise UserError(f"token id {int(ids.max())} is outside the tokenizer's vocabulary "
+                                f"({vocab_size}); pass the matching --tokenizer")
+            data = ids.astype(np.dtype(dtype).newbyteorder("<")).tobytes()
+            f.write(data)
+            sha.update(data)
+            count += len(ids)
+    return {"tokens": count, "documents": len(ds),
+            "files": [{"name": path.name, "tokens": count, "sha256": sha.hexdigest()}]}
+
+
+def cached_import(src: Path) -> Path:
+    """A prepared copy of a save_to_disk dataset under $GPTRAIN_HOME/cache (made once)."""
+    from gptrain.home import home
+
+    stamp = max(p.stat().st_mtime_ns for p in src.rglob("*"))
+    key = hashlib.sha256(f"{src.resolve()}:{stamp}".encode()).hexdigest()[:16]
+    out = home() / "cache" / f"hf-import-{key}"
+    if not (out / "meta.json").is_file():
+        import_hf(str(src), str(out))
+    return out

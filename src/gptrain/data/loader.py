@@ -1,0 +1,89 @@
+"""Batches of fixed-length blocks for training and evaluation.
+
+Block i covers tokens[i*T : i*T + T + 1] (inputs and the targets shifted by one). Each epoch
+draws a seeded permutation of all blocks; global batch s takes the next world*B blocks of it and
+rank r takes every world-th of those. So over an epoch every block is seen once, by exactly one
+rank. The position is counted in blocks, so a resumed run continues with the same batches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def num_blocks(n_tokens: int, block_size: int, limit: int | None = None) -> int:
+    n = max(0, (n_tokens - 1) // block_size)
+    return n if limit is None else min(n, limit)
+
+
+class BlockLoader:
+    def __init__(self, tokens: np.ndarray, block_size: int, batch_size: int, rank: int = 0,
+                 world: int = 1, seed: int = 0, max_blocks: int | None = None):
+        self.tokens, self.T, self.B = tokens, block_size, batch_size
+        self.rank, self.world, self.seed = rank, world, seed
+        self.n_blocks = num_blocks(len(tokens), block_size, max_blocks)
+        if self.n_blocks < world:
+            raise ValueError("fewer blocks than ranks")
+        self.epoch = 0
+        self.offset = 0  # blocks of this epoch's permutation already handed out (all ranks)
+        self._perm_epoch, self._perm = None, None
+
+    @property
+    def global_batch(self) -> int:
+        return self.B * self.world
+
+    def batches_per_epoch(self) -> int:
+        full, rest = divmod(self.n_blocks, self.global_batch)
+        return full + (1 if rest >= self.world else 0)
+
+    def _permutation(self):
+        if self._perm_epoch != self.epoch:
+            self._perm = np.random.default_rng([self.seed, self.epoch]).permutation(self.n_blocks)
+            self._perm_epoch = self.epoch
+        return self._perm
+
+    def next_indices(self) -> np.ndarray:
+        """Block indices of this rank's next batch (moves the position on)."""
+        perm = self._permutation()
+        take = perm[self.offset: self.offset + self.global_batch]
+        if len(take) < self.world:  # too few left for every rank to get one: next epoch
+            self.epoch, self.offset = self.epoch + 1, 0
+            return self.next_indices()
+        self.offset += len(take)
+        return take[self.rank:: self.world]
+
+    def blocks(self, indices) -> torch.Tensor:
+        starts = np.asarray(indices, dtype=np.int64) * self.T
+        rows = np.stack([self.tokens[s: s + self.T + 1] for s in starts]).astype(np.int64)
+        return torch.from_numpy(rows)
+
+    def next_batch(self):
+        """(inputs, targets), each (rows, block_size) int64."""
+        rows = self.blocks(self.next_indices())
+        return rows[:, :-1], rows[:, 1:]
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "offset": self.offset, "seed": self.seed,
+                "n_blocks": self.n_blocks, "block_size": self.T}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["n_blocks"] != self.n_blocks or state["block_size"] != self.T:
+            raise ValueError("loader state is for a different dataset or block size")
+        self.epoch, self.offset, self.seed = state["epoch"], state["offset"], state["seed"]
+
+
+def eval_batches(tokens: np.ndarray, block_size: int, batch_size: int, rank: int = 0,
+                 world: int = 1, max_blocks: int | None = None):
+    """The validation blocks in order, dealt to ranks like training batches (no shuffle)."""
+    n = num_blocks(len(tokens), block_size, max_blocks)
+    loader = BlockLoader(tokens, block_size, batch_size, rank, world, max_blocks=n) if n >= world else None
+    if loader is None:
+        return
+    order = np.arange(n)
+    for start in range(0, n, loader.global_batch):
+        take = order[start: start + loader.global_batch]
+        if len(take) < world:
+            break
+        rows = loader.blocks(take[rank::world])
+        yield rows[:, :-1], rows[:, 1:]

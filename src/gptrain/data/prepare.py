@@ -1,0 +1,268 @@
+"""`gptrain data prepare`: sources -> tokenized, flat token files + meta.json.
+
+Work flows through three stages that never hold the whole corpus:
+read (main process, streaming) -> tokenize (--num-proc workers, results taken back in
+submission order, so the output is identical for any --num-proc) -> write (main process,
+sha256 computed as it goes). The output directory appears atomically when everything is done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+
+from gptrain import tokenizers
+from gptrain.data import sources as src_mod
+from gptrain.data.formats import FORMAT, VERSION, token_dtype
+from gptrain.errors import UserError
+
+TASK_CHARS = 1 << 20          # text per tokenization task
+DEFAULT_SHARD_TOKENS = 1 << 30  # tokens per .bin file before a new shard starts
+
+
+class SplitWriter:
+    """Appends token arrays to DIR/SPLIT.bin, rolling over to numbered shards when large."""
+
+    def __init__(self, out_dir: Path, split: str, dtype: str, shard_tokens: int):
+        self.out_dir, self.split, self.dtype, self.shard_tokens = out_dir, split, dtype, shard_tokens
+        self.little_endian = np.dtype(dtype).newbyteorder("<")
+        self.files: list[dict] = []
+        self.documents = 0
+        self._open_new()
+
+    def _open_new(self):
+        self._name = f"{self.split}-{len(self.files):05d}.bin"
+        self._f = open(self.out_dir / self._name, "wb")
+        self._sha = hashlib.sha256()
+        self._count = 0
+
+    def _close_current(self):
+        self._f.close()
+        self.files.append({"name": self._name, "tokens": self._count, "sha256": self._sha.hexdigest()})
+
+    def write(self, tokens: np.ndarray):
+        while len(tokens):
+            room = self.shard_tokens - self._count
+            if room == 0:
+                self._close_current()
+                self._open_new()
+                continue
+            part, tokens = tokens[:room], tokens[room:]
+            data = part.astype(self.little_endian, copy=False).tobytes()
+            self._f.write(data)
+            self._sha.update(data)
+            self._count += len(part)
+
+    def finish(self) -> dict:
+        self._close_current()
+        if len(self.files) == 1:  # one file: the plain nanoGPT name
+            os.replace(self.out_dir / self.files[0]["name"], self.out_dir / f"{self.split}.bin")
+            self.files[0]["name"] = f"{self.split}.bin"
+        return {"tokens": sum(f["tokens"] for f in self.files), "documents": self.documents,
+                "files": self.files}
+
+
+_worker_tokenizer = None
+
+
+def _init_worker(spec):
+    global _worker_tokenizer
+    _worker_tokenizer = tokenizers.from_spec(spec)
+
+
+def _tokenize(task):
+    """(split, tokens, documents ended) for a list of (text piece, ends a document)."""
+    split, pieces = task
+    tok = _worker_tokenizer
+    ids = tok.encode_batch([text for text, _ in pieces])
+    out, ended = [], 0
+    for (_, doc_end), piece_ids in zip(pieces, ids):
+        out.extend(piece_ids)
+        if doc_end:
+            ended += 1
+            if tok.eos_id is not None:
+                out.append(tok.eos_id)
+    return split, np.asarray(out, dtype=np.int64), ended
+
+
+def _tasks(split_docs):
+    """Group (split, document) pairs into tasks of about TASK_CHARS characters per split."""
+    buffers: dict[str, list] = {}
+    sizes: dict[str, int] = {}
+    for split, doc in split_docs:
+        last = None
+        for piece in doc:
+            if not piece:
+                continue
+            if last is not None:
+                buffers.setdefault(split, []).append((last, False))
+                sizes[split] = sizes.get(split, 0) + len(last)
+            last = piece
+        if last is None:
+            continue  # empty documents are skipped: no end-of-text, not counted
+        buffers.setdefault(split, []).append((last, True))
+        sizes[split] = sizes.get(split, 0) + len(last)
+        if sizes[split] >= TASK_CHARS:
+            yield split, buffers.pop(split)
+            sizes[split] = 0
+    for split, buf in buffers.items():
+        if buf:
+            yield split, buf
+
+
+def _split_documents(srcs, text_field, hf_config, val_fraction, seed, stats, progress):
+    """(split, document) pairs: the source's own splits, or a seeded per-document draw."""
+    if srcs[0].kind == "hf":
+        for split, texts in src_mod.hf_splits(srcs[0].location, hf_config, text_field).items():
+            for text in texts:
+                if text:
+                    progress.update(len(text))
+                    yield split, iter([text])
+        return
+    index = 0
+    for src in srcs:
+        for doc in src_mod.documents(src, text_field, stats):
+            rng = random.Random(f"{seed}:{index}")
+            index += 1
+            yield ("val" if rng.random() < val_fraction else "train"), _counting(doc, progress)
+
+
+def _counting(pieces, progress):
+    for piece in pieces:
+        progress.update(len(piece))
+        yield piece
+
+
+def _corpus_chars(srcs, text_field, hf_config) -> str:
+    """Every distinct character of the corpus: the vocabulary of the char tokenizer."""
+    chars: set[str] = set()
+    docs = _split_documents(srcs, text_field, hf_config, 0.0, 0, src_mod.ReadStats(), _NoProgress())
+    for _, doc in docs:
+        for piece in doc:
+            chars.update(piece)
+    return "".join(sorted(chars))
+
+
+class _NoProgress:
+    def update(self, n):
+        pass
+
+    def close(self):
+        pass
+
+
+def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: str | None = None,
+            text_field: str = "text", val_fraction: float = 0.0005, num_proc: int = 1,
+            seed: int = 1337, shard_tokens: int = DEFAULT_SHARD_TOKENS, quiet: bool = False) -> dict:
+    """Prepare a dataset directory; returns its meta. Nothing is left behind on failure."""
+    if not sources:
+        raise UserError("give at least one SOURCE (file, folder, glob, URL or HF dataset name)")
+    if not 0.0 <= val_fraction < 1.0:
+        raise UserError(f"--val-fraction must be in [0, 1), got {val_fraction}")
+    if num_proc < 1:
+        raise UserError(f"--num-proc must be >= 1, got {num_proc}")
+    out_dir = Path(out).expanduser()
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise UserError(f"output {out_dir} already exists; choose a new --out directory")
+    srcs = src_mod.expand(sources, hf_config)
+    tok = tokenizers.by_name(tokenizer, _corpus_chars(srcs, text_field, hf_config)
+                             if tokenizer == "char" else None)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        meta = _write_all(srcs, tok, tmp, text_field, hf_config, val_fraction, num_proc, seed,
+                          shard_tokens, quiet)
+        meta["sources"] = list(sources)
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+        if out_dir.exists():
+            out_dir.rmdir()
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return meta
+
+
+def _write_all(srcs, tok, tmp, text_field, hf_config, val_fraction, num_proc, seed, shard_tokens, quiet):
+    dtype = token_dtype(tok.vocab_size)
+    writers = {s: SplitWriter(tmp, s, dtype, shard_tokens) for s in ("train", "val")}
+    stats = src_mod.ReadStats()
+    total = sum(s.size for s in srcs) or None
+    progress = _NoProgress() if quiet else _tqdm(total)
+    docs = _split_documents(srcs, text_field, hf_config, val_fraction, seed, stats, progress)
+    spec = tok.spec()
+
+    def consume(result):
+        split, ids, ended = result
+        writers[split].write(ids)
+        writers[split].documents += ended
+
+    started = time.perf_counter()
+    try:
+        if num_proc == 1:
+            _init_worker(spec)
+            for task in _tasks(docs):
+                consume(_tokenize(task))
+        else:
+            import multiprocessing as mp
+
+            # spawn, not fork: tokenizer libraries run their own threads.
+            with mp.get_context("spawn").Pool(num_proc, _init_worker, (spec,)) as pool:
+                pending: deque = deque()
+                for task in _tasks(docs):
+                    pending.append(pool.apply_async(_tokenize, (task,)))
+                    if len(pending) >= 2 * num_proc:  # bounded: memory does not grow with the corpus
+                        consume(pending.popleft().get())
+                while pending:
+                    consume(pending.popleft().get())
+    finally:
+        progress.close()
+    splits = {name: w.finish() for name, w in writers.items()}
+    if splits["train"]["tokens"] == 0:
+        raise UserError(f"no text found in {', '.join(s.location for s in srcs)}: the corpus is empty")
+    if splits["val"]["tokens"] == 0 and val_fraction > 0:
+        _tail_to_val(tmp, splits, dtype, val_fraction)
+    if stats.replaced_chars and not quiet:
+        print(f"warning: replaced {stats.replaced_chars} invalid UTF-8 sequences with U+FFFD")
+    return {
+        "format": FORMAT, "version": VERSION, "tokenizer": spec, "tokenizer_name": tok.name,
+        "vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "dtype": dtype, "splits": splits,
+        "invalid_utf8_replaced": stats.replaced_chars, "seed": seed, "val_fraction": val_fraction,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "prepare_seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+def _tail_to_val(tmp: Path, splits: dict, dtype: str, val_fraction: float):
+    """Too few documents for a per-document draw: the last tokens of train become val."""
+    train = splits["train"]
+    if len(train["files"]) != 1:
+        return
+    path = tmp / train["files"][0]["name"]
+    tokens = np.fromfile(path, dtype=dtype)
+    n_val = max(1, int(len(tokens) * val_fraction))
+    if n_val >= len(tokens):
+        return
+    for split, part in (("train", tokens[:-n_val]), ("val", tokens[-n_val:])):
+        part.tofile(tmp / f"{split}.bin")
+        splits[split].update(tokens=len(part), files=[{
+            "name": f"{split}.bin", "tokens": len(part),
+            "sha256": hashlib.sha256(part.tobytes()).hexdigest()}])
+    splits["val"].update(documents=0, note="too few documents to draw from: the tail of train")
+
+
+def _tqdm(total):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="B" if total else "char", unit_scale=True, desc="tokenizing",
+                disable=None, mininterval=0.5)

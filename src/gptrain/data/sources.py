@@ -1,0 +1,215 @@
+"""Where documents come from: local files/folders/globs, fsspec URLs, Hugging Face datasets.
+
+Every source yields documents, and every document is a stream of text pieces of bounded size,
+so a corpus is never held in memory whole. Pieces are cut only after a newline that is followed
+by a non-space character: GPT-2's pre-tokenizer splits there anyway, so tokenizing piece by
+piece gives the same ids as tokenizing the whole document.
+"""
+
+from __future__ import annotations
+
+import codecs
+import glob
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gptrain.errors import UserError
+
+TEXT_EXTS = (".txt", ".md")
+RECORD_EXTS = (".jsonl", ".json", ".parquet")
+PIECE_CHARS = 1 << 20
+
+
+@dataclass
+class Source:
+    kind: str          # "file" (local path or URL) or "hf"
+    location: str
+    split: str | None = None  # "train"/"val" when the source has its own split
+    size: int = 0
+
+
+@dataclass
+class ReadStats:
+    replaced_chars: int = 0  # invalid UTF-8 sequences replaced by U+FFFD
+    files: list = field(default_factory=list)
+
+
+def _is_url(s: str) -> bool:
+    return "://" in s
+
+
+def expand(sources: list[str], hf_config: str | None) -> list[Source]:
+    """Turn what the user typed into a list of concrete sources, or a clear error."""
+    out: list[Source] = []
+    for s in sources:
+        if _is_url(s):
+            out.append(Source("file", s))
+            continue
+        p = Path(s).expanduser()
+        if p.is_dir():
+            files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_EXTS + RECORD_EXTS)
+            if not files:
+                raise UserError(f"folder {s} holds no .txt/.md/.jsonl/.json/.parquet files")
+            out += [Source("file", str(f), size=f.stat().st_size) for f in files]
+        elif p.is_file():
+            out.append(Source("file", str(p), size=p.stat().st_size))
+        elif any(c in s for c in "*?["):
+            files = sorted(f for f in glob.glob(os.path.expanduser(s), recursive=True) if os.path.isfile(f))
+            if not files:
+                raise UserError(f"pattern {s} matches no files")
+            out += [Source("file", f, size=os.path.getsize(f)) for f in files]
+        elif s.startswith(("/", ".", "~")) or Path(s).suffix.lower() in TEXT_EXTS + RECORD_EXTS:
+            raise UserError(f"source {s} does not exist; give an existing file, folder, glob, URL "
+                            "or a Hugging Face dataset name")
+        else:
+            out.append(Source("hf", s))
+    for src in out:
+        if src.kind == "file" and not src.location.lower().endswith(TEXT_EXTS + RECORD_EXTS):
+            raise UserError(f"cannot read {src.location}: supported files are "
+                            ".txt .md .jsonl .json .parquet")
+    if any(src.kind == "hf" for src in out) and len(out) > 1:
+        raise UserError("a Hugging Face dataset must be the only source of a prepare call")
+    return out
+
+
+def _open_binary(location: str):
+    if _is_url(location):
+        import fsspec
+
+        try:
+            return fsspec.open(location, "rb").open()
+        except Exception as e:  # fsspec backends raise many types
+            raise UserError(f"cannot open {location}: {type(e).__name__}: {e}") from None
+    try:
+        return open(location, "rb")
+    except OSError as e:
+        raise UserError(f"cannot read {location}: {e.strerror}") from None
+
+
+def _pieces(stream, location: str, stats: ReadStats):
+    """Decode a byte stream to text pieces of ~PIECE_CHARS, replacing (and counting) bad UTF-8."""
+    head = stream.read(8192)
+    if b"\0" in head:
+        raise UserError(f"{location} looks like a binary file (it contains NUL bytes); "
+                        "give text files")
+
+    def count(err):
+        stats.replaced_chars += 1
+        return "\ufffd", err.end
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="gptrain-count")
+    codecs.register_error("gptrain-count", count)
+    carry = decoder.decode(head)
+    while True:
+        block = stream.read(PIECE_CHARS)
+        carry += decoder.decode(block, final=not block)
+        while len(carry) > PIECE_CHARS:
+            cut = _safe_cut(carry, PIECE_CHARS)
+            if cut <= 0:
+                break
+            yield carry[:cut]
+            carry = carry[cut:]
+        if not block:
+            break
+    if carry:
+        yield carry
+
+
+def _safe_cut(text: str, near: int) -> int:
+    """An index <= near just after '\\n' with a non-space character next, or -1."""
+    i = text.rfind("\n", 0, near)
+    while i > 0 and text[i + 1].isspace():
+        i = text.rfind("\n", 0, i)
+    return i + 1 if i > 0 else -1
+
+
+def _records(stream, location: str, text_field: str, stats: ReadStats):
+    """Texts of the records in a .jsonl/.json/.parquet file."""
+    low = location.lower()
+    if low.endswith(".parquet"):
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise UserError("reading .parquet needs pyarrow: pip install 'gptrain[hf]'") from None
+        pf = pq.ParquetFile(stream)
+        if text_field not in pf.schema_arrow.names:
+            raise UserError(f"{location} has no column {text_field!r} (columns: "
+                            f"{', '.join(pf.schema_arrow.names)}); pass --text-field")
+        for batch in pf.iter_batches(columns=[text_field], batch_size=1024):
+            yield from (t for t in batch.column(0).to_pylist() if t)
+        return
+    if low.endswith(".json"):
+        try:
+            data = json.loads("".join(_pieces(stream, location, stats)))
+        except json.JSONDecodeError as e:
+            raise UserError(f"{location} is not valid JSON: {e}") from None
+        rows = data if isinstance(data, list) else [data]
+        yield from (_field(r, text_field, location, i + 1) for i, r in enumerate(rows))
+        return
+    for lineno, line in enumerate(_lines(_pieces(stream, location, stats)), 1):
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{location} line {lineno} is not valid JSON: {e}") from None
+            yield _field(row, text_field, location, lineno)
+
+
+def _lines(pieces):
+    """Lines of a stream of text pieces (JSONL is read line by line, never whole)."""
+    carry = ""
+    for piece in pieces:
+        carry += piece
+        lines = carry.split("\n")
+        carry = lines.pop()
+        yield from lines
+    if carry:
+        yield carry
+
+
+def _field(row, text_field: str, location: str, where: int) -> str:
+    if isinstance(row, str):
+        return row
+    if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
+        raise UserError(f"{location} record {where} has no string field {text_field!r}; "
+                        "pass --text-field NAME")
+    return row[text_field]
+
+
+def documents(src: Source, text_field: str, stats: ReadStats):
+    """Yield each document of a file source as an iterator of text pieces."""
+    with _open_binary(src.location) as stream:
+        if src.location.lower().endswith(TEXT_EXTS):
+            yield _pieces(stream, src.location, stats)
+        else:
+            for text in _records(stream, src.location, text_field, stats):
+                yield iter([text])
+
+
+def hf_splits(name: str, hf_config: str | None, text_field: str):
+    """{'train': iterator of texts, 'val': ...} from a Hugging Face dataset's own splits."""
+    try:
+        import datasets
+    except ImportError:
+        raise UserError(f"{name!r} is not a local path, and Hugging Face datasets need: "
+                        "pip install 'gptrain[hf]'") from None
+    try:
+        ds = datasets.load_dataset(name, hf_config)
+    except Exception as e:  # offline, unknown name, missing config: the hub raises many types
+        raise UserError(f"cannot load Hugging Face dataset {name!r}"
+                        f"{' (' + hf_config + ')' if hf_config else ''}: {str(e).splitlines()[0][:200]}"
+                        " — check the name and --hf-config, or prepare local files") from None
+    val_name = next((s for s in ("validation", "valid", "val", "test") if s in ds), None)
+    if "train" not in ds:
+        raise UserError(f"dataset {name!r} has no train split (splits: {', '.join(ds)})")
+    if text_field not in ds["train"].column_names:
+        raise UserError(f"dataset {name!r} has no column {text_field!r} (columns: "
+                        f"{', '.join(ds['train'].column_names)}); pass --text-field")
+
+    def texts(split):
+        for batch in ds[split].iter(batch_size=1000):
+            yield from batch[text_field]
+
+    return {"train": texts("train"), **({"val": texts(val_name)} if val_name else {})}

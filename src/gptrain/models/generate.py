@@ -1,0 +1,90 @@
+"""Autoregressive generation with a KV cache: greedy, temperature, top-k, top-p, seed, EOS stop."""
+
+from __future__ import annotations
+
+import torch
+
+from gptrain.errors import UserError
+from gptrain.models.gpt2 import CAUSAL
+
+
+class KVCache:
+    """Preallocated keys and values for every attention layer of one model."""
+
+    def __init__(self, model, batch: int, max_len: int, dtype, device):
+        cfg = model.config
+        shape = (batch, cfg.n_head, max_len, cfg.head_dim)
+        self.buffers = {id(block.attn): (torch.empty(shape, dtype=dtype, device=device),
+                                         torch.empty(shape, dtype=dtype, device=device))
+                        for block in model.transformer.h.values()}
+        self.pos = 0  # tokens cached so far
+
+    def update(self, attn, k, v):
+        """Store this step's k, v; return all keys/values so far and the attention mask."""
+        kbuf, vbuf = self.buffers[id(attn)]
+        T = k.size(2)
+        end = self.pos + T
+        kbuf[:, :, self.pos:end] = k
+        vbuf[:, :, self.pos:end] = v
+        if self.pos == 0:
+            mask = CAUSAL
+        elif T == 1:
+            mask = None  # one new token sees everything cached
+        else:
+            mask = torch.ones(T, end, dtype=torch.bool, device=k.device).tril(self.pos)
+        return kbuf[:, :, :end], vbuf[:, :, :end], mask
+
+
+def sample_next(logits, temperature: float, top_k: int | None, top_p: float | None, generator):
+    """Next token ids (B,) from last-position logits (B, V)."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k > 0:
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        drop = probs.cumsum(dim=-1) - probs > top_p  # keep the smallest set reaching top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    probs = logits.softmax(dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def generate(model, prompt, max_new_tokens: int, temperature: float = 0.0, top_k=None,
+             top_p=None, eos_id: int | None = None, seed: int | None = None):
+    """Token ids (B, T + n): the prompt (B, T) followed by up to max_new_tokens new tokens.
+
+    Rows that emit eos_id are padded with eos_id until every row has finished.
+    """
+    model.eval()
+    B, T = prompt.shape
+    if T == 0:
+        raise UserError("the prompt is empty: give at least one token of text")
+    total = T + max_new_tokens
+    if total > model.config.block_size:
+        raise UserError(f"prompt ({T} tokens) + max new tokens ({max_new_tokens}) exceeds the "
+                        f"model's context of {model.config.block_size}; ask for fewer tokens")
+    generator = None
+    if seed is not None:
+        generator = torch.Generator(device=prompt.device).manual_seed(seed)
+    dtype = next(model.parameters()).dtype
+    cache = KVCache(model, B, total, dtype, prompt.device)
+    logits = model(prompt, cache=cache)[:, -1]
+    cache.pos = T
+    out = [prompt]
+    finished = torch.zeros(B, dtype=torch.bool, device=prompt.device)
+    for _ in range(max_new_tokens):
+        nxt = sample_next(logits, temperature, top_k, top_p, generator)
+        if eos_id is not None:
+            nxt = torch.where(finished, torch.full_like(nxt, eos_id), nxt)
+            finished |= nxt == eos_id
+        out.append(nxt[:, None])
+        if eos_id is not None and bool(finished.all()):
+            break
+        logits = model(nxt[:, None], cache=cache, start_pos=cache.pos)[:, -1]
+        cache.pos += 1
+    return torch.cat(out, dim=1)

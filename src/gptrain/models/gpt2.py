@@ -1,0 +1,209 @@
+"""GPT-2, read top to bottom: attention -> MLP -> Block -> config -> GPT.
+
+A plain nn.Module with no parallelism inside (distributed/parallelize.py adds that). Parameter
+names match Hugging Face's GPT2LMHeadModel, so weight import (models/hf.py) is a short list of
+transposes. One layout difference, on purpose: `c_attn` stores its output rows per head as
+(head, q|k|v, head_dim) instead of HF's (q|k|v, head, head_dim). With that order a plain
+column split of c_attn hands every tensor-parallel rank whole heads (as in Megatron-LM).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from gptrain.errors import UserError
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50257
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True
+    layer_norm_eps: float = 1e-5
+    attn_implementation: str = "sdpa"
+    pad_vocab_multiple: int = 64
+
+    @property
+    def padded_vocab_size(self) -> int:
+        m = self.pad_vocab_multiple
+        return self.vocab_size if m <= 0 else (self.vocab_size + m - 1) // m * m
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    def validate(self) -> None:
+        if self.n_embd % self.n_head:
+            raise UserError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
+            if getattr(self, name) < 1:
+                raise UserError(f"model {name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
+
+
+CAUSAL = "causal"
+
+
+def attention(q, k, v, impl: str, dropout_p: float, mask=CAUSAL):
+    """softmax(q k^T / sqrt(d)) v over (B, heads, T, head_dim) tensors.
+
+    mask: CAUSAL for a square block (training, prefill), None when every query sees every key
+    (one-token decode), or a boolean (T, S) tensor. `eager` is the reference that the fast
+    kernels are tested against.
+    """
+    causal = isinstance(mask, str)
+    if impl == "sdpa":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=None if causal else mask,
+                                              dropout_p=dropout_p, is_causal=causal)
+    if impl == "eager":
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
+        if causal:
+            mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+        if mask is not None:
+            att = att.masked_fill(~mask, float("-inf"))
+        att = F.dropout(F.softmax(att.float(), dim=-1).to(q.dtype), dropout_p)
+        return att @ v
+    if impl == "flash_attention_2":
+        from gptrain.models.flash import flash_attention
+
+        return flash_attention(q, k, v, dropout_p, causal=mask is not None)
+    raise UserError(f"unknown attention implementation {impl!r}: use sdpa, eager or flash_attention_2")
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # rows: (head, qkv, d)
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.head_dim = cfg.head_dim
+        self.impl = cfg.attn_implementation
+        self.dropout = cfg.dropout
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, cache=None):
+        B, T, _ = x.shape
+        # -1 heads: under tensor parallel this rank holds only its share of the heads.
+        qkv = self.c_attn(x).view(B, T, -1, 3, self.head_dim)
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(dim=3))  # (B, heads, T, d)
+        mask = CAUSAL
+        if cache is not None:
+            k, v, mask = cache.update(self, k, v)
+        p = self.dropout if self.training else 0.0
+        y = attention(q, k, v, self.impl, p, mask)
+        y = y.transpose(1, 2).reshape(B, T, -1)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x):
+        # GPT-2's "gelu_new" is the tanh approximation.
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate="tanh")))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cache=None):
+        x = x + self.attn(self.ln_1(x), cache)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        cfg.validate()
+        self.config = cfg
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(cfg.padded_vocab_size, cfg.n_embd),
+            wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
+            drop=nn.Dropout(cfg.dropout),
+            # A ModuleDict keyed "0".."L-1" keeps HF's names (transformer.h.0...) and lets the
+            # pipeline splitter delete blocks without renumbering the rest.
+            h=nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layer)}),
+            ln_f=nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias),
+        ))
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.padded_vocab_size, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
+        self.init_weights()
+
+    def init_weights(self, seed: int | None = None) -> None:
+        """GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer)."""
+        gen = None if seed is None else torch.Generator().manual_seed(seed)
+        resid_std = 0.02 / math.sqrt(2 * self.config.n_layer)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                _normal(p, resid_std, gen)
+            elif p.dim() >= 2:
+                _normal(p, 0.02, gen)
+            elif ".ln_" in name or name.startswith("transformer.ln_f"):
+                nn.init.ones_(p) if name.endswith("weight") else nn.init.zeros_(p)
+            else:
+                nn.init.zeros_(p)
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding and self.transformer["wpe"] is not None:
+            n -= self.transformer.wpe.weight.numel()
+        return n
+
+    def forward(self, idx, targets=None, cache=None, start_pos: int = 0):
+        """Logits over the real vocabulary (and the mean loss when targets are given).
+
+        Under pipeline parallel a stage may lack wte (then `idx` is hidden states) or ln_f and
+        lm_head (then the hidden states are returned).
+        """
+        tr = self.transformer
+        if tr["wte"] is not None:
+            T = idx.size(1)
+            if start_pos + T > self.config.block_size:
+                raise UserError(f"sequence of {start_pos + T} tokens is longer than the model's "
+                                f"context ({self.config.block_size})")
+            pos = torch.arange(start_pos, start_pos + T, device=idx.device)
+            x = tr.drop(tr.wte(idx) + tr.wpe(pos))
+        else:
+            x = idx
+        for block in tr.h.values():
+            x = block(x, cache)
+        if tr["ln_f"] is None:
+            return x
+        logits = self.lm_head(tr.ln_f(x))
+        if logits.size(-1) != self.config.vocab_size:
+            logits = logits[..., : self.config.vocab_size]  # padded rows are never predicted
+        if targets is None:
+            return logits
+        return logits, cross_entropy(logits, targets)
+
+
+def cross_entropy(logits, targets):
+    """Mean next-token loss in fp32; targets of -100 are ignored."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1),
+                           ignore_index=-100)
+
+
+def _normal(p, std, gen):
+    with torch.no_grad():
+        if gen is None:
+            p.normal_(0.0, std)
+        else:
+            p.copy_(torch.randn(p.shape, generator=gen) * std)

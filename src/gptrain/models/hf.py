@@ -1,0 +1,187 @@
+"""Hugging Face GPT-2 interop: load a HF model directory or hub id, export to one.
+
+HF's GPT-2 keeps its projections in Conv1D modules, whose weights are the transpose of a
+Linear's; and its c_attn rows are ordered (q|k|v, head, d) where ours are (head, q|k|v, d)
+(see models/gpt2.py). Everything else maps name for name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from gptrain.errors import UserError
+
+CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def is_hf_dir(path) -> bool:
+    p = Path(path)
+    return (p / "config.json").is_file() and any((p / f).is_file() for f in WEIGHT_FILES)
+
+
+def resolve(name_or_path: str) -> Path:
+    """A local HF model directory, downloading a hub id (when online) into the HF cache."""
+    p = Path(name_or_path).expanduser()
+    if p.exists():
+        if not is_hf_dir(p):
+            raise UserError(f"{p} is not a Hugging Face model directory (needs config.json and "
+                            "model.safetensors or pytorch_model.bin)")
+        return p
+    if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
+        raise UserError(f"model path {name_or_path} does not exist")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name_or_path, allow_patterns=[
+            "config.json", "generation_config.json", "model.safetensors*", "*.json", "merges.txt",
+            "vocab.json"]))
+    except ImportError:
+        raise UserError(f"{name_or_path!r} is not a local directory, and downloading from the "
+                        "Hugging Face Hub needs: pip install 'gptrain[hf]'") from None
+    except Exception as e:  # the hub client raises many types: offline, 404, auth
+        raise UserError(f"cannot get {name_or_path!r} from the Hugging Face Hub "
+                        f"({type(e).__name__}); check the name and the network, or pass a local "
+                        "model directory") from None
+
+
+def config_from_hf(hf: dict, **overrides):
+    from gptrain.models.gpt2 import GPTConfig
+
+    if hf.get("model_type") != "gpt2":
+        raise UserError(f"model_type {hf.get('model_type')!r} is not supported: gptrain loads "
+                        "GPT-2 models (model_type gpt2)")
+    if hf.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise UserError(f"activation {hf['activation_function']!r} is not supported (GPT-2 uses gelu_new)")
+    if hf.get("n_inner") not in (None, 4 * hf["n_embd"]):
+        raise UserError("n_inner other than 4 * n_embd is not supported")
+    cfg = GPTConfig(block_size=hf["n_positions"], vocab_size=hf["vocab_size"],
+                    n_layer=hf["n_layer"], n_head=hf["n_head"], n_embd=hf["n_embd"],
+                    layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5))
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    return cfg
+
+
+def config_to_hf(cfg) -> dict:
+    return {
+        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+        "vocab_size": cfg.vocab_size, "n_positions": cfg.block_size, "n_ctx": cfg.block_size,
+        "n_embd": cfg.n_embd, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_inner": None,
+        "activation_function": "gelu_new", "layer_norm_epsilon": cfg.layer_norm_eps,
+        "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": cfg.dropout,
+        "initializer_range": 0.02, "bos_token_id": 50256, "eos_token_id": 50256,
+        "tie_word_embeddings": True, "torch_dtype": "float32",
+    }
+
+
+def read_state_dict(model_dir: Path) -> dict:
+    """Tensors of a HF checkpoint: safetensors (single or sharded), else a weights-only .bin."""
+    from safetensors.torch import load_file
+
+    if (model_dir / "model.safetensors").is_file():
+        return load_file(model_dir / "model.safetensors")
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        sd = {}
+        for shard in sorted(set(json.loads(index.read_text())["weight_map"].values())):
+            sd.update(load_file(model_dir / shard))
+        return sd
+    # weights_only: a checkpoint is data, never code.
+    return torch.load(model_dir / "pytorch_model.bin", map_location="cpu", weights_only=True)
+
+
+def _qkv_rows(t, n_head, to_hf: bool):
+    """Reorder c_attn rows between HF (qkv, head, d) and gptrain (head, qkv, d)."""
+    rest = t.shape[1:]
+    if to_hf:
+        return t.reshape(n_head, 3, -1, *rest).transpose(0, 1).reshape(t.shape)
+    return t.reshape(3, n_head, -1, *rest).transpose(0, 1).reshape(t.shape)
+
+
+def from_hf_state_dict(sd: dict, cfg) -> dict:
+    out = {}
+    for key, t in sd.items():
+        key = key.removeprefix("transformer.")
+        if key.endswith((".attn.bias", ".attn.masked_bias")) or key == "lm_head.weight":
+            continue  # causal-mask buffers of old HF versions; lm_head is tied to wte
+        if key.endswith(CONV1D):
+            t = t.t()
+        if key.endswith("attn.c_attn.weight") or key.endswith("attn.c_attn.bias"):
+            t = _qkv_rows(t, cfg.n_head, to_hf=False)
+        if key == "wte.weight" and cfg.padded_vocab_size > t.shape[0]:
+            t = torch.cat([t, t.new_zeros(cfg.padded_vocab_size - t.shape[0], t.shape[1])])
+        out["transformer." + key] = t.float()
+    return out
+
+
+def to_hf_state_dict(sd: dict, cfg) -> dict:
+    out = {}
+    for key, t in sd.items():
+        if key == "lm_head.weight":
+            continue  # tied: HF re-ties it from wte on load
+        if key.endswith("attn.c_attn.weight") or key.endswith("attn.c_attn.bias"):
+            t = _qkv_rows(t, cfg.n_head, to_hf=True)
+        if key.endswith(CONV1D):
+            t = t.t()
+        if key == "transformer.wte.weight":
+            t = t[: cfg.vocab_size]
+        out[key] = t.detach().to("cpu").contiguous()
+    return out
+
+
+def load_hf(name_or_path: str, **overrides):
+    """(GPT model, its HF directory) from a HF GPT-2 directory or hub id."""
+    from gptrain.models.gpt2 import GPT
+
+    model_dir = resolve(name_or_path)
+    cfg = config_from_hf(json.loads((model_dir / "config.json").read_text()), **overrides)
+    with torch.device("meta"):
+        model = GPT(cfg)
+    missing, unexpected = model.load_state_dict(from_hf_state_dict(read_state_dict(model_dir), cfg),
+                                                strict=False, assign=True)
+    model.lm_head.weight = model.transformer.wte.weight
+    missing = [k for k in missing if k != "lm_head.weight"]
+    if missing or unexpected:
+        raise UserError(f"{model_dir} does not hold a complete GPT-2: missing {missing[:3]}, "
+                        f"unexpected {unexpected[:3]}")
+    return model, model_dir
+
+
+def export_hf(model, tokenizer, out_dir) -> Path:
+    """Write a HF GPT-2 directory (config, safetensors, generation config, tokenizer) atomically."""
+    import shutil
+    import tempfile
+
+    from safetensors.torch import save_file
+
+    cfg = model.config
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise UserError(f"{out_dir} already exists and is not empty; choose a new --out directory")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        save_file(to_hf_state_dict(model.state_dict(), cfg), tmp / "model.safetensors",
+                  metadata={"format": "pt"})
+        hf_cfg = config_to_hf(cfg)
+        eos = getattr(tokenizer, "eos_id", None)
+        hf_cfg["bos_token_id"] = hf_cfg["eos_token_id"] = eos
+        (tmp / "config.json").write_text(json.dumps(hf_cfg, indent=2))
+        (tmp / "generation_config.json").write_text(json.dumps(
+            {"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": eos}, indent=2))
+        if tokenizer is not None:
+            tokenizer.save_hf(tmp)
+            # gptrain reads its own tokenizer back from here (char/byte have no HF form).
+            (tmp / "gptrain_tokenizer.json").write_text(json.dumps(tokenizer.spec()))
+        if out_dir.exists():
+            out_dir.rmdir()
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir

@@ -1,0 +1,54 @@
+"""Resolve what a user names as MODEL into a (model, tokenizer) pair.
+
+MODEL may be a Hugging Face model directory or hub id, a gptrain checkpoint directory, a
+checkpoint ID or a job name (the last two through the job store, when it has them).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gptrain.errors import UserError
+
+
+def pick_device(name: str = "auto") -> str:
+    import torch
+
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda was asked for but no CUDA GPU is available")
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+def tokenizer_of_dir(model_dir: Path):
+    """The tokenizer saved beside a model, or None."""
+    from gptrain import tokenizers
+
+    spec_file = model_dir / "gptrain_tokenizer.json"
+    if spec_file.is_file():
+        return tokenizers.from_spec(json.loads(spec_file.read_text()))
+    vocab = model_dir / "vocab.json"
+    if vocab.is_file() and (model_dir / "merges.txt").is_file():
+        ours = tokenizers.ASSETS
+        if (model_dir / "merges.txt").read_bytes() == (ours / "gpt2_merges.txt").read_bytes() and \
+                json.loads(vocab.read_text()) == json.loads((ours / "gpt2_vocab.json").read_text()):
+            return tokenizers.GPT2Tokenizer()  # the GPT-2 vocabulary: use the fast tiktoken path
+    if any((model_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+        return tokenizers.HFTokenizer(str(model_dir))
+    return None
+
+
+def load_model(ref: str, device: str = "cpu", **overrides):
+    """(model in eval mode on device, tokenizer or None) for a MODEL reference."""
+    from gptrain.models import hf
+
+    path = Path(ref).expanduser()
+    if path.is_dir() and not hf.is_hf_dir(path):
+        from gptrain.train.checkpoint import is_checkpoint_dir, load_for_inference
+
+        if is_checkpoint_dir(path):
+            return load_for_inference(path, device, **overrides)
+    model, model_dir = hf.load_hf(ref, **overrides)
+    return model.to(device).eval(), tokenizer_of_dir(model_dir)

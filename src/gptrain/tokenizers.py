@@ -1,0 +1,196 @@
+"""Tokenizers: GPT-2 BPE (tiktoken, offline), character-level, byte-level, or any HF tokenizer.
+
+Each tokenizer describes itself with a small JSON-able `spec` that is stored in a dataset's
+meta.json and a checkpoint, and `from_spec` rebuilds the same tokenizer from it.
+
+The GPT-2 vocabulary ships inside this package (`assets/`: OpenAI's vocab.bpe, byte-identical,
+and encoder.json), so `gpt2` works on a machine without network.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from gptrain.errors import UserError
+
+ASSETS = Path(__file__).parent / "assets"
+GPT2_EOT = "<|endoftext|>"
+# The GPT-2 pre-tokenizer regex, as tiktoken writes it (same splits as the 2019 release).
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+
+
+class Tokenizer:
+    """Common interface: name, vocab_size, eos_id (or None), encode, decode, spec."""
+
+    name: str
+    vocab_size: int
+    eos_id: int | None = None
+
+    def encode(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def decode(self, ids) -> str:
+        raise NotImplementedError
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+    def spec(self) -> dict:
+        return {"name": self.name}
+
+    def save_hf(self, out_dir: Path) -> bool:
+        """Write HF tokenizer files into out_dir if this tokenizer has an HF form."""
+        return False
+
+
+@lru_cache(maxsize=1)
+def _gpt2_encoding():
+    import tiktoken
+
+    # encoder.json maps the "byte-level unicode" spelling of each token to its id; undo that
+    # spelling to get the token's bytes (the same table GPT-2's encoder.py builds).
+    printable = [b for b in range(256) if chr(b).isprintable() and chr(b) != " "]
+    char_to_byte = {chr(b): b for b in printable}
+    n = 0
+    for b in range(256):
+        if b not in printable:
+            char_to_byte[chr(256 + n)] = b
+            n += 1
+    encoder = json.loads((ASSETS / "gpt2_vocab.json").read_text(encoding="utf-8"))
+    ranks = {bytes(char_to_byte[c] for c in tok): i for tok, i in encoder.items() if tok != GPT2_EOT}
+    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                             special_tokens={GPT2_EOT: encoder[GPT2_EOT]}, explicit_n_vocab=50257)
+
+
+class GPT2Tokenizer(Tokenizer):
+    name = "gpt2"
+    vocab_size = 50257
+    eos_id = 50256
+
+    def __init__(self):
+        self.enc = _gpt2_encoding()
+
+    def encode(self, text):
+        return self.enc.encode_ordinary(text)
+
+    def encode_batch(self, texts):
+        return self.enc.encode_ordinary_batch(texts, num_threads=1)
+
+    def decode(self, ids):
+        return self.enc.decode([int(i) for i in ids if int(i) < self.vocab_size])
+
+    def save_hf(self, out_dir):
+        import shutil
+
+        shutil.copy(ASSETS / "gpt2_vocab.json", out_dir / "vocab.json")
+        shutil.copy(ASSETS / "gpt2_merges.txt", out_dir / "merges.txt")
+        (out_dir / "tokenizer_config.json").write_text(json.dumps({
+            "tokenizer_class": "GPT2Tokenizer", "model_max_length": 1024, "add_prefix_space": False,
+            "bos_token": GPT2_EOT, "eos_token": GPT2_EOT, "unk_token": GPT2_EOT}, indent=2))
+        (out_dir / "special_tokens_map.json").write_text(json.dumps(
+            {"bos_token": GPT2_EOT, "eos_token": GPT2_EOT, "unk_token": GPT2_EOT}, indent=2))
+        return True
+
+
+class CharTokenizer(Tokenizer):
+    """nanoGPT/minGPT character tokenizer: one id per distinct character of the training text."""
+
+    name = "char"
+
+    def __init__(self, chars: str):
+        if not chars:
+            raise UserError("char tokenizer needs a non-empty vocabulary: the corpus has no text")
+        self.chars = "".join(sorted(set(chars)))
+        self.stoi = {c: i for i, c in enumerate(self.chars)}
+        self.vocab_size = len(self.chars)
+
+    def encode(self, text):
+        try:
+            return [self.stoi[c] for c in text]
+        except KeyError as e:
+            raise UserError(f"character {e.args[0]!r} is not in this char tokenizer's vocabulary "
+                            "(it was built from the training text)") from None
+
+    def decode(self, ids):
+        return "".join(self.chars[int(i)] for i in ids if int(i) < self.vocab_size)
+
+    def spec(self):
+        return {"name": "char", "chars": self.chars}
+
+
+class ByteTokenizer(Tokenizer):
+    """UTF-8 bytes 0..255, plus 256 as end-of-text."""
+
+    name = "byte"
+    vocab_size = 257
+    eos_id = 256
+
+    def encode(self, text):
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids):
+        return bytes(int(i) for i in ids if int(i) < 256).decode("utf-8", errors="replace")
+
+
+class HFTokenizer(Tokenizer):
+    """Any tokenizer directory that transformers' AutoTokenizer can load."""
+
+    def __init__(self, path: str):
+        try:
+            from transformers import AutoTokenizer
+        except ImportError:
+            raise UserError("HF tokenizers need transformers: pip install 'gptrain[hf]'") from None
+        self.path = str(Path(path).resolve()) if Path(path).exists() else path
+        try:
+            self.tok = AutoTokenizer.from_pretrained(self.path)
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot load a tokenizer from {path}: {str(e).splitlines()[0]}") from None
+        self.name = f"hf:{self.path}"
+        self.vocab_size = len(self.tok)
+        self.eos_id = self.tok.eos_token_id
+
+    def encode(self, text):
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def encode_batch(self, texts):
+        return self.tok(texts, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids):
+        return self.tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+    def spec(self):
+        return {"name": "hf", "path": self.path}
+
+    def save_hf(self, out_dir):
+        self.tok.save_pretrained(out_dir)
+        return True
+
+
+def from_spec(spec: dict) -> Tokenizer:
+    """Rebuild a tokenizer from the spec stored in meta.json or a checkpoint."""
+    name = spec.get("name")
+    if name == "gpt2":
+        return GPT2Tokenizer()
+    if name == "byte":
+        return ByteTokenizer()
+    if name == "char":
+        return CharTokenizer(spec["chars"])
+    if name == "hf":
+        return HFTokenizer(spec["path"])
+    raise UserError(f"unknown tokenizer spec {spec!r}")
+
+
+def by_name(name: str, corpus_chars: str | None = None) -> Tokenizer:
+    """The tokenizer a user names: gpt2, byte, char (needs the corpus' characters), or a path."""
+    if name == "gpt2":
+        return GPT2Tokenizer()
+    if name == "byte":
+        return ByteTokenizer()
+    if name == "char":
+        return CharTokenizer(corpus_chars or "")
+    if Path(name).is_dir():
+        return HFTokenizer(name)
+    raise UserError(f"unknown tokenizer {name!r}: use gpt2, char, byte, or a Hugging Face "
+                    "tokenizer directory")

@@ -1,0 +1,100 @@
+import pytest
+
+from gptrain import config
+from gptrain.errors import UserError
+from tests.conftest import run_cli
+
+
+def test_defaults_and_overrides(tmp_path):
+    toml = tmp_path / "c.toml"
+    toml.write_text('[model]\npreset = "gpt2-mini"\n[train]\nlr = 1e-3\nmax_steps = 5\n')
+    cfg = config.parse_train_args([str(toml), "--train.max_steps=7", "--model.dropout", "0.1",
+                                   "--train.compile"])
+    assert cfg.model.preset == "gpt2-mini" and cfg.train.lr == 1e-3
+    assert cfg.train.max_steps == 7 and cfg.model.dropout == 0.1 and cfg.train.compile is True
+
+
+def test_hf_trainer_flags_map_onto_canonical_keys():
+    cfg = config.parse_train_args(
+        "--do_train --do_eval --dataset_name wikitext --tokenized_dataset_load_dir /d "
+        "--model_name_or_path openai-community/gpt2 --output_dir /o --per_device_train_batch_size 8 "
+        "--per_device_eval_batch_size 4 --logging_steps 50 --save_steps 500 --eval_steps 250 "
+        "--eval_strategy steps --torch_dtype float16 --attn_implementation flash_attention_2 "
+        "--gradient_checkpointing --lr_scheduler_type constant_with_warmup --save_total_limit 2 "
+        "--report_to none --max_train_samples 100".split())
+    assert cfg.data.path == "/d" and cfg.model.init_from == "openai-community/gpt2"
+    assert cfg.train.output_dir == "/o" and cfg.train.batch_size == 8 and cfg.train.eval_batch_size == 4
+    assert cfg.metrics.log_every == 50 and cfg.checkpoint.every == 500 and cfg.train.eval_every == 250
+    assert cfg.train.precision == "fp16" and cfg.model.attn_implementation == "flash_attention_2"
+    assert cfg.train.activation_checkpointing == "full" and cfg.train.lr_schedule == "constant"
+    assert cfg.checkpoint.keep_last == 2 and cfg.metrics.report_to == ["none"]
+    assert cfg.data.max_train_samples == 100 and cfg.data.dataset_name == "wikitext"
+
+
+def test_bool_flags_take_optional_values():
+    cfg = config.parse_train_args(["--do_eval", "false", "--bf16", "--do_train", "True"])
+    assert cfg.train.do_eval is False and cfg.train.do_train is True and cfg.train.precision == "bf16"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--train.lrr=1"], "did you mean 'train.lr'"),
+    (["--train.max_steps=abc"], "expected int"),
+    (["--train.precision=fp8"], "choose one of"),
+    (["--learning_rat", "1"], "did you mean 'learning_rate'"),
+    (["--train.lr"], "needs a value"),
+    (["stray.toml"], "does not exist"),
+])
+def test_errors_are_one_clear_line(argv, message):
+    with pytest.raises(UserError, match=message):
+        config.parse_train_args(argv)
+
+
+def test_bad_toml_and_unknown_section(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train\nlr = 1")
+    with pytest.raises(UserError, match="not valid TOML"):
+        config.load_toml(bad)
+    bad.write_text("[trian]\nlr = 1\n")
+    with pytest.raises(UserError, match="did you mean 'train'"):
+        config.load_toml(bad)
+    bad.write_text("[train]\nlr = 'fast'\n")
+    with pytest.raises(UserError, match="train.lr"):
+        config.load_toml(bad)
+
+
+def test_dump_roundtrip(tmp_path):
+    cfg = config.parse_train_args(["--train.lr=0.01", "--report_to", "tensorboard,wandb"])
+    path = tmp_path / "out.toml"
+    path.write_text(config.dump_toml(cfg))
+    assert config.load_toml(path) == cfg
+
+
+def test_cli_config_errors_exit_2_without_traceback(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train\n")
+    for args in (["train", "--nope.x=1"], ["train", "--train.lr=x"], ["train", str(bad)]):
+        r = run_cli(*args)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_train_help_lists_every_field():
+    r = run_cli("train", "--help")
+    assert r.returncode == 0
+    for key in config.all_keys():
+        assert f"--{key} " in r.stdout
+    for alias in config.ALIASES:
+        assert f"--{alias}" in r.stdout
+
+
+def test_help_and_version_do_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from gptrain.cli import main\n"
+            "for a in (['--help'], ['--version']):\n"
+            "    try: main(a)\n"
+            "    except SystemExit: pass\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

@@ -1,0 +1,171 @@
+"""Data pipeline: prepare (counts, determinism, formats), import, store, bad input."""
+
+import json
+
+import numpy as np
+import pytest
+
+from gptrain.data import prepare as prep_mod
+from gptrain.data import sources
+from gptrain.data.formats import open_split, read_meta
+from gptrain.tokenizers import CharTokenizer, GPT2Tokenizer
+from tests.conftest import run_cli
+
+DOCS = [
+    "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 30,
+    "It's a truth universally acknowledged, that a single man in possession of a good fortune\n" * 40,
+    "Ünïcödé lines — with “quotes”, tabs\tand  double  spaces.\n   indented line\n" * 25,
+]
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    d = tmp_path / "corpus"
+    d.mkdir()
+    for i, text in enumerate(DOCS):
+        (d / f"doc{i}.txt").write_text(text)
+    return d
+
+
+def _tokens(out, split="train"):
+    return open_split(out, split).tolist()
+
+
+def test_gpt2_counts_equal_direct_tokenization(corpus, tmp_path, monkeypatch):
+    monkeypatch.setattr(sources, "PIECE_CHARS", 200)  # documents read in many small pieces
+    meta = prep_mod.prepare([str(corpus)], str(tmp_path / "out"), val_fraction=0.0, quiet=True)
+    tok = GPT2Tokenizer()
+    expected = []
+    for text in DOCS:
+        expected += tok.encode(text) + [tok.eos_id]
+    assert meta["splits"]["train"]["tokens"] == len(expected)
+    assert meta["splits"]["train"]["documents"] == 3
+    assert _tokens(tmp_path / "out") == expected
+    raw = np.memmap(tmp_path / "out" / "train.bin", dtype=np.uint16, mode="r")  # nanoGPT's reader
+    assert raw.tolist() == expected
+
+
+def test_char_counts_and_vocab(corpus, tmp_path):
+    meta = prep_mod.prepare([str(corpus)], str(tmp_path / "out"), tokenizer="char",
+                            val_fraction=0.0, quiet=True)
+    tok = CharTokenizer("".join(DOCS))
+    assert meta["vocab_size"] == tok.vocab_size and meta["eos_id"] is None
+    assert _tokens(tmp_path / "out") == tok.encode("".join(DOCS))
+
+
+def test_num_proc_gives_identical_bytes(corpus, tmp_path, monkeypatch):
+    monkeypatch.setattr(prep_mod, "TASK_CHARS", 500)  # many tasks in flight
+    a = prep_mod.prepare([str(corpus)], str(tmp_path / "a"), num_proc=1, val_fraction=0.3, quiet=True)
+    b = prep_mod.prepare([str(corpus)], str(tmp_path / "b"), num_proc=2, val_fraction=0.3, quiet=True)
+    assert a["splits"] == b["splits"]
+    for split in ("train", "val"):
+        for f in a["splits"][split]["files"]:
+            assert (tmp_path / "a" / f["name"]).read_bytes() == (tmp_path / "b" / f["name"]).read_bytes()
+
+
+def test_shards_and_jsonl(tmp_path):
+    rows = [{"text": f"record number {i} says hello"} for i in range(200)]
+    src = tmp_path / "data.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    meta = prep_mod.prepare([str(src)], str(tmp_path / "out"), val_fraction=0.0, shard_tokens=500, quiet=True)
+    files = meta["splits"]["train"]["files"]
+    assert len(files) > 1 and files[0]["name"] == "train-00000.bin"
+    tok = GPT2Tokenizer()
+    expected = [t for r in rows for t in tok.encode(r["text"]) + [tok.eos_id]]
+    assert _tokens(tmp_path / "out") == expected
+
+
+def test_parquet_source(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"body": ["alpha beta", "gamma delta"]}), tmp_path / "d.parquet")
+    meta = prep_mod.prepare([str(tmp_path / "d.parquet")], str(tmp_path / "out"), text_field="body",
+                            val_fraction=0.0, quiet=True)
+    assert meta["splits"]["train"]["documents"] == 2
+
+
+def test_invalid_utf8_is_replaced_and_counted(tmp_path):
+    f = tmp_path / "bad.txt"
+    f.write_bytes(b"good text \xff\xfe more text\n")
+    meta = prep_mod.prepare([str(f)], str(tmp_path / "out"), val_fraction=0.0, quiet=True)
+    assert meta["invalid_utf8_replaced"] == 2
+
+
+def test_hf_save_to_disk_import_and_direct_use(tmp_path):
+    import datasets
+
+    from gptrain.data.hf_import import cached_import
+
+    blocks = [[i, i + 1, i + 2, i + 3] for i in range(0, 400, 4)]
+    dd = datasets.DatasetDict({
+        "train": datasets.Dataset.from_dict({"input_ids": blocks[:90]}),
+        "validation": datasets.Dataset.from_dict({"input_ids": blocks[90:]}),
+    })
+    dd.save_to_disk(tmp_path / "hf")
+    r = run_cli("data", "import", tmp_path / "hf", "--out", tmp_path / "imp")
+    assert r.returncode == 0, r.stderr
+    assert _tokens(tmp_path / "imp") == list(range(360))
+    assert _tokens(tmp_path / "imp", "val") == list(range(360, 400))
+    assert _tokens(cached_import(tmp_path / "hf")) == list(range(360))
+
+
+def test_push_list_inspect_rm(corpus, tmp_path):
+    out = tmp_path / "prepared"
+    assert run_cli("data", "prepare", corpus, "--out", out).returncode == 0
+    r = run_cli("data", "push", "demo-set", out)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("data", "list")
+    assert "demo-set" in r.stdout and "gpt2" in r.stdout
+    r = run_cli("data", "inspect", "demo-set", "--verify")
+    assert r.returncode == 0 and "verified" in r.stdout and "First Citizen" in r.stdout
+    assert run_cli("data", "push", "demo-set", out).returncode == 2  # duplicate name
+    assert run_cli("data", "rm", "demo-set").returncode == 0
+    assert "demo-set" not in run_cli("data", "list").stdout
+
+
+def _assert_one_line_error(r, needle):
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert needle in r.stderr, r.stderr
+
+
+def test_bad_input_is_one_line_exit_2_and_leaves_nothing(corpus, tmp_path, isolated_home):
+    out = tmp_path / "out"
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    binary = tmp_path / "blob.txt"
+    binary.write_bytes(b"\x00\x01\x02binary")
+    cases = [
+        (["data", "prepare", tmp_path / "missing.txt", "--out", out], "does not exist"),
+        (["data", "prepare", empty, "--out", out], "empty"),
+        (["data", "prepare", binary, "--out", out], "binary"),
+        (["data", "prepare", corpus, "--out", out, "--tokenizer", "nope"], "unknown tokenizer"),
+        (["data", "push", "Bad/Name", corpus], "invalid dataset name"),
+        (["data", "push", "../x", corpus], "invalid dataset name"),
+        (["data", "push", "ok", corpus], "not a prepared dataset"),
+    ]
+    for args, needle in cases:
+        _assert_one_line_error(run_cli(*args), needle)
+        assert not out.exists()
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+    assert not (isolated_home / "datasets").exists() or not list((isolated_home / "datasets").iterdir())
+
+
+def test_corrupted_token_file_is_refused(corpus, tmp_path, isolated_home):
+    out = tmp_path / "prepared"
+    prep_mod.prepare([str(corpus)], str(out), val_fraction=0.0, quiet=True)
+    data = bytearray((out / "train.bin").read_bytes())
+    data[10] ^= 0xFF
+    (out / "train.bin").write_bytes(bytes(data))
+    _assert_one_line_error(run_cli("data", "push", "x", out), "sha256")
+    (out / "train.bin").write_bytes(bytes(data[:-2]))
+    _assert_one_line_error(run_cli("data", "inspect", out), "truncated")
+    assert not (isolated_home / "datasets" / "x").exists()
+
+
+def test_meta_records_splits_and_checksums(corpus, tmp_path):
+    meta = prep_mod.prepare([str(corpus)], str(tmp_path / "out"), val_fraction=0.5, seed=3, quiet=True)
+    again = read_meta(tmp_path / "out")
+    assert again == meta and meta["tokenizer"] == {"name": "gpt2"} and meta["dtype"] == "uint16"
+    assert meta["splits"]["train"]["tokens"] > 0 and meta["splits"]["val"]["tokens"] > 0
