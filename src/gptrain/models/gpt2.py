@@ -125,7 +125,7 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x, cache=None):
-        x = x + self.attn(self.ln_1(x), cache)
+        x = x + self.attn(self.ln_1(x), cache=cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -184,14 +184,14 @@ class GPT(nn.Module):
         else:
             x = idx
         for block in tr.h.values():
-            x = block(x, cache)
+            x = block(x, cache=cache)
         if tr["ln_f"] is None:
             return x
         logits = self.lm_head(tr.ln_f(x))
         if logits.size(-1) != self.config.vocab_size:
             logits = logits[..., : self.config.vocab_size]  # padded rows are never predicted
         if targets is None:
-            return logits
+            return logits.contiguous()
         return logits, cross_entropy(logits, targets)
 
 

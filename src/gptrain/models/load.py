@@ -46,9 +46,8 @@ def load_model(ref: str, device: str = "cpu", **overrides):
 
     path = Path(ref).expanduser()
     if path.is_dir() and not hf.is_hf_dir(path):
-        from gptrain.train.checkpoint import is_checkpoint_dir, load_for_inference
+        from gptrain.train.checkpoint import load_for_inference
 
-        if is_checkpoint_dir(path):
-            return load_for_inference(path, device, **overrides)
+        return load_for_inference(path, device, **overrides)
     model, model_dir = hf.load_hf(ref, **overrides)
     return model.to(device).eval(), tokenizer_of_dir(model_dir)

@@ -1,0 +1,100 @@
+"""Process group and DeviceMesh from the parallel degrees (torchtitan's ParallelDims, small).
+
+Mesh dimensions, outermost first: pp, dp_replicate, dp_shard, tp. Degrees multiply to the
+world size; one of dp_replicate/dp_shard may be -1 and is inferred.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from gptrain.errors import UserError
+
+
+@dataclass
+class Dist:
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device_pref: str = "auto") -> Dist:
+    """Read torchrun's environment, pick the device, start the process group (nccl or gloo)."""
+    rank = int(os.environ.get("RANK", 0))
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    use_cuda = device_pref == "cuda" or (device_pref == "auto" and torch.cuda.is_available())
+    if use_cuda and not torch.cuda.is_available():
+        raise UserError("train.device=cuda but no CUDA GPU is available")
+    if use_cuda:
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if world > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
+    return Dist(rank, world, local_rank, device)
+
+
+@dataclass
+class ParallelDims:
+    dp_replicate: int
+    dp_shard: int
+    tp: int
+    pp: int
+    world: int
+
+    @classmethod
+    def from_config(cls, pc, world: int) -> "ParallelDims":
+        dims = dict(dp_replicate=pc.dp_replicate, dp_shard=pc.dp_shard, tp=pc.tp, pp=pc.pp)
+        for name, value in dims.items():
+            if value == 0 or value < -1 or (value == -1 and name in ("tp", "pp")):
+                raise UserError(f"parallel.{name}={value} is invalid: use a positive degree"
+                                + (" or -1 to infer it" if name.startswith("dp") else ""))
+        if dims["dp_replicate"] == -1 and dims["dp_shard"] == -1:
+            raise UserError("only one of parallel.dp_replicate and parallel.dp_shard may be -1")
+        known = 1
+        for value in dims.values():
+            known *= value if value > 0 else 1
+        for name in ("dp_replicate", "dp_shard"):
+            if dims[name] == -1:
+                if world % known:
+                    raise UserError(f"world size {world} is not divisible by the other parallel "
+                                    f"degrees ({known}); cannot infer parallel.{name}")
+                dims[name] = world // known
+        product = dims["dp_replicate"] * dims["dp_shard"] * dims["tp"] * dims["pp"]
+        if product != world:
+            raise UserError(f"parallel degrees dp_replicate={dims['dp_replicate']} x dp_shard="
+                            f"{dims['dp_shard']} x tp={dims['tp']} x pp={dims['pp']} = {product} "
+                            f"but {world} processes run; make them multiply to the world size")
+        return cls(world=world, **dims)
+
+    @property
+    def dp(self) -> int:
+        return self.dp_replicate * self.dp_shard
+
+    def build_mesh(self, device_type: str):
+        """A DeviceMesh over the dimensions of degree > 1 (None for a single process)."""
+        if self.world == 1:
+            return None
+        from torch.distributed.device_mesh import init_device_mesh
+
+        names = ("pp", "dp_replicate", "dp_shard", "tp")
+        sizes = [getattr(self, n) for n in names]
+        used = [(n, s) for n, s in zip(names, sizes) if s > 1]
+        return init_device_mesh(device_type, [s for _, s in used], mesh_dim_names=[n for n, _ in used])
+
+    def dp_rank(self, mesh) -> int:
+        """This process's index among the data-parallel replicas (ranks sharing data differ)."""
+        if mesh is None or self.dp == 1:
+            return 0
+        coord = dict(zip(mesh.mesh_dim_names, mesh.get_coordinate()))
+        return coord.get("dp_replicate", 0) * self.dp_shard + coord.get("dp_shard", 0)

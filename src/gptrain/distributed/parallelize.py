@@ -1,0 +1,113 @@
+"""Apply parallelism to a plain GPT, in torchtitan's order: TP -> activation checkpointing ->
+compile -> FSDP2 / DDP. Each step works on the whole model or per transformer block; the model
+file knows nothing of this.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from gptrain.errors import UserError
+
+
+def check_layout(model_cfg, dims) -> None:
+    """Refuse layouts that cannot work before any work starts."""
+    if dims.tp > 1:
+        if model_cfg.n_head % dims.tp:
+            raise UserError(f"n_head={model_cfg.n_head} is not divisible by parallel.tp={dims.tp}")
+        if model_cfg.padded_vocab_size % dims.tp or model_cfg.block_size % dims.tp:
+            raise UserError(f"the (padded) vocabulary {model_cfg.padded_vocab_size} and the context "
+                            f"{model_cfg.block_size} must be divisible by parallel.tp={dims.tp}; "
+                            "set model.pad_vocab_multiple to a multiple of tp")
+    if dims.pp > 1 and dims.pp > model_cfg.n_layer:
+        raise UserError(f"parallel.pp={dims.pp} stages but the model has only {model_cfg.n_layer} "
+                        "layers; use at most one stage per layer")
+
+
+def apply_tp(model, tp_mesh) -> None:
+    """Megatron-style tensor parallel with sequence parallel between the blocks.
+
+    Activations outside attention/MLP are sharded along the sequence (Shard(1)); c_attn and
+    c_fc split their output columns (c_attn's rows are stored per head, so every rank gets
+    whole heads), the projections after them split their input rows and reduce-scatter back
+    to sequence shards. Logits are gathered whole so the loss is the same on every rank.
+    """
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
+                                                   RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+
+    tr = model.transformer
+    plan = {}
+    if tr["wte"] is not None:
+        plan["transformer.wte"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))
+        # positions (T,) -> (T, C) sharded over T, which broadcasts onto the (B, T/tp, C) shard
+        plan["transformer.wpe"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0))
+    if tr["ln_f"] is not None:
+        plan["transformer.ln_f"] = SequenceParallel()
+        plan["lm_head"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
+    parallelize_module(model, tp_mesh, plan)
+    for block in tr.h.values():
+        parallelize_module(block, tp_mesh, {
+            "ln_1": SequenceParallel(),
+            "attn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "attn.c_attn": ColwiseParallel(),
+            "attn.c_proj": RowwiseParallel(output_layouts=Shard(1)),
+            "ln_2": SequenceParallel(),
+            "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "mlp.c_fc": ColwiseParallel(),
+            "mlp.c_proj": RowwiseParallel(output_layouts=Shard(1)),
+        })
+    if tr["wte"] is not None and tr["ln_f"] is not None:
+        model.lm_head.weight = tr.wte.weight  # both are Shard(0) over the vocabulary: still tied
+
+
+def apply_ac(model, mode: str) -> None:
+    """Recompute block activations in backward: every block (full) or every other (selective)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    for i, (name, block) in enumerate(list(model.transformer.h.items())):
+        if mode == "full" or (mode == "selective" and i % 2 == 0):
+            model.transformer.h[name] = checkpoint_wrapper(block, preserve_rng_state=True)
+
+
+def apply_compile(model) -> None:
+    """Compile each block in place (names and state-dict keys stay the same)."""
+    for block in model.transformer.h.values():
+        block.compile()
+
+
+def apply_fsdp(model, dp_mesh, param_dtype, reduce_dtype) -> None:
+    """FSDP2: shard each block, then the rest (embeddings, final norm) at the root."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+    blocks = list(model.transformer.h.values())
+    for i, block in enumerate(blocks):
+        # the last block's parameters are needed again at once by backward: keep them gathered
+        fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=i < len(blocks) - 1)
+    fully_shard(model, mesh=dp_mesh, mp_policy=mp)
+
+
+def parallelize(model, dims, mesh, cfg, device) -> nn.Module:
+    """The model ready to train on this rank (wrapped by DDP when pure data parallel)."""
+    if dims.tp > 1:
+        apply_tp(model, mesh["tp"])
+    if cfg.train.activation_checkpointing != "none":
+        apply_ac(model, cfg.train.activation_checkpointing)
+    if cfg.train.compile:
+        apply_compile(model)
+    param_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.train.precision)
+    if dims.dp_shard > 1:
+        names = ("dp_replicate", "dp_shard") if dims.dp_replicate > 1 else ("dp_shard",)
+        apply_fsdp(model, mesh[names], param_dtype, torch.float32)
+    elif dims.dp_replicate > 1:
+        if dims.tp > 1:
+            raise UserError("DDP with tensor parallel is not supported; use parallel.dp_shard for "
+                            "the data-parallel degree together with tp")
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
+                                        process_group=mesh["dp_replicate"].get_group())
+    return model

@@ -1,0 +1,198 @@
+"""Checkpoints: torch.distributed.checkpoint for tensors, JSON for everything else.
+
+    OUTPUT/checkpoints/step-000100/   .metadata, __*_*.distcp   model + optimizer tensors (DCP)
+                                      rank-00000.safetensors     per-rank RNG states
+                                      trainer_state.json         step, losses, loader, config...
+    OUTPUT/checkpoints/latest         the name of the newest complete checkpoint
+
+A checkpoint is written into .tmp-step-N and renamed only when every rank has finished and
+trainer_state.json is in place, so it is complete or absent; `latest` moves after the rename.
+Nothing is unpickled as code: DCP gets only tensors, its .metadata is read by an unpickler that
+accepts DCP's own metadata classes only, and the rest is JSON or safetensors.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import shutil
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+
+from gptrain.errors import UserError
+
+STATE_FILE = "trainer_state.json"
+SAFE_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.planner",
+                "torch.distributed.checkpoint.filesystem", "torch.distributed.checkpoint._extension",
+                "collections", "torch.distributed.checkpoint.storage")
+# Plain-data constructors that DCP's metadata pickle names (a path, the tensor layout lookup).
+SAFE_GLOBALS = {("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"),
+                ("torch.serialization", "_get_layout"), ("builtins", "set"), ("builtins", "frozenset")}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if module in SAFE_MODULES or (module == "torch" and (name == "Size" or
+                                                             isinstance(getattr(torch, name, None), torch.dtype))):
+            return super().find_class(module, name)
+        if (module, name) in SAFE_GLOBALS:
+            return super().find_class(module, name)
+        if module == "torch._utils" and name == "_rebuild_tensor_v2":
+            raise pickle.UnpicklingError("tensors in checkpoint metadata are not allowed")
+        raise pickle.UnpicklingError(f"checkpoint metadata refers to {module}.{name}, which is "
+                                     "not a checkpoint metadata class")
+
+
+class SafeReader(FileSystemReader):
+    """FileSystemReader whose .metadata is read by a restricted unpickler."""
+
+    def read_metadata(self, *args, **kwargs):
+        path = Path(self.path) / ".metadata"
+        try:
+            metadata = _MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
+        except (OSError, pickle.UnpicklingError, EOFError) as e:
+            raise UserError(f"checkpoint {self.path} has unreadable metadata ({e})") from None
+        if getattr(metadata, "storage_meta", None) is None:
+            from torch.distributed.checkpoint.metadata import StorageMeta
+
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+def is_checkpoint_dir(path) -> bool:
+    p = Path(path)
+    return (p / STATE_FILE).is_file() and (p / ".metadata").is_file()
+
+
+def read_state(path) -> dict:
+    return json.loads((Path(path) / STATE_FILE).read_text())
+
+
+def find_latest(output_dir) -> Path | None:
+    """The newest complete checkpoint under OUTPUT/checkpoints (None if there is none)."""
+    ckpt_root = Path(output_dir) / "checkpoints"
+    pointer = ckpt_root / "latest"
+    if pointer.is_file():
+        candidate = ckpt_root / pointer.read_text().strip()
+        if is_checkpoint_dir(candidate):
+            return candidate
+    done = sorted(p for p in ckpt_root.glob("step-*") if is_checkpoint_dir(p))
+    return done[-1] if done else None
+
+
+def resolve(path) -> Path:
+    """A checkpoint directory from a checkpoint directory or a training output directory."""
+    p = Path(path)
+    if is_checkpoint_dir(p):
+        return p
+    latest = find_latest(p)
+    if latest is None:
+        raise UserError(f"{path} is not a gptrain checkpoint (no {STATE_FILE}) and holds none")
+    return latest
+
+
+def _barrier():
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def rng_state() -> dict:
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def save(output_dir, step: int, tensors: dict, trainer_state: dict, keep_last: int | None) -> Path:
+    """Write a checkpoint on every rank; returns its final path once it is committed."""
+    from safetensors.torch import save_file
+
+    root = Path(output_dir) / "checkpoints"
+    name = f"step-{step:06d}"
+    tmp, final = root / f".tmp-{name}", root / name
+    if _rank() == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    _barrier()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to")
+        dcp.save(tensors, storage_writer=FileSystemWriter(tmp))
+    save_file({k: v.contiguous() for k, v in rng_state().items()}, tmp / f"rank-{_rank():05d}.safetensors")
+    _barrier()
+    if _rank() == 0:
+        trainer_state = dict(trainer_state, step=step, saved_at=time.time())
+        (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=2))
+        if final.exists():  # a stale copy of this step from an interrupted run
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _write_latest(root, name)
+        _prune(root, keep_last)
+    _barrier()
+    return final
+
+
+def _write_latest(root: Path, name: str) -> None:
+    tmp = root / ".latest.tmp"
+    tmp.write_text(name + "\n")
+    os.replace(tmp, root / "latest")
+
+
+def _prune(root: Path, keep_last: int | None) -> None:
+    for stale in root.glob(".tmp-step-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    if keep_last:
+        done = sorted(p for p in root.glob("step-*") if is_checkpoint_dir(p))
+        for old in done[:-keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def load_tensors(path, tensors: dict) -> None:
+    """Fill `tensors` (this rank's shards, any layout DCP can reshard into) from a checkpoint."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to")
+        dcp.load(tensors, storage_reader=SafeReader(path))
+
+
+def load_rng(path) -> None:
+    """Restore this rank's RNG states when the checkpoint has them (same world size)."""
+    from safetensors.torch import load_file
+
+    f = Path(path) / f"rank-{_rank():05d}.safetensors"
+    if f.is_file():
+        set_rng_state(load_file(f))
+
+
+def load_for_inference(path, device="cpu", **overrides):
+    """(GPT in eval mode, tokenizer) from a checkpoint directory or training output directory."""
+    from gptrain import tokenizers
+    from gptrain.models.gpt2 import GPT, GPTConfig
+
+    path = resolve(path)
+    state = read_state(path)
+    cfg = GPTConfig(**{**state["model_config"], **overrides})
+    model = GPT(cfg)
+    sd = {"model": model.state_dict()}
+    sd["model"].pop("lm_head.weight")  # tied to wte
+    load_tensors(path, sd)
+    model.load_state_dict(sd["model"], strict=False)
+    tok = tokenizers.from_spec(state["tokenizer"]) if state.get("tokenizer") else None
+    return model.to(device).eval(), tok

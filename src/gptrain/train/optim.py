@@ -1,0 +1,33 @@
+"""AdamW with decay/no-decay groups, and the learning-rate schedule."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def build_optimizer(model, tc, device) -> torch.optim.AdamW:
+    """Matrices (and embeddings) decay; biases and norm weights do not (as nanoGPT)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": tc.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    # fused kernels on CUDA; foreach (multi-tensor) elsewhere
+    extra = {"fused": True} if device.type == "cuda" else {"foreach": True}
+    return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2), eps=1e-8, **extra)
+
+
+def lr_at(step: int, tc, total_steps: int) -> float:
+    """Linear warmup to lr, then cosine/linear decay to lr * min_lr_ratio, or constant."""
+    if tc.warmup_steps and step < tc.warmup_steps:
+        return tc.lr * (step + 1) / tc.warmup_steps
+    if tc.lr_schedule == "constant":
+        return tc.lr
+    min_lr = tc.lr * tc.min_lr_ratio
+    span = max(1, total_steps - tc.warmup_steps)
+    progress = min(1.0, (step - tc.warmup_steps) / span)
+    if tc.lr_schedule == "linear":
+        return tc.lr - (tc.lr - min_lr) * progress
+    return min_lr + 0.5 * (tc.lr - min_lr) * (1.0 + math.cos(math.pi * progress))

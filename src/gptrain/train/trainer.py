@@ -1,0 +1,344 @@
+"""The training loop: one code path from a single CPU process to DDP, FSDP2 and tensor parallel.
+
+    gptrain train configs/tiny-debug.toml                       # one process
+    torchrun --nproc-per-node 2 -m gptrain train ... --parallel.dp_shard=2
+
+Order of work: build the plain model -> check the layout -> parallelize -> optimizer ->
+resume (model, optimizer, loader position, RNG) -> loop (accumulate, clip, step, log, eval,
+checkpoint). A SIGTERM makes every rank stop at the same step and save a checkpoint first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from gptrain.config import Config, dump_toml
+from gptrain.data.formats import open_split, read_meta
+from gptrain.data.loader import BlockLoader, num_blocks
+from gptrain.distributed.mesh import ParallelDims, init_distributed
+from gptrain.distributed.parallelize import check_layout, parallelize
+from gptrain.errors import UserError
+from gptrain.train import checkpoint as ckpt
+from gptrain.train.evaluate import evaluate
+from gptrain.train.metrics import MetricsLogger, console_line, flops_per_token, peak_flops
+from gptrain.train.optim import build_optimizer, lr_at
+
+
+def train(cfg: Config) -> dict:
+    """Run training as configured; returns a summary (final step, losses)."""
+    env = init_distributed(cfg.train.device)
+    try:
+        return Trainer(cfg, env).run()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def resolve_data(path: str) -> Path:
+    """A prepared dataset dir from a path, a dataset name, or a HF save_to_disk directory."""
+    from gptrain.data.hf_import import cached_import, is_hf_saved
+    from gptrain.data.store import resolve
+
+    if not path:
+        raise UserError("no training data: pass --data.path DIR|NAME (or --tokenized_dataset_load_dir)")
+    p = resolve(path)
+    if is_hf_saved(p) and not (p / "meta.json").is_file():
+        return cached_import(p)
+    read_meta(p)
+    return p
+
+
+def build_model(cfg: Config, vocab_size: int):
+    """The plain GPT on CPU: from scratch, HF weights, or a gptrain checkpoint's weights."""
+    from gptrain.models.gpt2 import GPT
+    from gptrain.models.registry import build_model_config
+
+    mc = cfg.model
+    if mc.attn_implementation == "flash_attention_2":
+        from gptrain.models.flash import check_available
+
+        check_available()
+    if not mc.init_from:
+        torch.manual_seed(cfg.train.seed)  # identical init on every rank
+        return GPT(build_model_config(mc, vocab_size))
+    overrides = dict(attn_implementation=mc.attn_implementation, dropout=mc.dropout)
+    src = Path(mc.init_from).expanduser()
+    if src.is_dir() and (ckpt.is_checkpoint_dir(src) or ckpt.find_latest(src)):
+        model, _ = ckpt.load_for_inference(src, "cpu", **overrides)
+    else:
+        from gptrain.models.hf import load_hf
+
+        model, _ = load_hf(mc.init_from, pad_vocab_multiple=mc.pad_vocab_multiple, **overrides)
+    model.train()
+    if vocab_size > model.config.vocab_size:
+        raise UserError(f"the dataset's vocabulary ({vocab_size}) is larger than the model's "
+                        f"({model.config.vocab_size}); prepare the data with the model's tokenizer")
+    if mc.block_size and mc.block_size != model.config.block_size:
+        if mc.block_size > model.config.block_size:
+            raise UserError(f"model.block_size={mc.block_size} exceeds the {model.config.block_size} "
+                            f"positions of {mc.init_from}")
+        wpe = model.transformer.wpe
+        wpe.weight = torch.nn.Parameter(wpe.weight[: mc.block_size].clone())
+        model.config.block_size = mc.block_size
+    return model
+
+
+class Trainer:
+    def __init__(self, cfg: Config, env):
+        self.cfg, self.env = cfg, env
+        tc = cfg.train
+        self.out = Path(tc.output_dir).expanduser()
+        self.data_dir = resolve_data(cfg.data.path)
+        meta = read_meta(self.data_dir)
+        self.tokenizer_spec = meta["tokenizer"]
+        self.precision = self._precision()
+        plain = build_model(cfg, meta["vocab_size"])
+        self.model_cfg = plain.config
+        self.dims = ParallelDims.from_config(cfg.parallel, env.world)
+        check_layout(self.model_cfg, self.dims)
+        if self.dims.pp > 1:
+            raise UserError("parallel.pp > 1 (pipeline parallel) is not available in this version; "
+                            "use dp_shard/dp_replicate/tp")
+        self.n_params = plain.num_params()
+        self.mesh = self.dims.build_mesh(env.device.type)
+        self.dp_rank = self.dims.dp_rank(self.mesh)
+        self.model = parallelize(plain.to(env.device), self.dims, self.mesh, cfg, env.device)
+        self.optim = build_optimizer(self.model, tc, env.device)
+        self.scaler = torch.amp.GradScaler(env.device.type) if self.precision == "fp16" else None
+        T = self.model_cfg.block_size
+        train_tokens = open_split(self.data_dir, "train")
+        if num_blocks(len(train_tokens), T, cfg.data.max_train_samples) < self.dims.dp:
+            raise UserError(f"the training split has fewer blocks of {T} tokens than data-parallel "
+                            f"ranks ({self.dims.dp}); use more data or a smaller model.block_size")
+        self.loader = BlockLoader(train_tokens, T, tc.batch_size, self.dp_rank, self.dims.dp,
+                                  seed=tc.seed, max_blocks=cfg.data.max_train_samples)
+        has_val = meta["splits"].get("val", {}).get("tokens", 0) > T
+        self.val_tokens = open_split(self.data_dir, "val") if has_val else None
+        self.steps_per_epoch = max(1, self.loader.batches_per_epoch() // tc.grad_accum_steps)
+        self.total_steps = tc.max_steps if tc.max_steps > 0 else math.ceil(tc.epochs * self.steps_per_epoch)
+        self.step = 0
+        self.last = {"train_loss": None, "eval_loss": None}
+        self.stop_requested = False
+        self.metrics = MetricsLogger(self.out, cfg.metrics, env.is_main, self.out.name, cfg.to_dict())
+
+    def _precision(self) -> str:
+        p = self.cfg.train.precision
+        if p == "auto":
+            cuda_bf16 = self.env.device.type == "cuda" and torch.cuda.is_bf16_supported()
+            return "bf16" if cuda_bf16 else "fp32"
+        return p
+
+    def autocast(self):
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+        return torch.autocast(self.env.device.type, dtype=dtype)
+
+    # ---- checkpoints -------------------------------------------------------------------------
+
+    def _tensors(self) -> dict:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+        optim_state = get_optimizer_state_dict(self.model, self.optim)["state"]
+        return {"model": get_model_state_dict(self.model), "optim": optim_state}
+
+    def save(self) -> Path:
+        state = {
+            "step": self.step, "total_steps": self.total_steps, "loader": self.loader.state_dict(),
+            "train_loss": self.last["train_loss"], "eval_loss": self.last["eval_loss"],
+            "model_config": dataclasses.asdict(self.model_cfg), "tokenizer": self.tokenizer_spec,
+            "config": self.cfg.to_dict(), "dataset": str(self.data_dir), "world_size": self.env.world,
+            "scaler": self.scaler.state_dict() if self.scaler else None,
+        }
+        path = ckpt.save(self.out, self.step, self._tensors(), state, self.cfg.checkpoint.keep_last)
+        self.log_main(f"saved checkpoint {path}")
+        return path
+
+    def maybe_resume(self) -> None:
+        from torch.distributed.checkpoint.state_dict import (get_optimizer_state_dict,
+                                                             set_model_state_dict,
+                                                             set_optimizer_state_dict)
+
+        where = self.cfg.checkpoint.resume_from
+        if where == "none":
+            return
+        path = ckpt.find_latest(self.out) if where == "auto" else ckpt.resolve(where)
+        if path is None:
+            return
+        state = ckpt.read_state(path)
+        tensors = self._tensors()
+        try:
+            ckpt.load_tensors(path, tensors)
+        except (RuntimeError, ValueError) as e:
+            raise UserError(f"cannot load checkpoint {path} into this layout: {str(e).splitlines()[0]}") from None
+        set_model_state_dict(self.model, tensors["model"])
+        full = get_optimizer_state_dict(self.model, self.optim)
+        full["state"] = tensors["optim"]
+        set_optimizer_state_dict(self.model, self.optim, full)
+        self.step = state["step"]
+        self.last.update(train_loss=state.get("train_loss"), eval_loss=state.get("eval_loss"))
+        try:
+            self.loader.load_state_dict(state["loader"])
+        except ValueError:
+            self.log_main("warning: the dataset or block size changed; the data order restarts")
+        if state.get("world_size") == self.env.world:
+            ckpt.load_rng(path)
+        if self.scaler and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.log_main(f"resumed from {path} at step {self.step}")
+
+    # ---- the loop ----------------------------------------------------------------------------
+
+    def log_main(self, msg: str) -> None:
+        if self.env.is_main:
+            print(msg, flush=True)
+
+    def _grad_sync(self, enabled: bool):
+        if hasattr(self.model, "set_requires_gradient_sync"):  # FSDP2
+            self.model.set_requires_gradient_sync(enabled)
+            return contextlib.nullcontext()
+        if hasattr(self.model, "no_sync") and not enabled:  # DDP
+            return self.model.no_sync()
+        return contextlib.nullcontext()
+
+    def train_step(self):
+        """One optimizer step; returns the mean loss (a tensor) or None when skipped."""
+        tc = self.cfg.train
+        lr = lr_at(self.step, tc, self.total_steps)
+        for group in self.optim.param_groups:
+            group["lr"] = lr
+        loss_sum = torch.zeros((), device=self.env.device)
+        for micro in range(tc.grad_accum_steps):
+            x, y = self.loader.next_batch()
+            x, y = x.to(self.env.device, non_blocking=True), y.to(self.env.device, non_blocking=True)
+            with self._grad_sync(micro == tc.grad_accum_steps - 1), self.autocast():
+                _, loss = self.model(x, y)
+            scaled = loss / tc.grad_accum_steps
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            loss_sum += loss.detach()
+        if self.scaler:
+            self.scaler.unscale_(self.optim)
+        max_norm = tc.grad_clip if tc.grad_clip > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        mean_loss = loss_sum / tc.grad_accum_steps
+        finite = torch.isfinite(mean_loss) & torch.isfinite(norm)
+        if self.scaler is None and dist.is_initialized():
+            flag = finite.float()
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+            finite = flag.bool()
+        if self.scaler is None and not bool(finite):
+            self.optim.zero_grad(set_to_none=True)
+            if tc.nan_policy == "stop":
+                raise UserError(f"the loss became NaN/inf at step {self.step + 1}; no checkpoint "
+                                "was written for it. Lower train.lr, or set train.nan_policy=skip")
+            self.log_main(f"warning: non-finite loss at step {self.step + 1}; step skipped")
+            self.step += 1
+            return None, lr
+        if self.scaler:
+            self.scaler.step(self.optim)  # skips the step itself on inf/NaN gradients
+            self.scaler.update()
+        else:
+            self.optim.step()
+        self.optim.zero_grad(set_to_none=True)
+        self.step += 1
+        return mean_loss, lr
+
+    def _stop_agreed(self) -> bool:
+        flag = torch.tensor(float(self.stop_requested), device=self.env.device)
+        if dist.is_initialized():
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag)
+
+    def _eval(self) -> dict:
+        if self.val_tokens is None:
+            return {}
+        tc = self.cfg.train
+        result = evaluate(self.model, self.val_tokens, self.model_cfg.block_size, tc.eval_batch_size,
+                          self.dp_rank, self.dims.dp, self.env.device, self.autocast,
+                          self.cfg.data.max_eval_samples)
+        if result:
+            self.last["eval_loss"] = result["loss"]
+            self.metrics.log(self.step, result, prefix="eval")
+            self.log_main(f"eval step {self.step} | loss {result['loss']:.4f} | ppl "
+                          f"{result['perplexity']:.2f} | acc {result['accuracy']:.3f}")
+        return result
+
+    def _should_eval(self) -> bool:
+        tc = self.cfg.train
+        if not tc.do_eval or tc.eval_strategy == "no":
+            return False
+        every = tc.eval_every if tc.eval_strategy == "steps" else self.steps_per_epoch
+        return every > 0 and self.step % every == 0
+
+    def run(self) -> dict:
+        tc, env = self.cfg.train, self.env
+        if env.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "config.toml").write_text(dump_toml(self.cfg))
+        self.maybe_resume()
+        previous = signal.signal(signal.SIGTERM, self._on_sigterm) if _main_thread() else None
+        tokens_per_step = tc.batch_size * tc.grad_accum_steps * self.model_cfg.block_size * self.dims.dp
+        flops_tok = flops_per_token(self.model_cfg, self.n_params)
+        peak = peak_flops(env.device, self.cfg.metrics.peak_flops) * env.world
+        self.log_main(f"training {self.n_params / 1e6:.2f}M parameters on {env.world} x "
+                      f"{env.device.type} ({self.precision}), {self.total_steps} steps, "
+                      f"{tokens_per_step:,} tokens/step")
+        window_start, window_steps, run_start = time.perf_counter(), 0, time.perf_counter()
+        status = "completed"
+        try:
+            while tc.do_train and self.step < self.total_steps:
+                loss, lr = self.train_step()
+                window_steps += 1
+                if loss is not None and (self.step % self.cfg.metrics.log_every == 0 or
+                                         self.step == self.total_steps):
+                    if dist.is_initialized():
+                        dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+                    elapsed = time.perf_counter() - window_start
+                    tok_s = tokens_per_step * window_steps / elapsed
+                    mfu = flops_tok * tok_s / peak
+                    self.last["train_loss"] = loss.item()
+                    self.metrics.log(self.step, {"loss": loss.item(), "lr": lr, "tokens_per_s": tok_s,
+                                                 "mfu": mfu})
+                    eta = (self.total_steps - self.step) * elapsed / window_steps
+                    self.log_main(console_line(self.step, self.total_steps, loss.item(), lr, tok_s, mfu, eta))
+                    window_start, window_steps = time.perf_counter(), 0
+                if self._should_eval() and self.step < self.total_steps:
+                    self._eval()
+                every = self.cfg.checkpoint.every
+                if every > 0 and self.step % every == 0 and self.step < self.total_steps:
+                    self.save()
+                if self._stop_agreed():
+                    status = "stopped"
+                    break
+            if tc.do_eval and tc.eval_strategy != "no":
+                self._eval()
+            if tc.do_train and self.step > 0:
+                self.save()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            self.metrics.close()
+        self.log_main(f"{status} at step {self.step} in {time.perf_counter() - run_start:.1f}s")
+        return {"status": status, "step": self.step, **self.last}
+
+    def _on_sigterm(self, signum, frame):
+        self.stop_requested = True
+        print("gptrain: stop requested; saving a checkpoint at the end of this step",
+              file=sys.stderr, flush=True)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
