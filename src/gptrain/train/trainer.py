@@ -286,6 +286,8 @@ class Trainer:
         if env.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "config.toml").write_text(dump_toml(self.cfg))
+        # dropout draws: seeded per rank here, restored from the checkpoint when resuming
+        torch.manual_seed(tc.seed + env.rank)
         self.maybe_resume()
         previous = signal.signal(signal.SIGTERM, self._on_sigterm) if _main_thread() else None
         tokens_per_step = tc.batch_size * tc.grad_accum_steps * self.model_cfg.block_size * self.dims.dp

@@ -1,0 +1,103 @@
+"""Exact resume, atomic checkpoints, and loading checkpoints on another world size."""
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from gptrain.train.checkpoint import find_latest
+from tests.helpers import TINY, env, losses, make_dataset, model_tensors, train
+
+N, K = 8, 4
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("resume"))
+
+
+def _args(data, out, *extra):
+    return [f"--data.path={data}", f"--train.output_dir={out}", "--train.batch_size=4",
+            f"--train.max_steps={N}", "--train.do_eval=false", "--model.dropout=0.1", *TINY,
+            f"--checkpoint.every={K}", *extra]
+
+
+def _rewind_to(out, step):
+    """Make the run look as if it stopped right after the checkpoint at `step`."""
+    root = out / "checkpoints"
+    for p in root.glob("step-*"):
+        if int(p.name.split("-")[1]) > step:
+            shutil.rmtree(p)
+    (root / "latest").write_text(f"step-{step:06d}\n")
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    import json
+
+    (out / "metrics.jsonl").write_text("".join(l + "\n" for l in lines if json.loads(l)["step"] <= step))
+
+
+@pytest.mark.parametrize("nproc, layout", [(1, []), (2, ["--parallel.dp_shard=2"])],
+                         ids=["single", "fsdp2"])
+def test_resume_is_bitwise_exact(data, tmp_path, nproc, layout):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train(*_args(data, straight, *layout), nproc=nproc)
+    train(*_args(data, resumed, *layout), nproc=nproc)
+    _rewind_to(resumed, K)
+    r = train(*_args(data, resumed, *layout), nproc=nproc)
+    assert f"resumed from {resumed / 'checkpoints' / f'step-{K:06d}'} at step {K}" in r.stdout
+    assert losses(resumed) == losses(straight)  # exact float equality, every step
+    a = model_tensors(straight / "checkpoints" / f"step-{N:06d}")
+    b = model_tensors(resumed / "checkpoints" / f"step-{N:06d}")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_two_rank_checkpoint_loads_in_one_process_and_hf(data, tmp_path):
+    out = tmp_path / "fsdp"
+    train(*_args(data, out, "--parallel.dp_shard=2"), nproc=2)
+    ckpt = find_latest(out)
+    # 1 process: inference, export to HF, and resuming training on a different world size
+    from transformers import AutoModelForCausalLM
+
+    from gptrain.models.hf import export_hf
+    from gptrain.train.checkpoint import load_for_inference
+
+    model, tok = load_for_inference(ckpt)
+    hf_dir = export_hf(model, tok, tmp_path / "hf")
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    ids = torch.randint(0, tok.vocab_size, (2, 16))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, model(ids), atol=1e-5, rtol=1e-5)
+    r = train(*_args(data, out, f"--train.max_steps={N + 2}"))
+    assert f"at step {N}" in r.stdout and f"completed at step {N + 2}" in r.stdout
+
+
+CRASH = """
+import os, sys
+from gptrain import config
+from gptrain.train import checkpoint, trainer
+real_rename = os.rename
+def rename(src, dst):
+    if str(dst).endswith("step-000004"):
+        os._exit(9)  # the process dies after writing the tensors, before the commit
+    real_rename(src, dst)
+checkpoint.os.rename = rename
+trainer.train(config.parse_train_args(sys.argv[1:]))
+"""
+
+
+def test_killed_during_save_resumes_from_previous_checkpoint(data, tmp_path):
+    out = tmp_path / "run"
+    args = _args(data, out, "--checkpoint.every=2")
+    crashed = subprocess.run([sys.executable, "-c", CRASH, *args], capture_output=True, text=True, env=env())
+    assert crashed.returncode == 9
+    assert (out / "checkpoints" / ".tmp-step-000004").is_dir()  # half-written, never visible
+    assert find_latest(out).name == "step-000002"
+    r = train(*args)
+    assert "resumed from" in r.stdout and "at step 2" in r.stdout
+    assert not (out / "checkpoints" / ".tmp-step-000004").exists()
+    straight = tmp_path / "straight"
+    train(*_args(data, straight, "--checkpoint.every=2"))
+    assert losses(out) == losses(straight)

@@ -1,0 +1,68 @@
+"""Shared helpers for the tests that train: a tiny char dataset and launchers."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+WORDS = ("the king and queen of england rode out at dawn with their men while the river "
+         "ran high and cold under a grey sky; all the people came to see").split()
+
+
+def write_corpus(path: Path, n_chars: int = 60000, seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    lines, size = [], 0
+    while size < n_chars:
+        line = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))).capitalize() + ".\n"
+        lines.append(line)
+        size += len(line)
+    path.write_text("".join(lines))
+    return path
+
+
+def make_dataset(tmp: Path, tokenizer: str = "char") -> Path:
+    from gptrain.data.prepare import prepare
+
+    out = tmp / f"data-{tokenizer}"
+    if not out.exists():
+        prepare([str(write_corpus(tmp / "corpus.txt"))], str(out), tokenizer=tokenizer,
+                val_fraction=0.1, quiet=True)
+    return out
+
+
+TINY = ["--model.n_layer=2", "--model.n_head=2", "--model.n_embd=32", "--model.block_size=32",
+        "--train.lr=1e-3", "--train.warmup_steps=2", "--metrics.log_every=1", "--report_to=none",
+        "--checkpoint.every=0"]
+
+
+def env(**extra) -> dict:
+    e = dict(os.environ)
+    e.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}, **extra)
+    return e
+
+
+def train(*args, nproc: int = 1, timeout: int = 600, check: bool = True):
+    """`gptrain train ARGS`, under torchrun when nproc > 1."""
+    if nproc == 1:
+        cmd = [sys.executable, "-m", "gptrain", "train", *map(str, args)]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={nproc}", "-m", "gptrain", "train", *map(str, args)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"training failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
+    return r
+
+
+def losses(out: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
+
+
+def model_tensors(ckpt_dir: Path) -> dict:
+    from gptrain.train.checkpoint import load_for_inference
+
+    model, _ = load_for_inference(ckpt_dir)
+    return model.state_dict()

@@ -1,0 +1,120 @@
+"""`gptrain train` as users run it: the hosted-service tutorial's command, metrics, errors."""
+
+import json
+
+import pytest
+
+from tests.helpers import TINY, make_dataset, train
+
+
+@pytest.fixture(scope="module")
+def gpt2_data(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("gpt2data"), tokenizer="gpt2")
+
+
+@pytest.fixture(scope="module")
+def hf_saved(gpt2_data, tmp_path_factory):
+    """The same tokens as a HF DatasetDict.save_to_disk with grouped input_ids blocks."""
+    import datasets
+
+    from gptrain.data.formats import open_split
+
+    out = tmp_path_factory.mktemp("hfsaved") / "gpt2-tokenized-wikitext"
+    parts = {}
+    for split, name in (("train", "train"), ("val", "validation")):
+        ids = open_split(gpt2_data, split).tolist()
+        blocks = [ids[i:i + 64] for i in range(0, len(ids) - 63, 64)]
+        parts[name] = datasets.Dataset.from_dict({"input_ids": blocks, "labels": blocks})
+    datasets.DatasetDict(parts).save_to_disk(out)
+    return out
+
+
+def tutorial_cmd(data_dir, model_dir, out, *extra):
+    return ["--do_train", "--do_eval", "--dataset_name", "wikitext", "--tokenized_dataset_load_dir",
+            data_dir, "--model_name_or_path", model_dir, "--output_dir", out,
+            "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8",
+            "--logging_steps", "50", "--save_steps", "500", "--eval_steps", "500",
+            "--eval_strategy", "steps", "--max_steps", "3", "--max_eval_samples", "16", *extra]
+
+
+@pytest.mark.parametrize("source", ["gptrain", "hf_save_to_disk"])
+def test_hosted_service_tutorial_command_runs_as_written(source, gpt2_data, hf_saved, tiny_hf_gpt2, tmp_path):
+    data_dir = gpt2_data if source == "gptrain" else hf_saved
+    r = train(*tutorial_cmd(data_dir, tiny_hf_gpt2, tmp_path / "out"))
+    assert "completed at step 3" in r.stdout and "eval step 3" in r.stdout
+    rows = [json.loads(l) for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval/loss" in row for row in rows) and any("train/loss" in row for row in rows)
+    assert (tmp_path / "out" / "checkpoints" / "step-000003" / "trainer_state.json").is_file()
+
+
+def test_flash_attention_variant_is_a_clear_error_without_flash_attn(gpt2_data, tiny_hf_gpt2, tmp_path):
+    out = tmp_path / "out"
+    r = train(*tutorial_cmd(gpt2_data, tiny_hf_gpt2, out, "--attn_implementation", "flash_attention_2",
+                            "--torch_dtype", "float16"), check=False)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "flash" in r.stderr, r.stderr
+    assert not out.exists()
+
+
+def test_tensorboard_events_are_readable(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    data = make_dataset(tmp_path)
+    out = tmp_path / "out"
+    train(f"--data.path={data}", f"--train.output_dir={out}", "--train.max_steps=4",
+          "--train.eval_every=2", *TINY, "--report_to=tensorboard")
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert {"train/loss", "train/lr", "train/tokens_per_s", "eval/loss", "eval/perplexity"} <= set(tags)
+    assert [e.step for e in acc.Scalars("train/loss")] == [1, 2, 3, 4]
+
+
+def test_nan_loss_stops_without_a_poisoned_checkpoint(tmp_path):
+    data = make_dataset(tmp_path)
+    out = tmp_path / "out"
+    r = train(f"--data.path={data}", f"--train.output_dir={out}", "--train.max_steps=20",
+              *TINY, "--train.lr=1e30", "--train.warmup_steps=0", "--train.grad_clip=0",
+              "--checkpoint.every=1", "--train.do_eval=false", check=False)
+    assert r.returncode == 2 and "NaN/inf" in r.stderr, r.stderr
+    from gptrain.train.checkpoint import find_latest, read_state
+
+    latest = find_latest(out)
+    import math
+
+    assert latest is not None and math.isfinite(read_state(latest)["train_loss"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--parallel.tp=2", "--parallel.dp_shard=1"], "multiply to the world size"),
+    (["--parallel.tp=2"], "cannot infer parallel.dp_shard"),
+    (["--parallel.pp=0"], "parallel.pp=0 is invalid"),
+    (["--model.n_head=3"], "divisible by n_head"),
+    (["--data.path=no-such-dataset"], "no dataset named"),
+    (["--model.preset=gpt5"], "unknown model preset"),
+    (["--train.precision=fp8"], "choose one of"),
+])
+def test_configuration_errors_one_line_exit_2_nothing_written(tmp_path, args, message):
+    data = make_dataset(tmp_path)
+    out = tmp_path / "out"
+    r = train(f"--data.path={data}", f"--train.output_dir={out}", *TINY, *args, check=False)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and message in r.stderr, r.stderr
+    assert not out.exists()
+
+
+def test_layout_checks():
+    from gptrain.config import ParallelConfig
+    from gptrain.distributed.mesh import ParallelDims
+    from gptrain.distributed.parallelize import check_layout
+    from gptrain.errors import UserError
+    from gptrain.models.gpt2 import GPTConfig
+
+    dims = ParallelDims.from_config(ParallelConfig(tp=2, dp_shard=-1), world=4)
+    assert (dims.dp_shard, dims.tp) == (2, 2)
+    with pytest.raises(UserError, match="not divisible by parallel.tp"):
+        check_layout(GPTConfig(n_head=3, n_embd=48), dims)
+    with pytest.raises(UserError, match="more|at most one stage per layer"):
+        check_layout(GPTConfig(n_layer=2), ParallelDims.from_config(ParallelConfig(pp=4, dp_shard=1), 4))
+    with pytest.raises(UserError, match="cannot infer"):
+        ParallelDims.from_config(ParallelConfig(tp=3), world=4)
