@@ -2,12 +2,15 @@
 
 Same data: a data-parallel run of B rows per rank sees exactly the blocks a single process sees
 with B * dp rows (the loader deals each global batch out to the ranks), so the losses agree up
-to floating-point reduction order. Tolerance: 1e-4 absolute on losses around 3-4.
+to floating-point reduction order. Tolerance: 1e-4 absolute on losses around 3-4. The final
+weights (the checkpoint every run writes at its end) agree within 1e-4 too, whatever layout
+wrote them.
 """
 
 import pytest
+import torch
 
-from tests.helpers import TINY, losses, make_dataset, train
+from tests.helpers import TINY, losses, make_dataset, model_tensors, train
 
 STEPS = 5
 TOL = 1e-4
@@ -18,29 +21,41 @@ def data(tmp_path_factory):
     return make_dataset(tmp_path_factory.mktemp("parity"))
 
 
+def _args(data, out, rows, n_layer):
+    return [f"--data.path={data}", f"--train.output_dir={out}", f"--train.batch_size={rows}",
+            f"--train.max_steps={STEPS}", "--train.do_eval=false", *TINY, f"--model.n_layer={n_layer}"]
+
+
 @pytest.fixture(scope="module")
 def reference(data, tmp_path_factory):
+    """Single-process runs with 8 rows per step, for 2 and 4 layers."""
     out = {}
-    for rows in (8,):
-        d = tmp_path_factory.mktemp(f"single{rows}")
-        train(f"--data.path={data}", f"--train.output_dir={d}", f"--train.batch_size={rows}",
-              f"--train.max_steps={STEPS}", "--train.do_eval=false", *TINY)
-        out[rows] = losses(d)
+    for n_layer in (2, 4):
+        d = tmp_path_factory.mktemp(f"single{n_layer}")
+        train(*_args(data, d, 8, n_layer))
+        out[n_layer] = d
     return out
 
 
-@pytest.mark.parametrize("name, nproc, rows, layout", [
-    ("ddp", 2, 4, ["--parallel.dp_replicate=2", "--parallel.dp_shard=1"]),
-    ("fsdp", 2, 4, ["--parallel.dp_shard=2"]),
-    ("tp", 2, 8, ["--parallel.tp=2", "--parallel.dp_shard=1"]),
-    ("fsdp+tp", 4, 4, ["--parallel.tp=2", "--parallel.dp_shard=2"]),
-    ("hsdp", 4, 2, ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"]),
+@pytest.mark.parametrize("name, nproc, rows, n_layer, layout", [
+    ("ddp", 2, 4, 2, ["--parallel.dp_replicate=2", "--parallel.dp_shard=1"]),
+    ("fsdp", 2, 4, 2, ["--parallel.dp_shard=2"]),
+    ("tp", 2, 8, 2, ["--parallel.tp=2", "--parallel.dp_shard=1"]),
+    ("fsdp+tp", 4, 4, 2, ["--parallel.tp=2", "--parallel.dp_shard=2"]),
+    ("hsdp", 4, 2, 2, ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"]),
+    ("pp-gpipe", 2, 8, 4, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=gpipe"]),
+    ("pp-1f1b", 2, 8, 4, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=1f1b"]),
+    ("pp-interleaved", 2, 8, 4, ["--parallel.pp=2", "--parallel.dp_shard=1",
+                                 "--parallel.pp_schedule=interleaved_1f1b"]),
+    ("pp+fsdp", 4, 4, 4, ["--parallel.pp=2", "--parallel.dp_shard=2", "--parallel.pp_microbatches=2"]),
 ])
-def test_loss_matches_single_process(data, reference, tmp_path, name, nproc, rows, layout):
-    train(f"--data.path={data}", f"--train.output_dir={tmp_path}", f"--train.batch_size={rows}",
-          f"--train.max_steps={STEPS}", "--train.do_eval=false", *TINY, *layout, nproc=nproc)
-    got = losses(tmp_path)
-    expected = reference[8]
+def test_loss_and_weights_match_single_process(data, reference, tmp_path, name, nproc, rows, n_layer, layout):
+    train(*_args(data, tmp_path, rows, n_layer), *layout, nproc=nproc)
+    got, expected = losses(tmp_path), losses(reference[n_layer])
     assert sorted(got) == list(range(1, STEPS + 1))
     for step in expected:
         assert abs(got[step] - expected[step]) < TOL, (name, step, got[step], expected[step])
+    final = f"checkpoints/step-{STEPS:06d}"
+    mine, ref = model_tensors(tmp_path / final), model_tensors(reference[n_layer] / final)
+    for key in ref:
+        torch.testing.assert_close(mine[key], ref[key], atol=TOL, rtol=0, msg=f"{name}: {key}")

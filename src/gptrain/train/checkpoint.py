@@ -196,3 +196,52 @@ def load_for_inference(path, device="cpu", **overrides):
     model.load_state_dict(sd["model"], strict=False)
     tok = tokenizers.from_spec(state["tokenizer"]) if state.get("tokenizer") else None
     return model.to(device).eval(), tok
+
+
+def _canonical_key(part, key: str) -> str | None:
+    """Checkpoint keys are those of the whole model, with the tied lm_head stored as wte.
+
+    A part that has wte drops lm_head.weight (it is wte); a last pipeline stage without wte
+    stores its lm_head copy under wte's name.
+    """
+    if key != "lm_head.weight":
+        return key
+    gpt = getattr(part, "module", part)
+    return None if gpt.transformer["wte"] is not None else "transformer.wte.weight"
+
+
+def training_tensors(parts, optims) -> dict:
+    """This rank's model and optimizer tensors under their canonical names."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    model, optim = {}, {}
+    for part, opt in zip(parts, optims):
+        for src, dst in ((get_model_state_dict(part), model),
+                         (get_optimizer_state_dict(part, opt)["state"], optim)):
+            for key, value in src.items():
+                name = _canonical_key(part, key)
+                if name is not None:
+                    dst[name] = value
+    return {"model": model, "optim": optim}
+
+
+def load_training_tensors(path, parts, optims) -> None:
+    """Load model and optimizer tensors into the parts (any layout DCP can reshard into)."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict,
+                                                         set_model_state_dict,
+                                                         set_optimizer_state_dict)
+
+    loaded = training_tensors(parts, optims)
+    try:
+        load_tensors(path, loaded)
+    except (RuntimeError, ValueError) as e:
+        raise UserError(f"cannot load checkpoint {path} into this layout: "
+                        f"{str(e).strip().splitlines()[-1][:300]}") from None
+    for part, opt in zip(parts, optims):
+        model_sd = {k: loaded["model"][n] for k in get_model_state_dict(part)
+                    if (n := _canonical_key(part, k)) is not None}
+        set_model_state_dict(part, model_sd, options=StateDictOptions(strict=False))
+        full = get_optimizer_state_dict(part, opt)
+        full["state"] = {k: loaded["optim"][_canonical_key(part, k)] for k in full["state"]}
+        set_optimizer_state_dict(part, opt, full)

@@ -31,3 +31,35 @@ def lr_at(step: int, tc, total_steps: int) -> float:
     if tc.lr_schedule == "linear":
         return tc.lr - (tc.lr - min_lr) * progress
     return min_lr + 0.5 * (tc.lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def clip_grads(parts, max_norm: float, pp_group=None) -> torch.Tensor:
+    """Clip all gradients to a global norm (0: measure only); returns the norm before clipping.
+
+    Sharded gradients (DTensor) give their global norm; pipeline stages add their squares over
+    pp_group. The last stage's copy of the tied embedding is left out of the norm (its gradient
+    equals the first stage's), so the norm is that of the unpipelined model.
+    """
+    import torch.distributed as dist
+
+    params = [p for part in parts for p in part.parameters() if p.grad is not None]
+    skip = set()
+    if pp_group is not None:
+        for part in parts:
+            gpt = getattr(part, "module", part)
+            if gpt.lm_head is not None and gpt.transformer["wte"] is None:
+                skip.add(id(gpt.lm_head.weight))
+    grads = [p.grad for p in params if id(p) not in skip]
+    if grads:
+        norm = torch.nn.utils.get_total_norm(grads)
+    else:
+        norm = torch.zeros((), device=params[0].device if params else "cpu")
+    if hasattr(norm, "full_tensor"):
+        norm = norm.full_tensor()
+    if pp_group is not None:
+        squared = norm.float() ** 2
+        dist.all_reduce(squared, group=pp_group)
+        norm = squared.sqrt()
+    if max_norm > 0 and params:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+    return norm

@@ -1,11 +1,13 @@
-"""The training loop: one code path from a single CPU process to DDP, FSDP2 and tensor parallel.
+"""The training loop: one code path from a single CPU process to DDP, FSDP2, tensor and
+pipeline parallel.
 
     gptrain train configs/tiny-debug.toml                       # one process
     torchrun --nproc-per-node 2 -m gptrain train ... --parallel.dp_shard=2
 
-Order of work: build the plain model -> check the layout -> parallelize -> optimizer ->
-resume (model, optimizer, loader position, RNG) -> loop (accumulate, clip, step, log, eval,
-checkpoint). A SIGTERM makes every rank stop at the same step and save a checkpoint first.
+Order of work: build the plain model -> check the layout -> cut it into pipeline stages (if
+pp > 1) -> parallelize each part -> optimizers -> resume (model, optimizer, loader position,
+RNG) -> loop (accumulate, clip, step, log, eval, checkpoint). A SIGTERM makes every rank stop at
+the same step and save a checkpoint first.
 """
 
 from __future__ import annotations
@@ -23,73 +25,27 @@ import torch.distributed as dist
 
 from gptrain.config import Config, dump_toml
 from gptrain.data.formats import open_split, read_meta
-from gptrain.data.loader import BlockLoader, num_blocks
+from gptrain.data.loader import BlockLoader, eval_batches, num_blocks
+from gptrain.distributed import pipeline
 from gptrain.distributed.mesh import ParallelDims, init_distributed
 from gptrain.distributed.parallelize import check_layout, parallelize
 from gptrain.errors import UserError
+from gptrain.models.gpt2 import cross_entropy
 from gptrain.train import checkpoint as ckpt
-from gptrain.train.evaluate import evaluate
+from gptrain.train.evaluate import evaluate, reshard
 from gptrain.train.metrics import MetricsLogger, console_line, flops_per_token, peak_flops
-from gptrain.train.optim import build_optimizer, lr_at
+from gptrain.train.model_init import build_model, resolve_data
+from gptrain.train.optim import build_optimizer, clip_grads, lr_at
 
 
 def train(cfg: Config) -> dict:
-    """Run training as configured; returns a summary (final step, losses)."""
+    """Run training as configured; returns a summary (status, final step, losses)."""
     env = init_distributed(cfg.train.device)
     try:
         return Trainer(cfg, env).run()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def resolve_data(path: str) -> Path:
-    """A prepared dataset dir from a path, a dataset name, or a HF save_to_disk directory."""
-    from gptrain.data.hf_import import cached_import, is_hf_saved
-    from gptrain.data.store import resolve
-
-    if not path:
-        raise UserError("no training data: pass --data.path DIR|NAME (or --tokenized_dataset_load_dir)")
-    p = resolve(path)
-    if is_hf_saved(p) and not (p / "meta.json").is_file():
-        return cached_import(p)
-    read_meta(p)
-    return p
-
-
-def build_model(cfg: Config, vocab_size: int):
-    """The plain GPT on CPU: from scratch, HF weights, or a gptrain checkpoint's weights."""
-    from gptrain.models.gpt2 import GPT
-    from gptrain.models.registry import build_model_config
-
-    mc = cfg.model
-    if mc.attn_implementation == "flash_attention_2":
-        from gptrain.models.flash import check_available
-
-        check_available()
-    if not mc.init_from:
-        torch.manual_seed(cfg.train.seed)  # identical init on every rank
-        return GPT(build_model_config(mc, vocab_size))
-    overrides = dict(attn_implementation=mc.attn_implementation, dropout=mc.dropout)
-    src = Path(mc.init_from).expanduser()
-    if src.is_dir() and (ckpt.is_checkpoint_dir(src) or ckpt.find_latest(src)):
-        model, _ = ckpt.load_for_inference(src, "cpu", **overrides)
-    else:
-        from gptrain.models.hf import load_hf
-
-        model, _ = load_hf(mc.init_from, pad_vocab_multiple=mc.pad_vocab_multiple, **overrides)
-    model.train()
-    if vocab_size > model.config.vocab_size:
-        raise UserError(f"the dataset's vocabulary ({vocab_size}) is larger than the model's "
-                        f"({model.config.vocab_size}); prepare the data with the model's tokenizer")
-    if mc.block_size and mc.block_size != model.config.block_size:
-        if mc.block_size > model.config.block_size:
-            raise UserError(f"model.block_size={mc.block_size} exceeds the {model.config.block_size} "
-                            f"positions of {mc.init_from}")
-        wpe = model.transformer.wpe
-        wpe.weight = torch.nn.Parameter(wpe.weight[: mc.block_size].clone())
-        model.config.block_size = mc.block_size
-    return model
 
 
 class Trainer:
@@ -105,14 +61,11 @@ class Trainer:
         self.model_cfg = plain.config
         self.dims = ParallelDims.from_config(cfg.parallel, env.world)
         check_layout(self.model_cfg, self.dims)
-        if self.dims.pp > 1:
-            raise UserError("parallel.pp > 1 (pipeline parallel) is not available in this version; "
-                            "use dp_shard/dp_replicate/tp")
         self.n_params = plain.num_params()
         self.mesh = self.dims.build_mesh(env.device.type)
         self.dp_rank = self.dims.dp_rank(self.mesh)
-        self.model = parallelize(plain.to(env.device), self.dims, self.mesh, cfg, env.device)
-        self.optim = build_optimizer(self.model, tc, env.device)
+        self._build_parts(plain)
+        self.optims = [build_optimizer(p, tc, env.device) for p in self.parts]
         self.scaler = torch.amp.GradScaler(env.device.type) if self.precision == "fp16" else None
         T = self.model_cfg.block_size
         train_tokens = open_split(self.data_dir, "train")
@@ -130,6 +83,36 @@ class Trainer:
         self.stop_requested = False
         self.metrics = MetricsLogger(self.out, cfg.metrics, env.is_main, self.out.name, cfg.to_dict())
 
+    def _build_parts(self, plain) -> None:
+        """self.parts: the parallelized model, or this rank's pipeline stages."""
+        cfg, dims, device = self.cfg, self.dims, self.env.device
+        self.schedule = None
+        if dims.pp == 1:
+            self.parts = [parallelize(plain.to(device), dims, self.mesh, cfg, device)]
+            return
+        pc = cfg.parallel
+        if cfg.train.grad_accum_steps != 1:
+            raise UserError("with pipeline parallel, accumulate through parallel.pp_microbatches "
+                            "instead of train.grad_accum_steps")
+        if self.precision == "fp16":
+            raise UserError("fp16 loss scaling is not supported with pipeline parallel; use bf16")
+        microbatches = pc.pp_microbatches or 2 * dims.pp
+        pp_mesh = self.mesh["pp"]
+        parts, ids, n_stages = pipeline.split(plain, pp_mesh.get_local_rank(), dims.pp, pc.pp_schedule,
+                                              microbatches, cfg.train.batch_size)
+        self.parts = [parallelize(p.to(device), dims, self.mesh, cfg, device) for p in parts]
+        self.pp_group = pp_mesh.get_group()
+        self.embedding_group = pipeline.embedding_group(self.mesh)
+        self.has_first = any(pipeline.is_first(p) for p in parts)
+        self.has_last = any(pipeline.is_last(p) for p in parts)
+
+        def loss_fn(logits, targets):
+            with self.autocast():
+                return cross_entropy(logits, targets)
+
+        self.schedule = pipeline.build_schedule(self.parts, ids, n_stages, device, self.pp_group,
+                                                pc.pp_schedule, microbatches, loss_fn)
+
     def _precision(self) -> str:
         p = self.cfg.train.precision
         if p == "auto":
@@ -143,13 +126,11 @@ class Trainer:
         dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
         return torch.autocast(self.env.device.type, dtype=dtype)
 
+    def log_main(self, msg: str) -> None:
+        if self.env.is_main:
+            print(msg, flush=True)
+
     # ---- checkpoints -------------------------------------------------------------------------
-
-    def _tensors(self) -> dict:
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
-
-        optim_state = get_optimizer_state_dict(self.model, self.optim)["state"]
-        return {"model": get_model_state_dict(self.model), "optim": optim_state}
 
     def save(self) -> Path:
         state = {
@@ -159,15 +140,12 @@ class Trainer:
             "config": self.cfg.to_dict(), "dataset": str(self.data_dir), "world_size": self.env.world,
             "scaler": self.scaler.state_dict() if self.scaler else None,
         }
-        path = ckpt.save(self.out, self.step, self._tensors(), state, self.cfg.checkpoint.keep_last)
+        tensors = ckpt.training_tensors(self.parts, self.optims)
+        path = ckpt.save(self.out, self.step, tensors, state, self.cfg.checkpoint.keep_last)
         self.log_main(f"saved checkpoint {path}")
         return path
 
     def maybe_resume(self) -> None:
-        from torch.distributed.checkpoint.state_dict import (get_optimizer_state_dict,
-                                                             set_model_state_dict,
-                                                             set_optimizer_state_dict)
-
         where = self.cfg.checkpoint.resume_from
         if where == "none":
             return
@@ -175,15 +153,7 @@ class Trainer:
         if path is None:
             return
         state = ckpt.read_state(path)
-        tensors = self._tensors()
-        try:
-            ckpt.load_tensors(path, tensors)
-        except (RuntimeError, ValueError) as e:
-            raise UserError(f"cannot load checkpoint {path} into this layout: {str(e).splitlines()[0]}") from None
-        set_model_state_dict(self.model, tensors["model"])
-        full = get_optimizer_state_dict(self.model, self.optim)
-        full["state"] = tensors["optim"]
-        set_optimizer_state_dict(self.model, self.optim, full)
+        ckpt.load_training_tensors(path, self.parts, self.optims)
         self.step = state["step"]
         self.last.update(train_loss=state.get("train_loss"), eval_loss=state.get("eval_loss"))
         try:
@@ -196,77 +166,96 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         self.log_main(f"resumed from {path} at step {self.step}")
 
-    # ---- the loop ----------------------------------------------------------------------------
-
-    def log_main(self, msg: str) -> None:
-        if self.env.is_main:
-            print(msg, flush=True)
+    # ---- one step ----------------------------------------------------------------------------
 
     def _grad_sync(self, enabled: bool):
-        if hasattr(self.model, "set_requires_gradient_sync"):  # FSDP2
-            self.model.set_requires_gradient_sync(enabled)
+        model = self.parts[0]
+        if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
+            model.set_requires_gradient_sync(enabled)
             return contextlib.nullcontext()
-        if hasattr(self.model, "no_sync") and not enabled:  # DDP
-            return self.model.no_sync()
+        if hasattr(model, "no_sync") and not enabled:  # DDP
+            return model.no_sync()
         return contextlib.nullcontext()
 
-    def train_step(self):
-        """One optimizer step; returns the mean loss (a tensor) or None when skipped."""
-        tc = self.cfg.train
-        lr = lr_at(self.step, tc, self.total_steps)
-        for group in self.optim.param_groups:
-            group["lr"] = lr
-        loss_sum = torch.zeros((), device=self.env.device)
+    def _forward_backward(self) -> torch.Tensor:
+        """Gradients of one optimizer step; returns the mean loss (on every rank)."""
+        tc, device = self.cfg.train, self.env.device
+        if self.schedule is not None:
+            x, y = (t.to(device) for t in self.loader.next_batch())
+            losses: list = []
+            inputs = (x,) if self.has_first else ()
+            self.schedule.step(*inputs, target=y if self.has_last else None, losses=losses)
+            loss = torch.stack(losses).mean().detach() if self.has_last else torch.zeros((), device=device)
+            pipeline.sync_tied_grads(self.parts, self.embedding_group)
+            return pipeline.share_from_last(loss, self.parts, self.pp_group)
+        loss_sum = torch.zeros((), device=device)
         for micro in range(tc.grad_accum_steps):
-            x, y = self.loader.next_batch()
-            x, y = x.to(self.env.device, non_blocking=True), y.to(self.env.device, non_blocking=True)
+            x, y = (t.to(device, non_blocking=True) for t in self.loader.next_batch())
             with self._grad_sync(micro == tc.grad_accum_steps - 1), self.autocast():
-                _, loss = self.model(x, y)
+                _, loss = self.parts[0](x, y)
             scaled = loss / tc.grad_accum_steps
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             loss_sum += loss.detach()
+        return loss_sum / tc.grad_accum_steps
+
+    def train_step(self):
+        """One optimizer step; returns (mean loss or None when skipped, lr)."""
+        tc = self.cfg.train
+        lr = lr_at(self.step, tc, self.total_steps)
+        for opt in self.optims:
+            for group in opt.param_groups:
+                group["lr"] = lr
+        mean_loss = self._forward_backward()
         if self.scaler:
-            self.scaler.unscale_(self.optim)
-        max_norm = tc.grad_clip if tc.grad_clip > 0 else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        if hasattr(norm, "full_tensor"):
-            norm = norm.full_tensor()
-        mean_loss = loss_sum / tc.grad_accum_steps
+            self.scaler.unscale_(self.optims[0])
+        norm = clip_grads(self.parts, tc.grad_clip, self.pp_group if self.schedule else None)
         finite = torch.isfinite(mean_loss) & torch.isfinite(norm)
         if self.scaler is None and dist.is_initialized():
             flag = finite.float()
             dist.all_reduce(flag, op=dist.ReduceOp.MIN)
             finite = flag.bool()
         if self.scaler is None and not bool(finite):
-            self.optim.zero_grad(set_to_none=True)
+            for opt in self.optims:
+                opt.zero_grad(set_to_none=True)
             if tc.nan_policy == "stop":
                 raise UserError(f"the loss became NaN/inf at step {self.step + 1}; no checkpoint "
                                 "was written for it. Lower train.lr, or set train.nan_policy=skip")
             self.log_main(f"warning: non-finite loss at step {self.step + 1}; step skipped")
             self.step += 1
             return None, lr
+        for opt in self.optims:
+            if self.scaler:
+                self.scaler.step(opt)  # skips the step itself on inf/NaN gradients
+            else:
+                opt.step()
+            opt.zero_grad(set_to_none=True)
         if self.scaler:
-            self.scaler.step(self.optim)  # skips the step itself on inf/NaN gradients
             self.scaler.update()
-        else:
-            self.optim.step()
-        self.optim.zero_grad(set_to_none=True)
         self.step += 1
         return mean_loss, lr
 
-    def _stop_agreed(self) -> bool:
-        flag = torch.tensor(float(self.stop_requested), device=self.env.device)
-        if dist.is_initialized():
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag)
+    # ---- evaluation --------------------------------------------------------------------------
+
+    def _logits(self, x, y):
+        if self.schedule is None:
+            with self.autocast():
+                return self.parts[0](x)
+        out = self.schedule.eval(*((x,) if self.has_first else ()), target=y if self.has_last else None)
+        return out if self.has_last else None
 
     def _eval(self) -> dict:
         if self.val_tokens is None:
             return {}
-        tc = self.cfg.train
-        result = evaluate(self.model, self.val_tokens, self.model_cfg.block_size, tc.eval_batch_size,
-                          self.dp_rank, self.dims.dp, self.env.device, self.autocast,
-                          self.cfg.data.max_eval_samples)
+        for part in self.parts:
+            part.eval()
+        batches = eval_batches(self.val_tokens, self.model_cfg.block_size, self.cfg.train.eval_batch_size,
+                               self.dp_rank, self.dims.dp, self.cfg.data.max_eval_samples)
+        if self.schedule is not None:  # every microbatch split needs full batches
+            batches = (b for b in batches if len(b[0]) == self.cfg.train.eval_batch_size)
+        result = evaluate(self._logits, batches, self.env.device, copies=self.dims.tp)
+        for part in self.parts:
+            part.train()
+        reshard(self.parts)
         if result:
             self.last["eval_loss"] = result["loss"]
             self.metrics.log(self.step, result, prefix="eval")
@@ -280,6 +269,14 @@ class Trainer:
             return False
         every = tc.eval_every if tc.eval_strategy == "steps" else self.steps_per_epoch
         return every > 0 and self.step % every == 0
+
+    # ---- the loop ----------------------------------------------------------------------------
+
+    def _stop_agreed(self) -> bool:
+        flag = torch.tensor(float(self.stop_requested), device=self.env.device)
+        if dist.is_initialized():
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag)
 
     def run(self) -> dict:
         tc, env = self.cfg.train, self.env

@@ -1,0 +1,61 @@
+"""What a run starts from: its dataset directory and its plain (unparallelized) model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from gptrain.config import Config
+from gptrain.data.formats import read_meta
+from gptrain.errors import UserError
+from gptrain.train import checkpoint as ckpt
+
+
+def resolve_data(path: str) -> Path:
+    """A prepared dataset dir from a path, a dataset name, or a HF save_to_disk directory."""
+    from gptrain.data.hf_import import cached_import, is_hf_saved
+    from gptrain.data.store import resolve
+
+    if not path:
+        raise UserError("no training data: pass --data.path DIR|NAME (or --tokenized_dataset_load_dir)")
+    p = resolve(path)
+    if is_hf_saved(p) and not (p / "meta.json").is_file():
+        return cached_import(p)
+    read_meta(p)
+    return p
+
+
+def build_model(cfg: Config, vocab_size: int):
+    """The plain GPT on CPU: from scratch, HF weights, or a gptrain checkpoint's weights."""
+    from gptrain.models.gpt2 import GPT
+    from gptrain.models.registry import build_model_config
+
+    mc = cfg.model
+    if mc.attn_implementation == "flash_attention_2":
+        from gptrain.models.flash import check_available
+
+        check_available()
+    if not mc.init_from:
+        torch.manual_seed(cfg.train.seed)  # identical init on every rank
+        return GPT(build_model_config(mc, vocab_size))
+    overrides = dict(attn_implementation=mc.attn_implementation, dropout=mc.dropout)
+    src = Path(mc.init_from).expanduser()
+    if src.is_dir() and (ckpt.is_checkpoint_dir(src) or ckpt.find_latest(src)):
+        model, _ = ckpt.load_for_inference(src, "cpu", **overrides)
+    else:
+        from gptrain.models.hf import load_hf
+
+        model, _ = load_hf(mc.init_from, pad_vocab_multiple=mc.pad_vocab_multiple, **overrides)
+    model.train()
+    if vocab_size > model.config.vocab_size:
+        raise UserError(f"the dataset's vocabulary ({vocab_size}) is larger than the model's "
+                        f"({model.config.vocab_size}); prepare the data with the model's tokenizer")
+    if mc.block_size and mc.block_size != model.config.block_size:
+        if mc.block_size > model.config.block_size:
+            raise UserError(f"model.block_size={mc.block_size} exceeds the {model.config.block_size} "
+                            f"positions of {mc.init_from}")
+        wpe = model.transformer.wpe
+        wpe.weight = torch.nn.Parameter(wpe.weight[: mc.block_size].clone())
+        model.config.block_size = mc.block_size
+    return model
