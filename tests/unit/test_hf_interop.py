@@ -113,3 +113,13 @@ def test_flash_attention_2_without_package_is_a_clear_error(tiny_hf_gpt2):
     model, _ = load_hf(str(tiny_hf_gpt2), attn_implementation="flash_attention_2")
     with pytest.raises(UserError, match="flash"):
         model(_ids())
+
+
+def test_generation_past_the_context_slides_the_window(tiny_hf_gpt2):
+    model, _ = load_hf(str(tiny_hf_gpt2))  # context 64
+    prompt = _ids(n=1, t=60, seed=9)
+    out = generate(model, prompt, 10)
+    ids = prompt
+    for _ in range(10):  # nanoGPT's loop: crop to the context, recompute
+        ids = torch.cat([ids, model(ids[:, -64:])[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert out.tolist() == ids.tolist()

@@ -23,6 +23,18 @@ def register(sub) -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.set_defaults(func=cmd_generate)
 
+    p = sub.add_parser("eval", help="evaluate a model on a dataset's validation split",
+                       description="Loss, perplexity and next-token accuracy of MODEL on the val "
+                       "split (or --split) of a prepared dataset.")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("--dataset", required=True, help="dataset name or directory")
+    p.add_argument("--split", default="val", choices=["val", "train"])
+    p.add_argument("--batch-size", dest="batch_size", type=int, default=8)
+    p.add_argument("--max-blocks", dest="max_blocks", type=int, default=None)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_eval)
+
     p = sub.add_parser("export", help="export a model to a Hugging Face directory")
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--format", default="hf", choices=["hf"])
@@ -62,6 +74,36 @@ def cmd_generate(args, extra) -> int:
         if args.num_samples > 1:
             print(f"--- sample {i + 1}")
         sys.stdout.write(args.prompt + tokenizer.decode(new) + "\n")
+    return 0
+
+
+def cmd_eval(args, extra) -> int:
+    import json
+
+    from gptrain.data.formats import open_split, read_meta
+    from gptrain.data.loader import eval_batches
+    from gptrain.data.store import resolve
+    from gptrain.errors import UserError
+    from gptrain.models.load import load_model, pick_device
+    from gptrain.train.evaluate import evaluate
+
+    device = pick_device(args.device)
+    model, tokenizer = load_model(args.model, device=device)
+    data_dir = resolve(args.dataset)
+    meta = read_meta(data_dir)
+    if tokenizer is not None and tokenizer.spec() != meta["tokenizer"]:
+        raise UserError(f"dataset {args.dataset} was tokenized with {meta['tokenizer_name']}, "
+                        f"not with the model's tokenizer ({tokenizer.name})")
+    tokens = open_split(data_dir, args.split)
+    batches = eval_batches(tokens, model.config.block_size, args.batch_size, max_blocks=args.max_blocks)
+    result = evaluate(lambda x, y: model(x), batches, device)
+    if not result:
+        raise UserError(f"the {args.split} split has fewer than {model.config.block_size + 1} tokens")
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"loss {result['loss']:.4f} | perplexity {result['perplexity']:.2f} | "
+              f"accuracy {result['accuracy']:.4f} | {result['tokens']:,} tokens")
     return 0
 
 

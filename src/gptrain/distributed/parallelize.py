@@ -80,8 +80,12 @@ def apply_compile(model) -> None:
 
 def apply_fsdp(model, dp_mesh, param_dtype, reduce_dtype) -> None:
     """FSDP2: shard each block, then the rest (embeddings, final norm) at the root."""
+    import warnings
+
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    # GPT returns logits sliced to the real vocabulary (a view); nothing modifies them in place.
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     blocks = list(model.transformer.h.values())
     for i, block in enumerate(blocks):

@@ -58,33 +58,38 @@ def generate(model, prompt, max_new_tokens: int, temperature: float = 0.0, top_k
              top_p=None, eos_id: int | None = None, seed: int | None = None):
     """Token ids (B, T + n): the prompt (B, T) followed by up to max_new_tokens new tokens.
 
-    Rows that emit eos_id are padded with eos_id until every row has finished.
+    Rows that emit eos_id are padded with eos_id until every row has finished. While the
+    sequence fits the context, keys and values are cached; past it, each step sees the last
+    block_size tokens (recomputed, as nanoGPT does), since positions are absolute.
     """
     model.eval()
     B, T = prompt.shape
+    ctx = model.config.block_size
     if T == 0:
         raise UserError("the prompt is empty: give at least one token of text")
-    total = T + max_new_tokens
-    if total > model.config.block_size:
-        raise UserError(f"prompt ({T} tokens) + max new tokens ({max_new_tokens}) exceeds the "
-                        f"model's context of {model.config.block_size}; ask for fewer tokens")
+    if T > ctx:
+        prompt = prompt[:, -ctx:]  # only the last block_size tokens can be seen
+        T = ctx
     generator = None
     if seed is not None:
         generator = torch.Generator(device=prompt.device).manual_seed(seed)
     dtype = next(model.parameters()).dtype
-    cache = KVCache(model, B, total, dtype, prompt.device)
+    cache = KVCache(model, B, min(ctx, T + max_new_tokens), dtype, prompt.device)
     logits = model(prompt, cache=cache)[:, -1]
     cache.pos = T
     out = [prompt]
     finished = torch.zeros(B, dtype=torch.bool, device=prompt.device)
-    for _ in range(max_new_tokens):
+    for i in range(max_new_tokens):
         nxt = sample_next(logits, temperature, top_k, top_p, generator)
         if eos_id is not None:
             nxt = torch.where(finished, torch.full_like(nxt, eos_id), nxt)
             finished |= nxt == eos_id
         out.append(nxt[:, None])
-        if eos_id is not None and bool(finished.all()):
+        if i == max_new_tokens - 1 or (eos_id is not None and bool(finished.all())):
             break
-        logits = model(nxt[:, None], cache=cache, start_pos=cache.pos)[:, -1]
-        cache.pos += 1
+        if cache.pos < ctx:
+            logits = model(nxt[:, None], cache=cache, start_pos=cache.pos)[:, -1]
+            cache.pos += 1
+        else:
+            logits = model(torch.cat(out, dim=1)[:, -ctx:])[:, -1]
     return torch.cat(out, dim=1)
