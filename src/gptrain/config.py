@@ -290,7 +290,7 @@ def parse_train_args(argv: list[str], cfg: Config | None = None) -> Config:
                 value = None
             else:
                 raise UserError(f"option --{name} needs a value")
-        _apply(cfg, name.replace("-", "_") if "." not in name else name, value)
+        apply_option(cfg, name.replace("-", "_") if "." not in name else name, value)
         i += 1
     return cfg
 
@@ -305,7 +305,8 @@ def _is_flag(name: str) -> bool:
     return False
 
 
-def _apply(cfg: Config, name: str, value) -> None:
+def apply_option(cfg: Config, name: str, value) -> None:
+    """Set one option by canonical key (section.key) or HF alias, converting the value."""
     if name in ALIASES:
         key, vmap = ALIASES[name]
         if vmap is not None:

@@ -11,7 +11,7 @@ import sys
 
 from gptrain import __version__
 
-GROUPS = ("gptrain.cli.data", "gptrain.cli.train", "gptrain.cli.model")
+GROUPS = ("gptrain.cli.data", "gptrain.cli.train", "gptrain.cli.jobs", "gptrain.cli.model")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +32,12 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
+    passthrough: list[str] = []
+    if "--" in argv and argv[:1] != ["train"]:  # `gptrain run NAME ... -- trainer flags | script.py args`
+        cut = argv.index("--")
+        argv, passthrough = argv[:cut], argv[cut + 1:]
     args, extra = parser.parse_known_args(argv)
+    args.passthrough = passthrough
     if extra and not getattr(args, "takes_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:

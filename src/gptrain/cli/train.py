@@ -10,6 +10,9 @@ def register(sub) -> None:
 
 
 def cmd_train(args, extra) -> int:
+    from gptrain.train import stop
+
+    stop.install()
     from gptrain import config
 
     if "-h" in extra or "--help" in extra:

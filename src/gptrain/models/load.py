@@ -40,11 +40,34 @@ def tokenizer_of_dir(model_dir: Path):
     return None
 
 
+def resolve_ref(ref: str) -> str:
+    """A job name or checkpoint ID as the checkpoint directory it names; anything else as is."""
+    from gptrain.home import NAME_RE, home
+
+    if Path(ref).expanduser().exists() or not NAME_RE.fullmatch(ref) or not (home() / "gptrain.db").is_file():
+        return ref
+    from gptrain.jobs import local, store
+
+    try:
+        return store.checkpoint_by_id(ref)["path"]
+    except UserError:
+        pass
+    try:
+        store.get_job(ref)
+    except UserError:
+        return ref
+    found = [c for c in local.scan_checkpoints(ref) if c["step"] is not None]
+    if not found:
+        raise UserError(f"job {ref} has no checkpoint yet; see `gptrain checkpoints {ref}`")
+    return max(found, key=lambda c: c["step"])["path"]
+
+
 def load_model(ref: str, device: str = "cpu", **overrides):
     """(model in eval mode on device, tokenizer or None) for a MODEL reference."""
     from gptrain.models import hf
 
-    path = Path(ref).expanduser()
+    path = Path(resolve_ref(ref)).expanduser()
+    ref = str(path) if path.exists() else ref
     if path.is_dir() and not hf.is_hf_dir(path):
         from gptrain.train.checkpoint import load_for_inference
 

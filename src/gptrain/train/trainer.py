@@ -15,8 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import signal
-import sys
 import time
 from pathlib import Path
 
@@ -32,6 +30,7 @@ from gptrain.distributed.parallelize import check_layout, parallelize
 from gptrain.errors import UserError
 from gptrain.models.gpt2 import cross_entropy
 from gptrain.train import checkpoint as ckpt
+from gptrain.train import stop
 from gptrain.train.evaluate import evaluate, reshard
 from gptrain.train.metrics import MetricsLogger, console_line, flops_per_token, peak_flops
 from gptrain.train.model_init import build_model, resolve_data
@@ -80,7 +79,7 @@ class Trainer:
         self.total_steps = tc.max_steps if tc.max_steps > 0 else math.ceil(tc.epochs * self.steps_per_epoch)
         self.step = 0
         self.last = {"train_loss": None, "eval_loss": None}
-        self.stop_requested = False
+        self._step_loss = None
         self.metrics = MetricsLogger(self.out, cfg.metrics, env.is_main, self.out.name, cfg.to_dict())
 
     def _build_parts(self, plain) -> None:
@@ -133,6 +132,11 @@ class Trainer:
     # ---- checkpoints -------------------------------------------------------------------------
 
     def save(self) -> Path:
+        if self._step_loss is not None:  # the loss of the step just taken, averaged over ranks
+            loss = self._step_loss.detach().clone()
+            if dist.is_initialized():
+                dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+            self.last["train_loss"] = loss.item()
         state = {
             "step": self.step, "total_steps": self.total_steps, "loader": self.loader.state_dict(),
             "train_loss": self.last["train_loss"], "eval_loss": self.last["eval_loss"],
@@ -149,7 +153,12 @@ class Trainer:
         where = self.cfg.checkpoint.resume_from
         if where == "none":
             return
-        path = ckpt.find_latest(self.out) if where == "auto" else ckpt.resolve(where)
+        if where == "auto":
+            path = ckpt.find_latest(self.out)
+        else:
+            from gptrain.models.load import resolve_ref
+
+            path = ckpt.resolve(resolve_ref(where))  # a directory, checkpoint ID or job name
         if path is None:
             return
         state = ckpt.read_state(path)
@@ -273,7 +282,7 @@ class Trainer:
     # ---- the loop ----------------------------------------------------------------------------
 
     def _stop_agreed(self) -> bool:
-        flag = torch.tensor(float(self.stop_requested), device=self.env.device)
+        flag = torch.tensor(float(stop.requested()), device=self.env.device)
         if dist.is_initialized():
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag)
@@ -286,7 +295,7 @@ class Trainer:
         # dropout draws: seeded per rank here, restored from the checkpoint when resuming
         torch.manual_seed(tc.seed + env.rank)
         self.maybe_resume()
-        previous = signal.signal(signal.SIGTERM, self._on_sigterm) if _main_thread() else None
+        stop.install()
         tokens_per_step = tc.batch_size * tc.grad_accum_steps * self.model_cfg.block_size * self.dims.dp
         flops_tok = flops_per_token(self.model_cfg, self.n_params)
         peak = peak_flops(env.device, self.cfg.metrics.peak_flops) * env.world
@@ -298,6 +307,7 @@ class Trainer:
         try:
             while tc.do_train and self.step < self.total_steps:
                 loss, lr = self.train_step()
+                self._step_loss = loss
                 window_steps += 1
                 if loss is not None and (self.step % self.cfg.metrics.log_every == 0 or
                                          self.step == self.total_steps):
@@ -325,19 +335,6 @@ class Trainer:
             if tc.do_train and self.step > 0:
                 self.save()
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
             self.metrics.close()
         self.log_main(f"{status} at step {self.step} in {time.perf_counter() - run_start:.1f}s")
         return {"status": status, "step": self.step, **self.last}
-
-    def _on_sigterm(self, signum, frame):
-        self.stop_requested = True
-        print("gptrain: stop requested; saving a checkpoint at the end of this step",
-              file=sys.stderr, flush=True)
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()

@@ -1,0 +1,390 @@
+"""`gptrain run | jobs | inspect | logs | stop | rm | checkpoints | checkpoint fetch | fetch`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="submit a named training job",
+                       description="Submit a job and return at once (or follow its logs). After "
+                       "`--` come trainer flags, or a script path and its arguments.")
+    p.add_argument("name", nargs="?", help="job name (or `name:` in -f job.yaml)")
+    p.add_argument("-f", "--file", dest="job_file", help="job.yaml describing the job")
+    p.add_argument("--dataset", action="append", dest="datasets", default=None,
+                   help="named dataset (repeatable; the first feeds the trainer)")
+    p.add_argument("--nodes", type=int, default=None)
+    p.add_argument("--accels", type=int, default=None, help="processes (accelerators) per node")
+    p.add_argument("--scheduler", choices=["local", "slurm"], default=None)
+    p.add_argument("--config", default=None, help="trainer config TOML")
+    p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--max-restarts", dest="max_restarts", type=int, default=None)
+    p.add_argument("--follow", action="store_true", help="stream rank 0's log until the job ends")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("jobs", help="list jobs")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_jobs)
+
+    p = sub.add_parser("inspect", help="a job's state, lifecycle events, config, metrics, checkpoints")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("logs", help="a job's log (rank 0 by default)")
+    p.add_argument("name")
+    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--follow", "-f", action="store_true")
+    p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("stop", help="stop a job: it saves a checkpoint and exits")
+    p.add_argument("name")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds before the stop is forced")
+    p.add_argument("--wait", action="store_true", help="return when the job has stopped")
+    p.set_defaults(func=cmd_stop)
+
+    p = sub.add_parser("rm", help="delete a finished job and its files")
+    p.add_argument("name")
+    p.set_defaults(func=cmd_rm)
+
+    p = sub.add_parser("checkpoints", help="list a job's checkpoints")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_checkpoints)
+
+    p = sub.add_parser("checkpoint", help="checkpoint actions")
+    csub = p.add_subparsers(dest="checkpoint_command", metavar="ACTION")
+    csub.required = True
+    f = csub.add_parser("fetch", help="copy a checkpoint out (native) or export it (hf)")
+    f.add_argument("id", metavar="ID")
+    f.add_argument("--destination", default=None, help="directory to create (default ./ID)")
+    f.add_argument("--format", choices=["native", "hf"], default="native")
+    f.set_defaults(func=cmd_checkpoint_fetch)
+
+    p = sub.add_parser("fetch", help="a job's outputs as a zip file")
+    p.add_argument("name")
+    p.add_argument("--destination", default=".", help="directory for NAME.zip")
+    p.set_defaults(func=cmd_fetch)
+
+
+# ---- run ------------------------------------------------------------------------------------
+
+def cmd_run(args, extra) -> int:
+    from gptrain.errors import UserError
+    from gptrain.jobs import spec as spec_mod
+
+    fields: dict = spec_mod.from_yaml(args.job_file) if args.job_file else {}
+    if args.name:
+        fields["name"] = args.name
+    if "name" not in fields:
+        raise UserError("give the job a NAME (gptrain run NAME ...) or `name:` in the job file")
+    for key in ("nodes", "accels", "scheduler", "max_restarts", "datasets"):
+        if getattr(args, key) is not None:
+            fields[key] = getattr(args, key)
+    if args.config:
+        fields["config"] = spec_mod.read_config_file(args.config)
+    fields["env"] = {**fields.get("env", {}), **spec_mod.parse_env(args.env)}
+    rest = args.passthrough
+    if rest:
+        if rest[0].endswith(".py") or (not rest[0].startswith("-") and _is_file(rest[0])):
+            fields["script"], fields["args"] = rest[0], rest[1:]
+        else:
+            fields["args"] = [*fields.get("args", []), *rest]
+    spec = spec_mod.JobSpec(**fields)
+    if spec.scheduler == "slurm":
+        from gptrain.jobs import slurm
+
+        slurm.submit(spec)
+    else:
+        from gptrain.jobs import local
+
+        local.submit(spec)
+    print(f"submitted job {spec.name} ({spec.nodes} node(s) x {spec.accels} accelerator(s), "
+          f"{spec.scheduler}); watch it with `gptrain logs {spec.name} --follow`")
+    if args.follow:
+        return _follow(spec.name, rank=0)
+    return 0
+
+
+def _is_file(path: str) -> bool:
+    from pathlib import Path
+
+    return Path(path).is_file()
+
+
+# ---- reading jobs ---------------------------------------------------------------------------
+
+def _latest_metrics(name: str) -> dict:
+    """The last train and eval records of a job's metrics.jsonl (read from the end)."""
+    from gptrain.jobs.local import job_dir
+
+    path = job_dir(name) / "metrics.jsonl"
+    out: dict = {}
+    if not path.is_file():
+        return out
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        f.seek(max(0, f.tell() - 65536))
+        lines = f.read().decode(errors="replace").splitlines()
+    for line in reversed(lines):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        for prefix in ("train", "eval"):
+            if prefix not in out and f"{prefix}/loss" in rec:
+                out[prefix] = {"step": rec["step"], **{k.split("/", 1)[1]: v for k, v in rec.items()
+                                                       if k.startswith(prefix + "/")}}
+        if len(out) == 2:
+            break
+    return out
+
+
+def _age(t: float | None) -> str:
+    if not t:
+        return "-"
+    s = time.time() - t
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{int(s // size)}{unit}"
+    return f"{int(s)}s"
+
+
+def cmd_jobs(args, extra) -> int:
+    from gptrain.cli.data import _table
+    from gptrain.jobs import store
+
+    jobs = store.list_jobs()
+    if args.json:
+        print(json.dumps([{k: v for k, v in j.items() if k != "spec"} for j in jobs], indent=2))
+        return 0
+    rows = [("NAME", "STATE", "RESOURCES", "STEP", "LOSS", "AGE")]
+    for j in jobs:
+        m = _latest_metrics(j["name"]).get("train", {})
+        rows.append((j["name"], j["state"], f"{j['nodes']}x{j['accels']} {j['scheduler']}",
+                     m.get("step", "-"), f"{m['loss']:.4f}" if "loss" in m else "-", _age(j["created"])))
+    _table(rows)
+    return 0
+
+
+def _job_report(name: str) -> dict:
+    from gptrain.jobs import store
+    from gptrain.jobs.local import job_dir
+
+    _sync(name)
+    job = store.get_job(name)
+    cfg = job_dir(name) / "config.toml"
+    return {"job": {k: v for k, v in job.items() if k != "spec"}, "spec": job["spec"],
+            "events": store.events(name), "metrics": _latest_metrics(name),
+            "checkpoints": store.checkpoints(name),
+            "config": cfg.read_text() if cfg.is_file() else None}
+
+
+def _sync(name: str) -> None:
+    from gptrain.jobs import local, store
+
+    if local.job_dir(name).is_dir():
+        store.sync_checkpoints(name, local.scan_checkpoints(name))
+
+
+def _ts(t) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def cmd_inspect(args, extra) -> int:
+    report = _job_report(args.name)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    job = report["job"]
+    print(f"job        {job['name']}")
+    print(f"state      {job['state']}" + (f"  (exit code {job['exit_code']})" if job["exit_code"] else ""))
+    if job["error"]:
+        print(f"error      {job['error']}")
+    print(f"resources  {job['nodes']} node(s) x {job['accels']} accelerator(s), {job['scheduler']} "
+          f"scheduler" + (f", slots {job['slots']}" if job["slots"] else "")
+          + (f", id {job['external_id']}" if job["external_id"] else ""))
+    print(f"created    {_ts(job['created'])}   started {_ts(job['started'])}   ended {_ts(job['ended'])}"
+          f"   restarts {job['restarts']}")
+    spec = report["spec"]
+    what = f"script {spec['script']} {' '.join(spec['args'])}" if spec["script"] else \
+        f"gptrain train {' '.join(spec['args'])}"
+    print(f"runs       {what}".rstrip() + (f"   datasets {', '.join(spec['datasets'])}" if spec["datasets"] else ""))
+    print("events")
+    for e in report["events"]:
+        print(f"  {_ts(e['time'])}  {e['kind']:<11} {e['message']}")
+    for prefix, m in report["metrics"].items():
+        vals = "  ".join(f"{k} {v:.4g}" for k, v in m.items() if k != "step" and isinstance(v, (int, float)))
+        print(f"{prefix:<10} step {m['step']}  {vals}")
+    print(f"checkpoints ({len(report['checkpoints'])})")
+    for c in report["checkpoints"]:
+        print(f"  {c['id']}  {c['name']}  step {c['step']}")
+    if report["config"]:
+        print("config")
+        print("  " + report["config"].strip().replace("\n", "\n  "))
+    return 0
+
+
+def cmd_checkpoints(args, extra) -> int:
+    from gptrain.cli.data import _bytes, _table
+    from gptrain.jobs import store
+
+    store.get_job(args.name)
+    _sync(args.name)
+    rows = store.checkpoints(args.name)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = [("ID", "NAME", "STEP", "TRAIN LOSS", "EVAL LOSS", "TIME", "SIZE")]
+    for c in rows:
+        table.append((c["id"], c["name"], c["step"] if c["step"] is not None else "-",
+                      f"{c['train_loss']:.4f}" if c["train_loss"] is not None else "-",
+                      f"{c['eval_loss']:.4f}" if c["eval_loss"] is not None else "-",
+                      _ts(c["time"]), _bytes(c["size"])))
+    _table(table)
+    return 0
+
+
+# ---- logs -----------------------------------------------------------------------------------
+
+def _log_path(name: str, rank: int):
+    from gptrain.jobs import store
+    from gptrain.jobs.local import job_dir
+
+    job = store.get_job(name)
+    logs = job_dir(name) / "logs"
+    if job["scheduler"] == "slurm":
+        from gptrain.jobs import slurm
+
+        return slurm.log_path(name, rank)
+    return logs / f"rank-{rank}.log"
+
+
+def _follow(name: str, rank: int) -> int:
+    from gptrain.jobs import store
+
+    path = _log_path(name, rank)
+    pos = 0
+    while True:
+        state = store.get_job(name)["state"]
+        if path.is_file():
+            with open(path, "rb") as f:
+                f.seek(pos)
+                chunk = f.read()
+                pos = f.tell()
+            if chunk:
+                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.flush()
+        if state in store.TERMINAL and (not path.is_file() or path.stat().st_size == pos):
+            print(f"--- job {name} {state}", file=sys.stderr)
+            return 0 if state == "succeeded" else 1
+        time.sleep(0.5)
+
+
+def cmd_logs(args, extra) -> int:
+    from gptrain.errors import UserError
+    from gptrain.jobs import store
+
+    job = store.get_job(args.name)
+    if args.rank < 0 or args.rank >= job["nodes"] * job["accels"]:
+        raise UserError(f"job {args.name} has ranks 0..{job['nodes'] * job['accels'] - 1}")
+    if args.follow:
+        return _follow(args.name, args.rank)
+    path = _log_path(args.name, args.rank)
+    if path.is_file():
+        sys.stdout.write(path.read_text(errors="replace"))
+    else:
+        print(f"(no log for rank {args.rank} yet: the job is {job['state']})", file=sys.stderr)
+    return 0
+
+
+# ---- stop, rm, fetch ------------------------------------------------------------------------
+
+def cmd_stop(args, extra) -> int:
+    from gptrain.jobs import store
+
+    job = store.get_job(args.name)
+    if job["scheduler"] == "slurm":
+        from gptrain.jobs import slurm
+
+        state = slurm.stop(args.name, args.timeout)
+    else:
+        from gptrain.jobs import local
+
+        state = local.stop(args.name, args.timeout)
+    if args.wait:
+        while store.get_job(args.name)["state"] not in store.TERMINAL:
+            time.sleep(0.5)
+        state = store.get_job(args.name)["state"]
+    print(f"job {args.name}: {state}")
+    return 0
+
+
+def cmd_rm(args, extra) -> int:
+    import shutil
+
+    from gptrain.errors import UserError
+    from gptrain.jobs import store
+    from gptrain.jobs.local import job_dir
+
+    job = store.get_job(args.name)
+    if job["state"] in store.ACTIVE:
+        raise UserError(f"job {args.name} is {job['state']}; `gptrain stop {args.name}` first")
+    store.delete_job(args.name)
+    shutil.rmtree(job_dir(args.name), ignore_errors=True)
+    print(f"removed job {args.name}")
+    return 0
+
+
+def cmd_checkpoint_fetch(args, extra) -> int:
+    import shutil
+    from pathlib import Path
+
+    from gptrain.errors import UserError
+    from gptrain.jobs import store
+
+    ckpt = store.checkpoint_by_id(args.id)
+    src = Path(ckpt["path"])
+    if not src.exists():
+        raise UserError(f"checkpoint {args.id} is no longer on disk (pruned by keep_last?)")
+    dest = Path(args.destination or args.id)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise UserError(f"destination {dest} exists and is not empty; choose another --destination")
+    if args.format == "hf":
+        from gptrain.models.hf import export_hf
+        from gptrain.train.checkpoint import load_for_inference
+
+        model, tok = load_for_inference(src)
+        export_hf(model, tok, dest)
+    else:
+        tmp = dest.parent / f".{dest.name}.fetch"
+        shutil.rmtree(tmp, ignore_errors=True)
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, tmp)
+        if dest.exists():
+            dest.rmdir()
+        tmp.rename(dest)
+    print(f"fetched checkpoint {args.id} ({ckpt['job']}/{ckpt['name']}) to {dest} ({args.format})")
+    return 0
+
+
+def cmd_fetch(args, extra) -> int:
+    import zipfile
+    from pathlib import Path
+
+    from gptrain.jobs import store
+    from gptrain.jobs.local import job_dir
+
+    store.get_job(args.name)
+    src = job_dir(args.name)
+    dest = Path(args.destination) / f"{args.name}.zip"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(".zip.part")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in sorted(src.rglob("*")):
+            if f.is_file() and not f.name.startswith(".tmp"):
+                z.write(f, f.relative_to(src.parent))
+    tmp.rename(dest)
+    print(f"wrote {dest}")
+    return 0

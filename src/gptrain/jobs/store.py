@@ -1,0 +1,207 @@
+"""The job store: SQLite in $GPTRAIN_HOME/gptrain.db (WAL), safe for many CLI calls at once.
+
+Tables: jobs (one row per job, its state and resources), events (the lifecycle, timestamped),
+checkpoints (what each job has written). Every write is one short IMMEDIATE transaction;
+concurrent writers wait on the busy timeout instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from contextlib import contextmanager
+
+from gptrain.errors import UserError
+from gptrain.home import home
+
+ACTIVE = ("queued", "starting", "running", "restarting", "stopping")
+TERMINAL = ("succeeded", "failed", "stopped")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    name TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    scheduler TEXT NOT NULL DEFAULT 'local',
+    nodes INTEGER NOT NULL,
+    accels INTEGER NOT NULL,
+    spec TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    started REAL,
+    ended REAL,
+    restarts INTEGER NOT NULL DEFAULT 0,
+    exit_code INTEGER,
+    error TEXT,
+    supervisor_pid INTEGER,
+    slots TEXT,
+    external_id TEXT
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job TEXT NOT NULL,
+    time REAL NOT NULL,
+    kind TEXT NOT NULL,
+    message TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS events_job ON events (job, id);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    id TEXT PRIMARY KEY,
+    job TEXT NOT NULL,
+    name TEXT NOT NULL,
+    step INTEGER,
+    train_loss REAL,
+    eval_loss REAL,
+    time REAL NOT NULL,
+    size INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    UNIQUE (job, name)
+);
+"""
+
+
+def db_path():
+    return home() / "gptrain.db"
+
+
+def connect() -> sqlite3.Connection:
+    path = db_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, timeout=60, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA busy_timeout = 60000")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.executescript(SCHEMA)
+    return conn
+
+
+@contextmanager
+def transaction():
+    """One IMMEDIATE transaction: the write lock is taken up front, so readers never upgrade."""
+    conn = connect()
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    finally:
+        conn.close()
+
+
+def add_event(conn, job: str, kind: str, message: str = "") -> None:
+    conn.execute("INSERT INTO events (job, time, kind, message) VALUES (?, ?, ?, ?)",
+                 (job, time.time(), kind, message))
+
+
+def create_job(name: str, spec: dict, nodes: int, accels: int, scheduler: str) -> None:
+    now = time.time()
+    with transaction() as conn:
+        if conn.execute("SELECT 1 FROM jobs WHERE name = ?", (name,)).fetchone():
+            raise UserError(f"a job named {name!r} already exists; pick another name or "
+                            f"`gptrain rm {name}`")
+        seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
+        conn.execute("INSERT INTO jobs (name, seq, state, scheduler, nodes, accels, spec, created, "
+                     "updated) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
+                     (name, seq, scheduler, nodes, accels, json.dumps(spec), now, now))
+        add_event(conn, name, "submitted", f"{nodes} node(s) x {accels} accelerator(s), {scheduler}")
+        add_event(conn, name, "queued")
+
+
+def set_state(name: str, state: str, message: str = "", **fields) -> None:
+    """Move a job to `state` (recording the event) and update other columns."""
+    now = time.time()
+    with transaction() as conn:
+        sets = ["state = ?", "updated = ?"] + [f"{k} = ?" for k in fields]
+        values = [state, now, *fields.values()]
+        if state == "running":
+            sets.append("started = COALESCE(started, ?)")
+            values.append(now)
+        if state in TERMINAL:
+            sets.append("ended = ?")
+            values.append(now)
+        conn.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE name = ?", (*values, name))
+        add_event(conn, name, state, message)
+
+
+def update(name: str, **fields) -> None:
+    with transaction() as conn:
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        conn.execute(f"UPDATE jobs SET {sets}, updated = ? WHERE name = ?",
+                     (*fields.values(), time.time(), name))
+
+
+def get_job(name: str) -> dict:
+    conn = connect()
+    try:
+        row = conn.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
+    finally:
+        conn.close()
+    if row is None:
+        raise UserError(f"no job named {name!r}; see `gptrain jobs`")
+    job = dict(row)
+    job["spec"] = json.loads(job["spec"])
+    job["slots"] = json.loads(job["slots"]) if job["slots"] else []
+    return job
+
+
+def list_jobs() -> list[dict]:
+    conn = connect()
+    try:
+        rows = conn.execute("SELECT * FROM jobs ORDER BY seq").fetchall()
+    finally:
+        conn.close()
+    return [dict(r) for r in rows]
+
+
+def events(name: str) -> list[dict]:
+    conn = connect()
+    try:
+        return [dict(r) for r in conn.execute("SELECT time, kind, message FROM events WHERE job = ? "
+                                              "ORDER BY id", (name,))]
+    finally:
+        conn.close()
+
+
+def checkpoints(name: str) -> list[dict]:
+    conn = connect()
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM checkpoints WHERE job = ? ORDER BY "
+                                              "step, name", (name,))]
+    finally:
+        conn.close()
+
+
+def checkpoint_by_id(ckpt_id: str) -> dict:
+    conn = connect()
+    try:
+        row = conn.execute("SELECT * FROM checkpoints WHERE id = ?", (ckpt_id,)).fetchone()
+    finally:
+        conn.close()
+    if row is None:
+        raise UserError(f"no checkpoint with ID {ckpt_id!r}; see `gptrain checkpoints JOB`")
+    return dict(row)
+
+
+def sync_checkpoints(job: str, found: list[dict]) -> None:
+    """Make the job's checkpoint rows match what is on disk (new ones added, pruned ones gone)."""
+    with transaction() as conn:
+        known = {r["name"] for r in conn.execute("SELECT name FROM checkpoints WHERE job = ?", (job,))}
+        names = {c["name"] for c in found}
+        for c in found:
+            if c["name"] not in known:
+                conn.execute("INSERT INTO checkpoints (id, job, name, step, train_loss, eval_loss, "
+                             "time, size, path) VALUES (:id, :job, :name, :step, :train_loss, "
+                             ":eval_loss, :time, :size, :path)", {**c, "job": job})
+                add_event(conn, job, "checkpoint", f"{c['name']} ({c['id']})")
+        for gone in known - names:
+            conn.execute("DELETE FROM checkpoints WHERE job = ? AND name = ?", (job, gone))
+
+
+def delete_job(name: str) -> None:
+    with transaction() as conn:
+        for table, col in (("jobs", "name"), ("events", "job"), ("checkpoints", "job")):
+            conn.execute(f"DELETE FROM {table} WHERE {col} = ?", (name,))

@@ -1,0 +1,259 @@
+"""The local scheduler end to end, with real detached supervisors, torchrun and SQLite."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from tests.conftest import run_cli
+from tests.helpers import make_dataset, model_tensors
+
+TRAIN = ["--model.n_layer=2", "--model.n_head=2", "--model.n_embd=32", "--model.block_size=32",
+         "--train.batch_size=4", "--report_to=none", "--metrics.log_every=1", "--train.lr=1e-3"]
+
+
+@pytest.fixture
+def dataset(tmp_path, isolated_home, monkeypatch):
+    monkeypatch.setenv("GPTRAIN_LOCAL_SLOTS", "2")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    d = make_dataset(tmp_path)
+    assert run_cli("data", "push", "tiny", d).returncode == 0
+    yield "tiny"
+    _stop_all()
+
+
+def _stop_all():
+    """Leave no supervisor behind: stop whatever is still active."""
+    from gptrain.jobs import store
+
+    for job in store.list_jobs():
+        if job["state"] in store.ACTIVE:
+            run_cli("stop", job["name"], "--timeout", "5", "--wait")
+
+
+def job(name):
+    from gptrain.jobs import store
+
+    return store.get_job(name)
+
+
+def wait_for(name, states=("succeeded", "failed", "stopped"), timeout=300):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        j = job(name)
+        if j["state"] in states:
+            return j
+        time.sleep(0.3)
+    raise AssertionError(f"job {name} still {job(name)['state']} after {timeout}s")
+
+
+def kinds(name):
+    from gptrain.jobs import store
+
+    return [e["kind"] for e in store.events(name)]
+
+
+def ok(*args):
+    r = run_cli(*args)
+    assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r.stdout
+
+
+def test_two_process_job_full_lifecycle(dataset, tmp_path):
+    out = ok("run", "life", "--dataset", dataset, "--accels", "2", "--",
+             "--train.max_steps=12", "--checkpoint.every=4", *TRAIN)
+    assert "submitted job life" in out  # the CLI has returned; the supervisor carries on
+    j = wait_for("life")
+    assert j["state"] == "succeeded", j
+    assert kinds("life")[:4] == ["submitted", "queued", "starting", "running"]
+    assert "life" in ok("jobs") and "succeeded" in ok("jobs")
+    report = json.loads(ok("inspect", "life", "--json"))
+    assert report["job"]["state"] == "succeeded" and report["metrics"]["train"]["step"] == 12
+    assert "[train]" in report["config"]
+    assert "completed at step 12" in ok("logs", "life") and "rank 1" in ok("logs", "life", "--rank", "1")
+    ckpts = json.loads(ok("checkpoints", "life", "--json"))
+    assert [c["step"] for c in ckpts] == [4, 8, 12]
+    last = ckpts[-1]["id"]
+    ok("checkpoint", "fetch", last, "--destination", tmp_path / "native")
+    assert (tmp_path / "native" / "trainer_state.json").is_file()
+    ok("checkpoint", "fetch", last, "--destination", tmp_path / "hf", "--format", "hf")
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
+    ok("fetch", "life", "--destination", tmp_path)
+    import zipfile
+
+    names = zipfile.ZipFile(tmp_path / "life.zip").namelist()
+    assert "life/logs/rank-0.log" in names and "life/metrics.jsonl" in names
+    for ref in ("life", last):
+        assert ok("generate", ref, "--prompt", "The king", "--max-new-tokens", "5", "--seed", "1").startswith("The king")
+    assert "perplexity" in ok("eval", "life", "--dataset", dataset)
+    ok("rm", "life")
+    assert "life" not in ok("jobs")
+
+
+def test_kill_9_of_a_worker_restarts_and_ends_with_the_same_weights(dataset):
+    args = ["--train.max_steps=40", "--checkpoint.every=5", *TRAIN]
+    ok("run", "faulty", "--dataset", dataset, "--accels", "2", "--max-restarts", "2", "--", *args)
+    ckpt_dir = _job_dir("faulty") / "checkpoints"
+    deadline = time.time() + 120
+    while not (ckpt_dir / "step-000010").exists():
+        assert time.time() < deadline and job("faulty")["state"] in ("queued", "starting", "running")
+        time.sleep(0.1)
+    victim = _worker_pids("faulty")[1]
+    os.kill(victim, signal.SIGKILL)
+    j = wait_for("faulty")
+    assert j["state"] == "succeeded" and j["restarts"] == 1, j
+    assert "restarting" in kinds("faulty")
+    assert "resumed from" in (_job_dir("faulty") / "logs" / "rank-0.log").read_text()
+    ok("run", "clean", "--dataset", dataset, "--accels", "2", "--", *args)
+    assert wait_for("clean")["state"] == "succeeded"
+    a = model_tensors(_job_dir("faulty") / "checkpoints" / "step-000040")
+    b = model_tensors(_job_dir("clean") / "checkpoints" / "step-000040")
+    for key in b:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_stop_keeps_a_checkpoint_and_a_new_job_resumes_from_it(dataset):
+    ok("run", "long", "--dataset", dataset, "--accels", "2", "--", "--train.max_steps=100000",
+       "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)
+    wait_for("long", ("running",))
+    time.sleep(3)
+    ok("stop", "long", "--wait")
+    j = job("long")
+    assert j["state"] == "stopped", j
+    ckpts = json.loads(ok("checkpoints", "long", "--json"))
+    assert ckpts and ckpts[-1]["step"] >= 1
+    step = ckpts[-1]["step"]
+    ok("run", "again", "--dataset", dataset, "--accels", "2", "--", f"--train.max_steps={step + 3}",
+       f"--resume_from_checkpoint={ckpts[-1]['id']}", *TRAIN)
+    assert wait_for("again")["state"] == "succeeded"
+    assert f"at step {step}" in ok("logs", "again") and f"completed at step {step + 3}" in ok("logs", "again")
+
+
+def test_jobs_queue_for_slots_in_submission_order(dataset):
+    for name in ("q1", "q2", "q3"):
+        ok("run", name, "--dataset", dataset, "--accels", "2", "--", "--train.max_steps=6", *TRAIN)
+    spans = []
+    for name in ("q1", "q2", "q3"):
+        assert wait_for(name)["state"] == "succeeded"
+        from gptrain.jobs import store
+
+        ev = {e["kind"]: e["time"] for e in store.events(name)}
+        spans.append((ev["starting"], ev["succeeded"]))
+    assert spans[0][1] <= spans[1][0] and spans[1][1] <= spans[2][0], spans  # never overlapping
+
+
+def test_twenty_concurrent_submissions_are_all_recorded_once(dataset, tmp_path):
+    script = tmp_path / "noop.py"
+    script.write_text("print('hello from', __import__('os').environ['RANK'])\n")
+    names = [f"c{i:02d}" for i in range(20)]
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        results = list(pool.map(lambda n: run_cli("run", n, "--accels", "1", "--", script), names))
+    assert all(r.returncode == 0 for r in results), [r.stderr for r in results if r.returncode]
+    from gptrain.jobs import store
+
+    recorded = [j["name"] for j in store.list_jobs()]
+    assert sorted(recorded) == names and len(set(recorded)) == 20
+    for n in names:
+        assert wait_for(n)["state"] == "succeeded"
+        assert kinds(n).count("submitted") == 1
+
+
+def test_two_nodes_through_c10d_rendezvous(dataset):
+    ok("run", "multi", "--dataset", dataset, "--nodes", "2", "--accels", "1", "--",
+       "--train.max_steps=4", *TRAIN)
+    j = wait_for("multi")
+    assert j["state"] == "succeeded", (j, (_job_dir("multi") / "logs" / "agent-node0.log").read_text()[-2000:])
+    assert (_job_dir("multi") / "logs" / "rank-1.log").is_file()
+    assert "--rdzv-backend=c10d" in (_job_dir("multi") / "logs" / "agent-node1.log").read_text()
+
+
+def test_custom_script_gets_paths_and_its_checkpoints_are_listed(dataset, tmp_path):
+    script = tmp_path / "my_train.py"
+    script.write_text(
+        "import os, json, pathlib\n"
+        "ck = pathlib.Path(os.environ['GPTRAIN_CHECKPOINT_DIR'])\n"
+        "if os.environ['RANK'] == '0':\n"
+        "    for step in (10, 20):\n"
+        "        d = ck / f'snapshot-{step}'; d.mkdir(parents=True); (d / 'weights.bin').write_bytes(b'x' * step)\n"
+        "    print(json.dumps({k: v for k, v in os.environ.items() if k.startswith('GPTRAIN_')}))\n")
+    ok("run", "mine", "--dataset", dataset, "--accels", "2", "--", script, "--epochs", "1")
+    assert wait_for("mine")["state"] == "succeeded"
+    env = json.loads(ok("logs", "mine").splitlines()[-1])
+    assert env["GPTRAIN_DATASET_DIR"].endswith("datasets/tiny") and env["GPTRAIN_DATASET_TINY_DIR"]
+    assert env["GPTRAIN_OUTPUT_DIR"].endswith("jobs/mine")
+    assert [c["step"] for c in json.loads(ok("checkpoints", "mine", "--json"))] == [10, 20]
+
+
+def test_failing_training_reports_the_error_line(dataset):
+    ok("run", "bad", "--dataset", dataset, "--accels", "2", "--", "--train.max_steps=3",
+       "--model.block_size=100000", *TRAIN[:3])
+    j = wait_for("bad")
+    assert j["state"] == "failed" and "fewer blocks" in (j["error"] or ""), j
+
+
+def test_job_yaml(dataset, tmp_path):
+    (tmp_path / "job.yaml").write_text(
+        "name: from-yaml\naccels: 2\ndatasets: [tiny]\nmax_restarts: 1\n"
+        "config:\n  train: {max_steps: 3, batch_size: 4}\n  model: {n_layer: 2, n_embd: 32, block_size: 32}\n"
+        "args: ['--report_to=none']\n")
+    ok("run", "-f", tmp_path / "job.yaml")
+    assert wait_for("from-yaml")["state"] == "succeeded"
+    assert "max_steps = 3" in json.loads(ok("inspect", "from-yaml", "--json"))["config"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "x", "--dataset", "nope"], "no dataset named"),
+    (["run", "../x"], "invalid job name"),
+    (["run", "x", "--nodes", "0"], "--nodes must be"),
+    (["run", "x", "--accels", "-1"], "--accels must be"),
+    (["run", "x", "--accels", "3"], "machine has 2"),
+    (["run", "-f", "/no/such/job.yaml"], "cannot read job file"),
+    (["run", "x", "--", "missing_script.py"], "does not exist"),
+    (["run", "x", "--", "--train.lrr=1"], "did you mean"),
+])
+def test_bad_input_one_line_exit_2_nothing_recorded(dataset, args, message):
+    r = run_cli(*args)
+    assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    from gptrain.jobs import store
+
+    assert store.list_jobs() == []
+
+
+def test_duplicate_name_is_refused(dataset, tmp_path):
+    script = tmp_path / "noop.py"
+    script.write_text("pass\n")
+    ok("run", "dup", "--", script)
+    r = run_cli("run", "dup", "--", script)
+    assert r.returncode == 2 and "already exists" in r.stderr
+    wait_for("dup")
+
+
+def _job_dir(name):
+    from gptrain.jobs.local import job_dir
+
+    return job_dir(name)
+
+
+def _worker_pids(name):
+    """Training worker pids of a job, by rank (the processes that opened rank-R.log)."""
+    logs = str(_job_dir(name) / "logs")
+    pids = {}
+    for proc in os.listdir("/proc"):
+        if not proc.isdigit():
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{proc}/fd"):
+                target = os.readlink(f"/proc/{proc}/fd/{fd}")
+                if target.startswith(logs + "/rank-"):
+                    pids[int(target.rsplit("-", 1)[1].split(".")[0])] = int(proc)
+        except OSError:
+            continue
+    return pids
