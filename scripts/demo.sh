@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The end-to-end walkthrough of the README, on 2 CPU cores in a few minutes:
-# corpus -> prepared dataset -> named dataset -> 2-process training -> generate -> eval ->
-# export to Hugging Face -> load it back with transformers.
+# corpus -> prepared dataset -> named dataset -> a 2-process job on the local scheduler ->
+# its logs and checkpoints -> generate -> eval -> export to Hugging Face -> load it with transformers.
 set -euo pipefail
 export GPTRAIN_HOME="${GPTRAIN_HOME:-$PWD/demo-out/home}"
 export OMP_NUM_THREADS=1
@@ -17,20 +17,25 @@ step "register it as a named dataset"
 gptrain data push shakespeare-char demo-out/shakespeare-char
 gptrain data list
 gptrain data inspect shakespeare-char --verify
-step "train on 2 processes (FSDP2) with torchrun"
-torchrun --standalone --nproc-per-node 2 -m gptrain train configs/demo.toml \
-    --data.path shakespeare-char --parallel.dp_shard=2
-ls demo-out/run/checkpoints
-step "generate text from the latest checkpoint"
-gptrain generate demo-out/run --prompt "ROMEO:" --max-new-tokens 200 --temperature 0.8 --seed 1
+step "run a named 2-process job (FSDP2) on the local scheduler and follow its logs"
+gptrain run shakespeare --dataset shakespeare-char --accels 2 --config configs/demo.toml --follow
+gptrain jobs
+gptrain inspect shakespeare | head -20
+step "list its checkpoints and fetch the last one"
+gptrain checkpoints shakespeare
+LAST=$(gptrain checkpoints shakespeare --json | python -c "import json,sys; print(json.load(sys.stdin)[-1]['id'])")
+gptrain checkpoint fetch "$LAST" --destination demo-out/checkpoint
+step "generate text from the job"
+gptrain generate shakespeare --prompt "ROMEO:" --max-new-tokens 200 --temperature 0.8 --seed 1
 step "evaluate it"
-gptrain eval demo-out/run --dataset shakespeare-char --max-blocks 200
+gptrain eval shakespeare --dataset shakespeare-char --max-blocks 200
 step "export to a Hugging Face directory and load it with transformers"
-gptrain export demo-out/run --out demo-out/hf
+gptrain export shakespeare --out demo-out/hf
 python - <<'PY'
 import torch
 from transformers import AutoModelForCausalLM
 model = AutoModelForCausalLM.from_pretrained("demo-out/hf")
-print(f"transformers loaded {type(model).__name__} with {model.num_parameters():,} parameters")
+ids = model.generate(torch.tensor([[0]]), max_new_tokens=20, do_sample=False, pad_token_id=0)
+print(f"transformers loaded {type(model).__name__} ({model.num_parameters():,} parameters) and generated {ids.shape[1] - 1} tokens")
 PY
-step "done: outputs are in demo-out/"
+step "done: outputs are in demo-out/ (GPTRAIN_HOME=$GPTRAIN_HOME)"

@@ -12,6 +12,8 @@ import torch
 
 from tests.helpers import TINY, losses, make_dataset, model_tensors, train
 
+pytestmark = pytest.mark.slow  # real multi-process runs: `pytest -m slow` runs them alone
+
 STEPS = 5
 TOL = 1e-4
 

@@ -10,6 +10,8 @@ import torch
 from gptrain.train.checkpoint import find_latest
 from tests.helpers import TINY, env, losses, make_dataset, model_tensors, train
 
+pytestmark = pytest.mark.slow  # real multi-process runs: `pytest -m slow` runs them alone
+
 N, K = 8, 4
 
 
@@ -78,6 +80,7 @@ CRASH = """
 import os, sys
 from gptrain import config
 from gptrain.train import checkpoint, trainer
+
 real_rename = os.rename
 def rename(src, dst):
     if str(dst).endswith("step-000004"):

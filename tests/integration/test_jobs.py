@@ -14,6 +14,8 @@ import torch
 from tests.conftest import run_cli
 from tests.helpers import make_dataset, model_tensors
 
+pytestmark = pytest.mark.slow  # real multi-process runs: `pytest -m slow` runs them alone
+
 TRAIN = ["--model.n_layer=2", "--model.n_head=2", "--model.n_embd=32", "--model.block_size=32",
          "--train.batch_size=4", "--report_to=none", "--metrics.log_every=1", "--train.lr=1e-3"]
 
