@@ -22,6 +22,17 @@ def register(sub) -> None:
     p.add_argument("--env", action="append", default=[], metavar="K=V")
     p.add_argument("--max-restarts", dest="max_restarts", type=int, default=None)
     p.add_argument("--follow", action="store_true", help="stream rank 0's log until the job ends")
+    slurm = p.add_argument_group("slurm (with --scheduler slurm; defaults from $GPTRAIN_HOME/config.toml [slurm])")
+    slurm.add_argument("--partition", default=None)
+    slurm.add_argument("--account", default=None)
+    slurm.add_argument("--time", default=None, help="time limit, e.g. 04:00:00")
+    slurm.add_argument("--sbatch-arg", dest="sbatch_args", action="append", default=None,
+                       metavar="ARG", help="extra sbatch option, e.g. --sbatch-arg=--exclusive")
+    slurm.add_argument("--port", type=int, default=None, help="rendezvous port on the first node (29500)")
+    slurm.add_argument("--accel-type", dest="accel_type", choices=["auto", "gpu", "cpu"], default=None,
+                       help="--accels as GPUs (--gres=gpu:M) or CPUs per node; auto asks sinfo")
+    slurm.add_argument("--dry-run", dest="dry_run", action="store_true",
+                       help="print the sbatch script instead of submitting")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("jobs", help="list jobs")
@@ -92,11 +103,25 @@ def cmd_run(args, extra) -> int:
             fields["script"], fields["args"] = rest[0], rest[1:]
         else:
             fields["args"] = [*fields.get("args", []), *rest]
+    from gptrain.jobs.local import user_setting
+
+    fields.setdefault("scheduler", user_setting("defaults", "scheduler") or "local")
+    slurm_opts = {k: user_setting("slurm", k) for k in ("partition", "account", "time")}
+    slurm_opts = {k: v for k, v in slurm_opts.items() if v}
+    slurm_opts.update(fields.get("slurm") or {})
+    for key in ("partition", "account", "time", "sbatch_args", "port", "accel_type"):
+        if getattr(args, key) is not None:
+            slurm_opts[key] = getattr(args, key)
+    fields["slurm"] = slurm_opts
     spec = spec_mod.JobSpec(**fields)
+    if args.dry_run and spec.scheduler != "slurm":
+        raise UserError("--dry-run prints a Slurm script: add --scheduler slurm")
     if spec.scheduler == "slurm":
         from gptrain.jobs import slurm
 
-        slurm.submit(spec)
+        job_id = slurm.submit(spec, dry_run=args.dry_run)
+        if job_id is None:
+            return 0
     else:
         from gptrain.jobs import local
 
@@ -156,7 +181,7 @@ def cmd_jobs(args, extra) -> int:
     from gptrain.cli.data import _table
     from gptrain.jobs import store
 
-    jobs = store.list_jobs()
+    jobs = [_refresh(j["name"]) if j["scheduler"] == "slurm" else j for j in store.list_jobs()]
     if args.json:
         print(json.dumps([{k: v for k, v in j.items() if k != "spec"} for j in jobs], indent=2))
         return 0
@@ -173,8 +198,8 @@ def _job_report(name: str) -> dict:
     from gptrain.jobs import store
     from gptrain.jobs.local import job_dir
 
+    job = _refresh(name)
     _sync(name)
-    job = store.get_job(name)
     cfg = job_dir(name) / "config.toml"
     return {"job": {k: v for k, v in job.items() if k != "spec"}, "spec": job["spec"],
             "events": store.events(name), "metrics": _latest_metrics(name),
@@ -206,6 +231,13 @@ def cmd_inspect(args, extra) -> int:
     print(f"resources  {job['nodes']} node(s) x {job['accels']} accelerator(s), {job['scheduler']} "
           f"scheduler" + (f", slots {job['slots']}" if job["slots"] else "")
           + (f", id {job['external_id']}" if job["external_id"] else ""))
+    if job["scheduler"] == "slurm" and job["external_id"] and job["state"] not in ("succeeded", "failed", "stopped"):
+        from gptrain.jobs import slurm
+
+        info = slurm.query(job["external_id"])
+        if info:
+            print(f"slurm      job {job['external_id']}: {info['state']}"
+                  + (f" (reason: {info['reason']})" if info["reason"] != "None" else ""))
     print(f"created    {_ts(job['created'])}   started {_ts(job['started'])}   ended {_ts(job['ended'])}"
           f"   restarts {job['restarts']}")
     spec = report["spec"]
@@ -231,7 +263,7 @@ def cmd_checkpoints(args, extra) -> int:
     from gptrain.cli.data import _bytes, _table
     from gptrain.jobs import store
 
-    store.get_job(args.name)
+    _refresh(args.name)
     _sync(args.name)
     rows = store.checkpoints(args.name)
     if args.json:
@@ -250,16 +282,21 @@ def cmd_checkpoints(args, extra) -> int:
 # ---- logs -----------------------------------------------------------------------------------
 
 def _log_path(name: str, rank: int):
-    from gptrain.jobs import store
     from gptrain.jobs.local import job_dir
 
+    return job_dir(name) / "logs" / f"rank-{rank}.log"
+
+
+def _refresh(name: str) -> dict:
+    """The job, with a Slurm job's state first brought up to date from Slurm."""
+    from gptrain.jobs import store
+
     job = store.get_job(name)
-    logs = job_dir(name) / "logs"
     if job["scheduler"] == "slurm":
         from gptrain.jobs import slurm
 
-        return slurm.log_path(name, rank)
-    return logs / f"rank-{rank}.log"
+        job = slurm.refresh(name)
+    return job
 
 
 def _follow(name: str, rank: int) -> int:
@@ -268,7 +305,7 @@ def _follow(name: str, rank: int) -> int:
     path = _log_path(name, rank)
     pos = 0
     while True:
-        state = store.get_job(name)["state"]
+        state = _refresh(name)["state"]
         if path.is_file():
             with open(path, "rb") as f:
                 f.seek(pos)
@@ -315,7 +352,7 @@ def cmd_stop(args, extra) -> int:
 
         state = local.stop(args.name, args.timeout)
     if args.wait:
-        while store.get_job(args.name)["state"] not in store.TERMINAL:
+        while _refresh(args.name)["state"] not in store.TERMINAL:
             time.sleep(0.5)
         state = store.get_job(args.name)["state"]
     print(f"job {args.name}: {state}")
@@ -329,7 +366,7 @@ def cmd_rm(args, extra) -> int:
     from gptrain.jobs import store
     from gptrain.jobs.local import job_dir
 
-    job = store.get_job(args.name)
+    job = _refresh(args.name)
     if job["state"] in store.ACTIVE:
         raise UserError(f"job {args.name} is {job['state']}; `gptrain stop {args.name}` first")
     store.delete_job(args.name)

@@ -30,11 +30,11 @@ def local_slots() -> tuple[str, int]:
     the count. Read without importing torch, so the CLI stays fast."""
     gpus = Path("/proc/driver/nvidia/gpus")
     kind, count = ("gpu", len(list(gpus.iterdir()))) if gpus.is_dir() else ("cpu", os.cpu_count() or 1)
-    override = os.environ.get("GPTRAIN_LOCAL_SLOTS") or _user_setting("local", "slots")
+    override = os.environ.get("GPTRAIN_LOCAL_SLOTS") or user_setting("local", "slots")
     return kind, int(override) if override else count
 
 
-def _user_setting(section: str, key: str):
+def user_setting(section: str, key: str):
     """A value from $GPTRAIN_HOME/config.toml, or None."""
     import tomllib
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from gptrain.jobs import local, store
+from gptrain.jobs.logs import failure_summary
 from gptrain.jobs.spec import JobSpec
 
 POLL_S = 0.5
@@ -191,29 +192,6 @@ class Supervisor:
         self.last_sync = time.time()
         store.sync_checkpoints(self.name, local.scan_checkpoints(self.name))
 
-    def failure(self, code: int) -> str:
-        """The failing rank's last error line, or what torchrun says of it."""
-        logs = self.dir / "logs"
-        rank, exitcode = None, code
-        for agent_log in sorted(logs.glob("agent-node*.log")):
-            text = agent_log.read_text(errors="replace").split("--- gptrain: attempt")[-1]
-            m = re.search(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", text)
-            if m:
-                rank, exitcode = int(m.group(1)), int(m.group(2))
-                break
-        ranks = [rank] if rank is not None else sorted(
-            int(p.stem.split("-")[1]) for p in logs.glob("rank-*.log"))
-        for r in ranks:
-            path = logs / f"rank-{r}.log"
-            if path.is_file():
-                lines = path.read_text(errors="replace").split("--- gptrain: attempt")[-1].splitlines()
-                errors = [ln.strip() for ln in lines if _ERROR_LINE.match(ln.strip())]
-                if errors:
-                    return f"rank {r}: {errors[-1]}"
-        if rank is not None and exitcode < 0:
-            return f"rank {rank} was killed by {signal.Signals(-exitcode).name}"
-        return f"rank {rank if rank is not None else '?'} exited with code {exitcode}"
-
     # ---- the whole life ----------------------------------------------------------------------
 
     def run(self) -> None:
@@ -236,7 +214,7 @@ class Supervisor:
             if code == 0:
                 store.set_state(self.name, "succeeded", exit_code=0)
                 return
-            error = self.failure(code)
+            error = failure_summary(self.dir / "logs", code)
             if attempt < self.spec.max_restarts:
                 attempt += 1
                 store.set_state(self.name, "restarting", f"attempt {attempt - 1} failed ({error}); "
@@ -247,9 +225,6 @@ class Supervisor:
 
     def _on_sigterm(self, signum, frame) -> None:
         self.stop_requested = True  # acted on (and recorded) by the polling loops
-
-
-_ERROR_LINE = re.compile(r"^(gptrain: error: .*|([A-Za-z_][\w.]*)?(Error|Exception)\b.*|.*\bError: .*)$")
 
 
 def _killpg(pid: int, sig) -> None:

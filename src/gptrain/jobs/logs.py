@@ -1,0 +1,37 @@
+"""Reading a job's logs: logs/rank-R.log per rank, logs/agent-nodeN.log per torchrun agent.
+
+Each attempt appends to the same files, after a `--- gptrain: attempt N` line.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+ATTEMPT_MARK = "--- gptrain: attempt"
+_ERROR_LINE = re.compile(r"^(gptrain: error: .*|([A-Za-z_][\w.]*)?(Error|Exception)\b.*|.*\bError: .*)$")
+
+
+def last_attempt(path: Path) -> str:
+    return path.read_text(errors="replace").split(ATTEMPT_MARK)[-1]
+
+
+def failure_summary(logs: Path, code: int) -> str:
+    """The failing rank's last error line, or what torchrun says of it."""
+    rank, exitcode = None, code
+    for agent_log in sorted(logs.glob("agent-node*.log")):
+        m = re.search(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", last_attempt(agent_log))
+        if m:
+            rank, exitcode = int(m.group(1)), int(m.group(2))
+            break
+    ranks = [rank] if rank is not None else sorted(int(p.stem.split("-")[1]) for p in logs.glob("rank-*.log"))
+    for r in ranks:
+        path = logs / f"rank-{r}.log"
+        if path.is_file():
+            errors = [ln.strip() for ln in last_attempt(path).splitlines() if _ERROR_LINE.match(ln.strip())]
+            if errors:
+                return f"rank {r}: {errors[-1]}"
+    if rank is not None and exitcode < 0:
+        return f"rank {rank} was killed by {signal.Signals(-exitcode).name}"
+    return f"rank {rank if rank is not None else '?'} exited with code {exitcode}"

@@ -1,0 +1,201 @@
+"""The Slurm scheduler: one sbatch script per job, `srun torchrun` on every node.
+
+    gptrain run NAME --scheduler slurm --nodes 4 --accels 8 [--partition P] [--account A]
+                [--time T] [--sbatch-arg ARG]... [--dry-run] [-- trainer flags | script.py args]
+
+The script starts one torchrun agent per node (srun, one task per node); the agents meet by c10d
+rendezvous on the first node of the allocation, with a rendezvous id unique to the job and its
+restart count. $GPTRAIN_HOME (job files, checkpoints) must be on a filesystem every node sees.
+There is no supervisor: the CLI reads the job's state from Slurm (scontrol, or sacct when
+accounting exists, or the exit code the script leaves behind) and records each transition it sees.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+from gptrain.errors import UserError
+from gptrain.home import home
+from gptrain.jobs import local, store
+from gptrain.jobs.logs import failure_summary
+from gptrain.jobs.spec import JobSpec
+
+# Slurm job state -> gptrain state
+STATES = {
+    "PENDING": "queued", "REQUEUE_HOLD": "queued", "SUSPENDED": "queued", "CONFIGURING": "starting",
+    "RUNNING": "running", "COMPLETING": "running", "RESIZING": "running", "SIGNALING": "running",
+    "STAGE_OUT": "running", "REQUEUED": "restarting", "REQUEUE_FED": "restarting",
+    "PREEMPTED": "restarting", "COMPLETED": "succeeded", "CANCELLED": "stopped", "STOPPED": "stopped",
+    "FAILED": "failed", "TIMEOUT": "failed", "NODE_FAIL": "failed", "OUT_OF_MEMORY": "failed",
+    "BOOT_FAIL": "failed", "DEADLINE": "failed", "SPECIAL_EXIT": "failed", "REVOKED": "failed",
+}
+PASS_THROUGH = ("NCCL_", "UCX_", "FI_", "GLOO_", "TORCH_", "CUDA_", "HF_", "WANDB_")
+DEFAULT_PORT = 29500
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def require(tool: str) -> None:
+    if shutil.which(tool) is None:
+        raise UserError(f"{tool} is not on PATH: this machine is not a Slurm submit host; install "
+                        "Slurm's client tools or use --scheduler local")
+
+
+def accel_type(spec: JobSpec) -> str:
+    """gpu or cpu: as asked, else from the partition's generic resources (gpu when unknown)."""
+    asked = spec.slurm.get("accel_type", "auto")
+    if asked != "auto":
+        return asked
+    if shutil.which("sinfo") is None:
+        return "gpu"
+    cmd = ["sinfo", "-h", "-o", "%G"] + (["-p", spec.slurm["partition"]] if spec.slurm.get("partition") else [])
+    return "gpu" if "gpu" in _run(cmd).stdout else "cpu"
+
+
+def build_script(spec: JobSpec) -> str:
+    from gptrain.jobs.supervisor import dataset_env, entry_command
+
+    jdir = local.job_dir(spec.name)
+    logs = jdir / "logs"
+    s = spec.slurm
+    kind = accel_type(spec)
+    port = int(s.get("port") or DEFAULT_PORT)
+    lines = ["#!/bin/bash", f"# gptrain job {spec.name}: written by `gptrain run --scheduler slurm`",
+             f"#SBATCH --job-name={spec.name}", f"#SBATCH --nodes={spec.nodes}",
+             "#SBATCH --ntasks-per-node=1"]
+    lines.append(f"#SBATCH --gres=gpu:{spec.accels}" if kind == "gpu" else f"#SBATCH --cpus-per-task={spec.accels}")
+    for key in ("partition", "account", "time"):
+        if s.get(key):
+            lines.append(f"#SBATCH --{key}={s[key]}")
+    lines += [f"#SBATCH --output={logs}/slurm-%j.out", "#SBATCH --open-mode=append", "#SBATCH --requeue"]
+    lines += [f"#SBATCH {arg}" for arg in s.get("sbatch_args", [])]
+    env = {"GPTRAIN_HOME": str(home()), "GPTRAIN_JOB": spec.name, "GPTRAIN_OUTPUT_DIR": str(jdir),
+           "GPTRAIN_CHECKPOINT_DIR": str(jdir / "checkpoints"), "PYTHONUNBUFFERED": "1",
+           **dataset_env(spec)}
+    if kind == "cpu":
+        env["OMP_NUM_THREADS"] = "1"
+    env.update({k: v for k, v in os.environ.items() if k.startswith(PASS_THROUGH)})
+    env.update(spec.env)
+    lines += ["", "set -uo pipefail"] + [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    lines += [
+        'export GPTRAIN_ATTEMPT="${SLURM_RESTART_COUNT:-0}"',
+        'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "# the rendezvous host: the first node's address (its name, unless NodeAddr says otherwise)",
+        "export HEAD_ADDR=$(scontrol show node \"$HEAD_NODE\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')",
+        f"mkdir -p {shlex.quote(str(logs))} {shlex.quote(str(jdir / 'checkpoints'))}",
+        'echo "--- gptrain: attempt $GPTRAIN_ATTEMPT, slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST (rendezvous $HEAD_ADDR)"',
+    ]
+    entry = " ".join(shlex.quote(a) for a in entry_command(spec, jdir))
+    agent = (f"exec {shlex.quote(sys.executable)} -m torch.distributed.run --nnodes=$SLURM_NNODES "
+             f"--nproc-per-node={spec.accels} --rdzv-backend=c10d --rdzv-endpoint=$HEAD_ADDR:{port} "
+             "--rdzv-id=$SLURM_JOB_ID-$GPTRAIN_ATTEMPT "
+             '--rdzv-conf=is_host=$([ "$SLURM_NODEID" = 0 ] && echo 1 || echo 0) --max-restarts=0 '
+             f"-m gptrain.jobs.rank_log {shlex.quote(str(logs))} -- {entry}")
+    lines += [f"srun --kill-on-bad-exit=1 --output={shlex.quote(str(logs))}/agent-node%n.log "
+              f"--open-mode=append bash -c {shlex.quote(agent)}",
+              "rc=$?", f"echo $rc > {shlex.quote(str(jdir / 'slurm-exit'))}", "exit $rc", ""]
+    return "\n".join(lines)
+
+
+def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
+    """Submit (or, with dry_run, only print) the job; returns the Slurm job id."""
+    spec.validate()
+    if dry_run:
+        print(build_script(spec), end="")
+        return None
+    require("sbatch")
+    partition = spec.slurm.get("partition")
+    if partition and _run(["scontrol", "show", "partition", partition]).returncode != 0:
+        known = _run(["sinfo", "-h", "-o", "%R"]).stdout.split()
+        raise UserError(f"Slurm partition {partition!r} does not exist (partitions: {', '.join(known) or 'none'})")
+    store.create_job(spec.name, spec.to_dict(), spec.nodes, spec.accels, "slurm")
+    jdir = local.job_dir(spec.name)
+    (jdir / "logs").mkdir(parents=True, exist_ok=True)
+    try:
+        script = jdir / "job.sbatch"
+        script.write_text(build_script(spec))
+        r = _run(["sbatch", "--parsable", str(script)])
+        if r.returncode != 0:
+            raise UserError(f"sbatch refused the job: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
+    except BaseException:
+        store.delete_job(spec.name)
+        shutil.rmtree(jdir, ignore_errors=True)
+        raise
+    job_id = r.stdout.strip().split(";")[0]
+    store.update(spec.name, external_id=job_id)
+    with store.transaction() as conn:
+        store.add_event(conn, spec.name, "slurm", f"submitted as Slurm job {job_id}")
+    return job_id
+
+
+def query(job_id: str) -> dict | None:
+    """{'state', 'reason', 'exit_code'} from scontrol, or sacct for jobs scontrol has forgotten."""
+    r = _run(["scontrol", "show", "job", "-o", job_id])
+    if r.returncode == 0 and "JobState=" in r.stdout:
+        fields = dict(tok.split("=", 1) for tok in r.stdout.split() if "=" in tok)
+        return {"state": fields["JobState"], "reason": fields.get("Reason", "None"),
+                "exit_code": int(fields.get("ExitCode", "0:0").split(":")[0])}
+    if shutil.which("sacct"):
+        r = _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Reason"])
+        if r.returncode == 0 and r.stdout.strip():
+            state, code, reason = (r.stdout.strip().splitlines()[0].split("|") + ["", ""])[:3]
+            return {"state": state.split()[0], "reason": reason or "None",
+                    "exit_code": int(code.split(":")[0] or 0)}
+    return None
+
+
+def refresh(name: str) -> dict:
+    """Bring the stored state of a Slurm job up to date; returns the job."""
+    job = store.get_job(name)
+    if job["state"] in store.TERMINAL or not job["external_id"]:
+        return job
+    jdir = local.job_dir(name)
+    info = query(job["external_id"])
+    if info is None:  # forgotten by Slurm, no accounting: the script's own exit code
+        exit_file = jdir / "slurm-exit"
+        if not exit_file.is_file():
+            return job
+        code = int(exit_file.read_text().strip() or 1)
+        info = {"state": "COMPLETED" if code == 0 else "FAILED", "reason": "None", "exit_code": code}
+    state = STATES.get(info["state"], "running")
+    if (jdir / "stop-request").is_file():
+        state = "stopped" if state in store.TERMINAL else ("stopping" if state == "running" else state)
+    if state == job["state"]:
+        return job
+    note = f"Slurm {info['state']}" + (f" ({info['reason']})" if info["reason"] not in ("None", "") else "")
+    fields = {}
+    if state == "failed":
+        fields = {"exit_code": info["exit_code"],
+                  "error": failure_summary(jdir / "logs", info["exit_code"])}
+        note = f"{note}: {fields['error']}"
+    elif state in ("succeeded", "stopped"):
+        fields = {"exit_code": info["exit_code"]}
+    store.set_state(name, state, note, **fields)
+    if state in store.TERMINAL or state == "running":
+        store.sync_checkpoints(name, local.scan_checkpoints(name))
+    return store.get_job(name)
+
+
+def stop(name: str, timeout: float) -> str:
+    """SIGTERM to every task (the trainer saves a checkpoint and exits); scancel after timeout."""
+    require("scancel")
+    job = refresh(name)
+    if job["state"] in store.TERMINAL:
+        return job["state"]
+    (local.job_dir(name) / "stop-request").write_text(f'{{"timeout": {timeout}}}')
+    job_id = job["external_id"]
+    if job["state"] == "queued":
+        _run(["scancel", job_id])
+    else:
+        _run(["scancel", "--signal=TERM", job_id])
+        subprocess.Popen(["sh", "-c", f"sleep {float(timeout)}; scancel {shlex.quote(job_id)}"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    store.set_state(name, "stopping", f"SIGTERM sent to every task; scancel after {timeout:.0f}s")
+    return "stopping"

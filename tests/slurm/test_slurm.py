@@ -1,0 +1,146 @@
+"""gptrain jobs on a real Slurm (munged + slurmctld + two slurmd, started by the harness)."""
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.helpers import make_dataset
+
+pytestmark = pytest.mark.slow
+
+TRAIN = ["--model.n_layer=2", "--model.n_head=2", "--model.n_embd=32", "--model.block_size=32",
+         "--train.batch_size=4", "--report_to=none", "--metrics.log_every=1", "--train.lr=1e-3"]
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "slurm.md"
+
+
+@pytest.fixture
+def dataset(slurm, tmp_path):
+    assert run_cli("data", "push", "tiny", make_dataset(tmp_path)).returncode == 0
+    return "tiny"
+
+
+def ok(*args):
+    r = run_cli(*args)
+    assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r.stdout
+
+
+def states_until_done(name, timeout=300):
+    """Poll `gptrain inspect` (as a user would) and return the states it showed."""
+    seen, deadline = [], time.time() + timeout
+    while time.time() < deadline:
+        state = json.loads(ok("inspect", name, "--json"))["job"]["state"]
+        if not seen or seen[-1] != state:
+            seen.append(state)
+        if state in ("succeeded", "failed", "stopped"):
+            return seen
+        time.sleep(0.5)
+    raise AssertionError(f"{name} still {seen[-1]} after {timeout}s")
+
+
+def test_two_node_ddp_job_succeeds(dataset, tmp_path):
+    ok("run", "sddp", "--scheduler", "slurm", "--nodes", "2", "--accels", "1", "--dataset", dataset,
+       "--", "--parallel.dp_replicate=2", "--parallel.dp_shard=1", "--train.max_steps=6",
+       "--checkpoint.every=3", *TRAIN)
+    seen = states_until_done("sddp")
+    report = json.loads(ok("inspect", "sddp", "--json"))
+    assert seen[-1] == "succeeded", (seen, report["events"], _logs("sddp"))
+    assert "running" in [e["kind"] for e in report["events"]]
+    assert report["job"]["external_id"] and report["job"]["scheduler"] == "slurm"
+    logs = _job_dir("sddp") / "logs"
+    for node in (0, 1):  # one torchrun agent per node, each with its own output, and one rank each
+        assert (logs / f"agent-node{node}.log").is_file() and (logs / f"rank-{node}.log").is_file()
+    assert "completed at step 6" in ok("logs", "sddp") and "rank 1" in ok("logs", "sddp", "--rank", "1")
+    ckpts = json.loads(ok("checkpoints", "sddp", "--json"))
+    assert [c["step"] for c in ckpts] == [3, 6]
+    ok("checkpoint", "fetch", ckpts[-1]["id"], "--destination", tmp_path / "hf", "--format", "hf")
+    assert ok("generate", "sddp", "--prompt", "The", "--max-new-tokens", "4").startswith("The")
+
+
+def test_stop_ends_a_running_job_with_a_checkpoint(dataset):
+    ok("run", "slong", "--scheduler", "slurm", "--nodes", "2", "--accels", "1", "--dataset", dataset,
+       "--", "--parallel.dp_replicate=2", "--parallel.dp_shard=1", "--train.max_steps=1000000",
+       "--checkpoint.every=1000000", "--train.do_eval=false", *TRAIN)
+    _wait_for_log("slong", "tokens/step")
+    ok("stop", "slong", "--wait", "--timeout", "60")
+    job = json.loads(ok("inspect", "slong", "--json"))["job"]
+    assert job["state"] == "stopped", job
+    ckpts = json.loads(ok("checkpoints", "slong", "--json"))
+    assert ckpts and ckpts[-1]["step"] >= 1, _logs("slong")
+
+
+def test_failing_training_reports_the_rank_error(dataset):
+    ok("run", "sfail", "--scheduler", "slurm", "--nodes", "2", "--accels", "1", "--dataset", dataset,
+       "--", "--train.max_steps=3", "--model.block_size=100000", *TRAIN[:3])
+    assert states_until_done("sfail")[-1] == "failed"
+    job = json.loads(ok("inspect", "sfail", "--json"))["job"]
+    assert "fewer blocks" in (job["error"] or ""), job
+
+
+def test_requeue_resumes_from_the_latest_checkpoint(dataset, slurm):
+    ok("run", "sreq", "--scheduler", "slurm", "--nodes", "1", "--accels", "1", "--dataset", dataset,
+       "--", "--train.max_steps=400", "--checkpoint.every=20", "--train.do_eval=false", *TRAIN)
+    ckpt = _job_dir("sreq") / "checkpoints" / "step-000020"
+    deadline = time.time() + 120
+    while not ckpt.exists():
+        assert time.time() < deadline, _logs("sreq")
+        time.sleep(0.2)
+    slurm.run("scontrol", "requeue", json.loads(ok("inspect", "sreq", "--json"))["job"]["external_id"])
+    seen = states_until_done("sreq")
+    assert seen[-1] == "succeeded", (seen, _logs("sreq"))
+    log = ok("logs", "sreq")
+    assert "attempt 1" in log and re.search(r"resumed from .*step-\d+ at step", log), log[-2000:]
+
+
+def test_dry_run_matches_docs(tmp_path, monkeypatch):
+    import os
+
+    from gptrain.jobs.slurm import PASS_THROUGH
+
+    for key in [k for k in os.environ if k.startswith(PASS_THROUGH)]:
+        monkeypatch.delenv(key)  # the documented script was made in a clean shell
+    monkeypatch.setenv("GPTRAIN_HOME", "/shared/gptrain")
+    r = run_cli("run", "gpt2-124m", "--scheduler", "slurm", "--nodes", "4", "--accels", "8",
+                "--accel-type", "gpu", "--partition", "gpu", "--time", "24:00:00", "--dry-run", "--",
+                "--model.preset=gpt2", "--data.path=/shared/data/owt", "--train.precision=bf16")
+    assert r.returncode == 0, r.stderr
+    script = r.stdout.replace(sys.executable, "/shared/venv/bin/python")
+    documented = re.search(r"```bash\n(#!/bin/bash\n.*?)```", DOCS.read_text(), re.S).group(1)
+    assert script == documented
+    assert "#SBATCH --nodes=4" in script and "#SBATCH --gres=gpu:8" in script
+    assert "--nproc-per-node=8" in script and "--rdzv-backend=c10d" in script
+
+
+def test_bad_input(dataset, monkeypatch):
+    r = run_cli("run", "x", "--scheduler", "slurm", "--partition", "nope", "--", "--train.max_steps=1")
+    assert r.returncode == 2 and "partition 'nope' does not exist" in r.stderr, r.stderr
+    monkeypatch.setenv("PATH", "/nonexistent")
+    r = run_cli("run", "y", "--scheduler", "slurm", "--", "--train.max_steps=1")
+    assert r.returncode == 2 and "sbatch is not on PATH" in r.stderr and r.stderr.count("\n") == 1
+    assert json.loads(ok("jobs", "--json")) == []
+
+
+def _job_dir(name):
+    from gptrain.jobs.local import job_dir
+
+    return job_dir(name)
+
+
+def _logs(name):
+    logs = _job_dir(name) / "logs"
+    return {p.name: p.read_text()[-1500:] for p in logs.glob("*")} if logs.is_dir() else {}
+
+
+def _wait_for_log(name, text, timeout=120):
+    deadline = time.time() + timeout
+    path = _job_dir(name) / "logs" / "rank-0.log"
+    while time.time() < deadline:
+        if path.is_file() and text in path.read_text():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"{text!r} never appeared: {_logs(name)}")
