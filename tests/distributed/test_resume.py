@@ -104,3 +104,19 @@ def test_killed_during_save_resumes_from_previous_checkpoint(data, tmp_path):
     straight = tmp_path / "straight"
     train(*_args(data, straight, "--checkpoint.every=2"))
     assert losses(out) == losses(straight)
+
+
+@pytest.mark.parametrize("nproc, layout", [(1, []), (2, ["--parallel.dp_shard=2"])], ids=["single", "fsdp2"])
+def test_async_checkpoints_resume_exactly(data, tmp_path, nproc, layout):
+    """Checkpoints written in the background while training goes on hold the state of their step."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train(*_args(data, straight, *layout), nproc=nproc)
+    r = train(*_args(data, resumed, *layout, "--checkpoint.async_save=true"), nproc=nproc)
+    assert "in the background" in r.stdout
+    _rewind_to(resumed, K)
+    train(*_args(data, resumed, *layout, "--checkpoint.async_save=true"), nproc=nproc)
+    assert losses(resumed) == losses(straight)
+    a = model_tensors(straight / "checkpoints" / f"step-{N:06d}")
+    b = model_tensors(resumed / "checkpoints" / f"step-{N:06d}")
+    for key in a:
+        assert torch.equal(a[key], b[key]), key

@@ -144,3 +144,20 @@ def _wait_for_log(name, text, timeout=120):
             return
         time.sleep(0.3)
     raise AssertionError(f"{text!r} never appeared: {_logs(name)}")
+
+
+def test_scheduler_defaults_from_user_config_and_job_yaml(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("GPTRAIN_HOME", str(home))
+    (home / "config.toml").write_text('[defaults]\nscheduler = "slurm"\n[slurm]\npartition = "big"\naccount = "proj"\n')
+    r = run_cli("run", "j", "--accel-type", "gpu", "--dry-run", "--", "--train.max_steps=1")
+    assert r.returncode == 0, r.stderr
+    assert "#SBATCH --partition=big" in r.stdout and "#SBATCH --account=proj" in r.stdout
+    (tmp_path / "job.yaml").write_text("name: y\nnodes: 2\nslurm: {partition: small, time: '01:00:00'}\n"
+                                       "args: ['--train.max_steps=1']\n")
+    r = run_cli("run", "-f", tmp_path / "job.yaml", "--accel-type", "cpu", "--dry-run")
+    assert "#SBATCH --partition=small" in r.stdout and "#SBATCH --time=01:00:00" in r.stdout
+    assert "#SBATCH --nodes=2" in r.stdout and "#SBATCH --cpus-per-task=1" in r.stdout
+    r = run_cli("run", "-f", tmp_path / "job.yaml", "--partition", "cli", "--dry-run")
+    assert "#SBATCH --partition=cli" in r.stdout

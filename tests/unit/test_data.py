@@ -169,3 +169,40 @@ def test_meta_records_splits_and_checksums(corpus, tmp_path):
     again = read_meta(tmp_path / "out")
     assert again == meta and meta["tokenizer"] == {"name": "gpt2"} and meta["dtype"] == "uint16"
     assert meta["splits"]["train"]["tokens"] > 0 and meta["splits"]["val"]["tokens"] > 0
+
+
+def test_hugging_face_dataset_source_uses_its_own_splits(tmp_path):
+    """A local dataset in the hub's layout goes through datasets.load_dataset, like a hub name."""
+    d = tmp_path / "hf-ds"
+    d.mkdir()
+    for split, texts in (("train", ["alpha beta", "", "gamma"]), ("validation", ["delta epsilon"])):
+        (d / f"{split}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    meta = prep_mod.prepare([f"hf:{d}"], str(tmp_path / "out"), quiet=True)
+    tok = GPT2Tokenizer()
+    assert _tokens(tmp_path / "out") == tok.encode("alpha beta") + [50256] + tok.encode("gamma") + [50256]
+    assert _tokens(tmp_path / "out", "val") == tok.encode("delta epsilon") + [50256]
+    assert meta["splits"]["train"]["documents"] == 2
+
+
+def test_unreachable_hub_dataset_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    r = run_cli("data", "prepare", "wikitext", "--hf-config", "wikitext-2-raw-v1", "--out", tmp_path / "o")
+    _assert_one_line_error(r, "cannot load Hugging Face dataset 'wikitext'")
+    assert not (tmp_path / "o").exists()
+
+
+def test_http_source_through_fsspec(corpus, tmp_path):
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(corpus))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/doc1.txt"
+        prep_mod.prepare([url], str(tmp_path / "web"), val_fraction=0.0, quiet=True)
+    finally:
+        server.shutdown()
+    prep_mod.prepare([str(corpus / "doc1.txt")], str(tmp_path / "local"), val_fraction=0.0, quiet=True)
+    assert _tokens(tmp_path / "web") == _tokens(tmp_path / "local")

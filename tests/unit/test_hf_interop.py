@@ -123,3 +123,21 @@ def test_generation_past_the_context_slides_the_window(tiny_hf_gpt2):
     for _ in range(10):  # nanoGPT's loop: crop to the context, recompute
         ids = torch.cat([ids, model(ids[:, -64:])[:, -1].argmax(-1, keepdim=True)], dim=1)
     assert out.tolist() == ids.tolist()
+
+
+def test_pytorch_model_bin_is_read_weights_only(tiny_hf_gpt2, tmp_path):
+    ref = GPT2LMHeadModel.from_pretrained(tiny_hf_gpt2).eval()
+    ref.config.save_pretrained(tmp_path / "bin")  # the legacy layout older transformers wrote
+    torch.save(ref.state_dict(), tmp_path / "bin" / "pytorch_model.bin")
+    model, _ = load_hf(str(tmp_path / "bin"))
+    ids = _ids()
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(ids), ref(ids).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_hub_id_offline_is_a_clear_error(monkeypatch):
+    from gptrain.errors import UserError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UserError, match="cannot get 'openai-community/gpt2' from the Hugging Face Hub"):
+        load_hf("openai-community/gpt2")

@@ -13,7 +13,8 @@ def register(sub) -> None:
     p = dsub.add_parser("prepare", help="tokenize text into a dataset directory",
                         description="Tokenize SOURCEs (files, folders, globs of .txt/.md/.jsonl/"
                         ".json/.parquet, fsspec URLs, or one Hugging Face dataset name) into "
-                        "flat token files + meta.json.")
+                        "flat token files + meta.json. `hf:NAME_OR_DIR` forces a Hugging Face "
+                        "dataset (hub name, or a local directory in the hub's layout).")
     p.add_argument("sources", nargs="+", metavar="SOURCE")
     p.add_argument("--out", required=True, help="new directory to write")
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, char, byte, or a HF tokenizer directory")
@@ -98,10 +99,12 @@ def cmd_push(args, extra) -> int:
 def cmd_list(args, extra) -> int:
     from gptrain.data.store import list_all
 
+    import time
+
     rows = [("NAME", "TOKENIZER", "TOKENS", "SIZE", "CREATED")]
-    for name, meta, size in list_all():
-        tokens = sum(s["tokens"] for s in meta["splits"].values())
-        rows.append((name, meta["tokenizer_name"], f"{tokens:,}", _bytes(size), meta.get("created", "")[:19]))
+    for d in list_all():
+        rows.append((d["name"], d["tokenizer"], f"{d['tokens']:,}", _bytes(d["bytes"]),
+                     time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d["created"]))))
     _table(rows)
     return 0
 

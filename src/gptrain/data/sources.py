@@ -44,6 +44,9 @@ def expand(sources: list[str], hf_config: str | None) -> list[Source]:
     """Turn what the user typed into a list of concrete sources, or a clear error."""
     out: list[Source] = []
     for s in sources:
+        if s.startswith("hf:"):  # explicitly a Hugging Face dataset: a hub name or a local dataset dir
+            out.append(Source("hf", s[3:]))
+            continue
         if _is_url(s):
             out.append(Source("file", s))
             continue
@@ -80,6 +83,9 @@ def _open_binary(location: str):
 
         try:
             return fsspec.open(location, "rb").open()
+        except ImportError as e:
+            raise UserError(f"reading {location.split('://')[0]}:// URLs needs more packages "
+                            f"(pip install 'gptrain[remote]'): {e}") from None
         except Exception as e:  # fsspec backends raise many types
             raise UserError(f"cannot open {location}: {type(e).__name__}: {e}") from None
     try:

@@ -1,11 +1,18 @@
-"""Named datasets under $GPTRAIN_HOME/datasets/NAME: push (atomic, verified), list, inspect, rm."""
+"""Named datasets: files under $GPTRAIN_HOME/datasets/NAME, registered in gptrain.db.
+
+push copies and verifies into a hidden directory, renames it into place, then registers it;
+rm unregisters first, then deletes. A name is usable exactly when it is registered and its
+files are complete.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
+from gptrain import db
 from gptrain.data.formats import is_prepared_dir, read_meta, verify
 from gptrain.errors import UserError
 from gptrain.home import check_name, home
@@ -16,10 +23,18 @@ def datasets_dir() -> Path:
 
 
 def path_of(name: str) -> Path:
-    p = datasets_dir() / check_name(name, "dataset")
-    if not is_prepared_dir(p):
+    check_name(name, "dataset")
+    conn = db.connect()
+    try:
+        row = conn.execute("SELECT path FROM datasets WHERE name = ?", (name,)).fetchone()
+    finally:
+        conn.close()
+    if row is None:
         raise UserError(f"no dataset named {name!r}; see `gptrain data list`")
-    return p
+    if not is_prepared_dir(row["path"]):
+        raise UserError(f"dataset {name!r} is registered but its files in {row['path']} are gone; "
+                        f"`gptrain data rm {name}` and push it again")
+    return Path(row["path"])
 
 
 def resolve(ref: str) -> Path:
@@ -57,27 +72,34 @@ def push(name: str, src: str) -> Path:
         for fname in ["meta.json", *names]:
             shutil.copy2(src_dir / fname, tmp / fname)
         verify(tmp)  # what landed is what was prepared
-        os.rename(tmp, dest)
+        with db.transaction() as conn:
+            if conn.execute("SELECT 1 FROM datasets WHERE name = ?", (name,)).fetchone():
+                raise UserError(f"dataset {name!r} already exists; `gptrain data rm {name}` first")
+            os.rename(tmp, dest)
+            size = sum(f.stat().st_size for f in dest.iterdir() if f.is_file())
+            tokens = sum(split["tokens"] for split in meta["splits"].values())
+            conn.execute("INSERT INTO datasets (name, path, tokenizer, tokens, bytes, created) "
+                         "VALUES (?, ?, ?, ?, ?, ?)", (name, str(dest), meta["tokenizer_name"], tokens,
+                                                       size, time.time()))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dest
 
 
-def list_all() -> list[tuple[str, dict, int]]:
-    """(name, meta, bytes) for every pushed dataset."""
-    out = []
-    d = datasets_dir()
-    if d.is_dir():
-        for p in sorted(d.iterdir()):
-            if not p.name.startswith(".") and is_prepared_dir(p):
-                size = sum(f.stat().st_size for f in p.iterdir() if f.is_file())
-                out.append((p.name, read_meta(p), size))
-    return out
+def list_all() -> list[dict]:
+    """Every registered dataset: name, path, tokenizer, tokens, bytes, created."""
+    conn = db.connect()
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM datasets ORDER BY name")]
+    finally:
+        conn.close()
 
 
 def remove(name: str) -> None:
     p = path_of(name)
-    trash = p.parent / f".{name}.rm-{os.getpid()}"
-    os.rename(p, trash)  # the name disappears at once; the bytes go after
+    with db.transaction() as conn:
+        conn.execute("DELETE FROM datasets WHERE name = ?", (name,))
+        trash = p.parent / f".{name}.rm-{os.getpid()}"
+        os.rename(p, trash)  # the name disappears at once; the bytes go after
     shutil.rmtree(trash)

@@ -1,95 +1,20 @@
-"""The job store: SQLite in $GPTRAIN_HOME/gptrain.db (WAL), safe for many CLI calls at once.
+"""The job store: jobs (one row per job, its state and resources), events (the lifecycle,
+timestamped) and checkpoints (what each job has written), in $GPTRAIN_HOME/gptrain.db.
 
-Tables: jobs (one row per job, its state and resources), events (the lifecycle, timestamped),
-checkpoints (what each job has written). Every write is one short IMMEDIATE transaction;
-concurrent writers wait on the busy timeout instead of failing.
+Every write is one short IMMEDIATE transaction (gptrain/db.py), so concurrent CLI calls wait
+on the busy timeout instead of failing.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
-from contextlib import contextmanager
 
+from gptrain.db import connect, transaction
 from gptrain.errors import UserError
-from gptrain.home import home
 
 ACTIVE = ("queued", "starting", "running", "restarting", "stopping")
 TERMINAL = ("succeeded", "failed", "stopped")
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    name TEXT PRIMARY KEY,
-    seq INTEGER NOT NULL,
-    state TEXT NOT NULL,
-    scheduler TEXT NOT NULL DEFAULT 'local',
-    nodes INTEGER NOT NULL,
-    accels INTEGER NOT NULL,
-    spec TEXT NOT NULL,
-    created REAL NOT NULL,
-    updated REAL NOT NULL,
-    started REAL,
-    ended REAL,
-    restarts INTEGER NOT NULL DEFAULT 0,
-    exit_code INTEGER,
-    error TEXT,
-    supervisor_pid INTEGER,
-    slots TEXT,
-    external_id TEXT
-);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    job TEXT NOT NULL,
-    time REAL NOT NULL,
-    kind TEXT NOT NULL,
-    message TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS events_job ON events (job, id);
-CREATE TABLE IF NOT EXISTS checkpoints (
-    id TEXT PRIMARY KEY,
-    job TEXT NOT NULL,
-    name TEXT NOT NULL,
-    step INTEGER,
-    train_loss REAL,
-    eval_loss REAL,
-    time REAL NOT NULL,
-    size INTEGER NOT NULL,
-    path TEXT NOT NULL,
-    UNIQUE (job, name)
-);
-"""
-
-
-def db_path():
-    return home() / "gptrain.db"
-
-
-def connect() -> sqlite3.Connection:
-    path = db_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, timeout=60, isolation_level=None)
-    conn.row_factory = sqlite3.Row
-    conn.execute("PRAGMA busy_timeout = 60000")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    conn.executescript(SCHEMA)
-    return conn
-
-
-@contextmanager
-def transaction():
-    """One IMMEDIATE transaction: the write lock is taken up front, so readers never upgrade."""
-    conn = connect()
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        yield conn
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    finally:
-        conn.close()
 
 
 def add_event(conn, job: str, kind: str, message: str = "") -> None:

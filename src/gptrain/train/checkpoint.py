@@ -122,32 +122,54 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def save(output_dir, step: int, tensors: dict, trainer_state: dict, keep_last: int | None) -> Path:
-    """Write a checkpoint on every rank; returns its final path once it is committed."""
+class PendingSave:
+    """A checkpoint being written; `finish()` waits for it and commits it (all ranks call it)."""
+
+    def __init__(self, root: Path, name: str, trainer_state: dict, keep_last: int | None, future=None):
+        self.root, self.name, self.state, self.keep_last, self.future = root, name, trainer_state, keep_last, future
+        self.path = root / name
+
+    def finish(self) -> Path:
+        if self.future is not None:
+            self.future.result()
+            self.future = None
+        _barrier()
+        if _rank() == 0:
+            tmp, final = self.root / f".tmp-{self.name}", self.path
+            (tmp / STATE_FILE).write_text(json.dumps(dict(self.state, saved_at=time.time()), indent=2))
+            if final.exists():  # a stale copy of this step from an interrupted run
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+            _write_latest(self.root, self.name)
+            _prune(self.root, self.keep_last)
+        _barrier()
+        return self.path
+
+
+def save(output_dir, step: int, tensors: dict, trainer_state: dict, keep_last: int | None,
+         asynchronous: bool = False, group=None) -> PendingSave:
+    """Write a checkpoint on every rank. A synchronous save is committed before this returns;
+    an asynchronous one copies the tensors aside, writes them in the background (its
+    collectives on `group`, a process group of its own) and is committed by `finish()`."""
     from safetensors.torch import save_file
 
     root = Path(output_dir) / "checkpoints"
     name = f"step-{step:06d}"
-    tmp, final = root / f".tmp-{name}", root / name
+    tmp = root / f".tmp-{name}"
     if _rank() == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     _barrier()
+    save_file({k: v.contiguous() for k, v in rng_state().items()}, tmp / f"rank-{_rank():05d}.safetensors")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*assuming the intent is to")
+        if asynchronous:
+            future = dcp.async_save(tensors, storage_writer=FileSystemWriter(tmp), process_group=group)
+            return PendingSave(root, name, dict(trainer_state, step=step), keep_last, future)
         dcp.save(tensors, storage_writer=FileSystemWriter(tmp))
-    save_file({k: v.contiguous() for k, v in rng_state().items()}, tmp / f"rank-{_rank():05d}.safetensors")
-    _barrier()
-    if _rank() == 0:
-        trainer_state = dict(trainer_state, step=step, saved_at=time.time())
-        (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=2))
-        if final.exists():  # a stale copy of this step from an interrupted run
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        _write_latest(root, name)
-        _prune(root, keep_last)
-    _barrier()
-    return final
+    pending = PendingSave(root, name, dict(trainer_state, step=step), keep_last)
+    pending.finish()
+    return pending
 
 
 def _write_latest(root: Path, name: str) -> None:
