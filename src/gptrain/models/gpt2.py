@@ -145,6 +145,7 @@ class GPT(nn.Module):
         ))
         self.lm_head = nn.Linear(cfg.n_embd, cfg.padded_vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
+        self.fused_loss = True  # False: the reference logits -> cross-entropy path
         self.init_weights()
 
     def init_weights(self, seed: int | None = None) -> None:
@@ -168,7 +169,8 @@ class GPT(nn.Module):
         return n
 
     def forward(self, idx, targets=None, cache=None, start_pos: int = 0):
-        """Logits over the real vocabulary (and the mean loss when targets are given).
+        """Logits over the real vocabulary; with targets, (logits, mean loss), where logits is
+        None when the fused loss computed the loss without them.
 
         Under pipeline parallel a stage may lack wte (then `idx` is hidden states) or ln_f and
         lm_head (then the hidden states are returned).
@@ -187,12 +189,25 @@ class GPT(nn.Module):
             x = block(x, cache=cache)
         if tr["ln_f"] is None:
             return x
-        logits = self.lm_head(tr.ln_f(x))
+        x = tr.ln_f(x)
+        if targets is not None and self.fused_loss and _plain(x, self.lm_head.weight):
+            # the loss without materializing the logits (models/fused_ce.py); logits are None
+            from gptrain.models.fused_ce import linear_cross_entropy
+
+            return None, linear_cross_entropy(x, self.lm_head.weight, targets, self.config.vocab_size)
+        logits = self.lm_head(x)
         if logits.size(-1) != self.config.vocab_size:
             logits = logits[..., : self.config.vocab_size]  # padded rows are never predicted
         if targets is None:
             return logits.contiguous()
         return logits, cross_entropy(logits, targets)
+
+
+def _plain(*tensors) -> bool:
+    """Ordinary tensors (the fused loss does not handle tensor-parallel DTensors)."""
+    from torch.distributed.tensor import DTensor
+
+    return not any(isinstance(t, DTensor) for t in tensors)
 
 
 def cross_entropy(logits, targets):

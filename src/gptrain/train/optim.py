@@ -14,8 +14,12 @@ def build_optimizer(model, tc, device) -> torch.optim.AdamW:
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": tc.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
-    # fused kernels on CUDA; foreach (multi-tensor) elsewhere
-    extra = {"fused": True} if device.type == "cuda" else {"foreach": True}
+    # the fused kernel (CUDA, and CPU since torch 2.4) updates every parameter in one pass;
+    # DTensor parameters (FSDP2, tensor parallel) take the multi-tensor foreach path
+    from torch.distributed.tensor import DTensor
+
+    sharded = any(isinstance(p, DTensor) for p in params)
+    extra = {"foreach": True} if sharded else {"fused": True}
     return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2), eps=1e-8, **extra)
 
 

@@ -51,6 +51,10 @@ class Trainer:
     def __init__(self, cfg: Config, env):
         self.cfg, self.env = cfg, env
         tc = cfg.train
+        if env.device.type == "cpu":
+            from gptrain.train.cpu import keep_freed_memory
+
+            keep_freed_memory()
         self.out = Path(tc.output_dir).expanduser()
         self.data_dir = resolve_data(cfg.data.path)
         meta = read_meta(self.data_dir)
