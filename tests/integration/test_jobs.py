@@ -259,3 +259,17 @@ def _worker_pids(name):
         except OSError:
             continue
     return pids
+
+
+def test_jobs_inspect_and_checkpoints_do_not_import_torch(dataset, tmp_path):
+    """The commands users run all day answer without loading torch (bench/cli_latency.py)."""
+    script = tmp_path / "noop.py"
+    script.write_text("pass\n")
+    ok("run", "light", "--", script)
+    wait_for("light")
+    code = ("import sys; from gptrain.cli import main\n"
+            "for a in (['jobs'], ['inspect', 'light'], ['checkpoints', 'light'], ['data', 'list']):\n"
+            "    assert main(a) == 0\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

@@ -101,7 +101,7 @@ def scan_checkpoints(job: str) -> list[dict]:
     """The complete checkpoints in a job's checkpoint directory (built-in trainer or script)."""
     import re
 
-    from gptrain.train.checkpoint import STATE_FILE, is_checkpoint_dir
+    from gptrain.train.checkpoint_files import STATE_FILE, is_checkpoint_dir
 
     root = job_dir(job) / "checkpoints"
     found = []

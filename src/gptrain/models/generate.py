@@ -75,7 +75,7 @@ def generate(model, prompt, max_new_tokens: int, temperature: float = 0.0, top_k
         generator = torch.Generator(device=prompt.device).manual_seed(seed)
     dtype = next(model.parameters()).dtype
     cache = KVCache(model, B, min(ctx, T + max_new_tokens), dtype, prompt.device)
-    logits = model(prompt, cache=cache)[:, -1]
+    logits = model(prompt, cache=cache, last_only=True)[:, -1]
     cache.pos = T
     out = [prompt]
     finished = torch.zeros(B, dtype=torch.bool, device=prompt.device)
@@ -91,5 +91,5 @@ def generate(model, prompt, max_new_tokens: int, temperature: float = 0.0, top_k
             logits = model(nxt[:, None], cache=cache, start_pos=cache.pos)[:, -1]
             cache.pos += 1
         else:
-            logits = model(torch.cat(out, dim=1)[:, -ctx:])[:, -1]
+            logits = model(torch.cat(out, dim=1)[:, -ctx:], last_only=True)[:, -1]
     return torch.cat(out, dim=1)

@@ -168,7 +168,7 @@ class GPT(nn.Module):
             n -= self.transformer.wpe.weight.numel()
         return n
 
-    def forward(self, idx, targets=None, cache=None, start_pos: int = 0):
+    def forward(self, idx, targets=None, cache=None, start_pos: int = 0, last_only: bool = False):
         """Logits over the real vocabulary; with targets, (logits, mean loss), where logits is
         None when the fused loss computed the loss without them.
 
@@ -195,6 +195,8 @@ class GPT(nn.Module):
             from gptrain.models.fused_ce import linear_cross_entropy
 
             return None, linear_cross_entropy(x, self.lm_head.weight, targets, self.config.vocab_size)
+        if last_only:  # generation needs the next-token logits only
+            x = x[:, -1:]
         logits = self.lm_head(x)
         if logits.size(-1) != self.config.vocab_size:
             logits = logits[..., : self.config.vocab_size]  # padded rows are never predicted
