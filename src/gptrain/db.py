@@ -91,3 +91,16 @@ def transaction():
         raise
     finally:
         conn.close()
+
+
+def fetch_all(sql: str, params=()) -> list[dict]:
+    conn = connect()
+    try:
+        return [dict(r) for r in conn.execute(sql, params)]
+    finally:
+        conn.close()
+
+
+def fetch_one(sql: str, params=()) -> dict | None:
+    rows = fetch_all(sql, params)
+    return rows[0] if rows else None

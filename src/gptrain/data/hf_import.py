@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 
+from gptrain.atomic import new_directory
 from gptrain.data.formats import FORMAT, VERSION, token_dtype
 from gptrain.errors import UserError
 
@@ -37,9 +36,6 @@ def import_hf(src: str, out: str, tokenizer: str = "gpt2") -> dict:
     src_dir = Path(src).expanduser()
     if not is_hf_saved(src_dir):
         raise UserError(f"{src} is not a dataset saved by Hugging Face save_to_disk")
-    out_dir = Path(out).expanduser()
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise UserError(f"output {out_dir} already exists; choose a new --out directory")
     tok = tokenizers.by_name(tokenizer)
     try:
         loaded = datasets.load_from_disk(str(src_dir))
@@ -47,10 +43,7 @@ def import_hf(src: str, out: str, tokenizer: str = "gpt2") -> dict:
         raise UserError(f"cannot read {src}: {str(e).splitlines()[0]}") from None
     parts = loaded if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}
     dtype = token_dtype(tok.vocab_size)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with new_directory(out, "--out directory") as tmp:
         splits = {}
         for name, ds in parts.items():
             split = SPLIT_NAMES.get(name, name)
@@ -68,12 +61,6 @@ def import_hf(src: str, out: str, tokenizer: str = "gpt2") -> dict:
                 "dtype": dtype, "splits": splits, "sources": [str(src_dir)],
                 "imported_from": "huggingface save_to_disk"}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-        if out_dir.exists():
-            out_dir.rmdir()
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return meta
 
 

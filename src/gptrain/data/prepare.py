@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import random
-import shutil
 import time
 from collections import deque
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from gptrain import tokenizers
+from gptrain.atomic import new_directory
 from gptrain.data import sources as src_mod
 from gptrain.data.formats import FORMAT, VERSION, token_dtype
 from gptrain.errors import UserError
@@ -175,21 +175,11 @@ def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: st
     srcs = src_mod.expand(sources, hf_config)
     tok = tokenizers.by_name(tokenizer, _corpus_chars(srcs, text_field, hf_config)
                              if tokenizer == "char" else None)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with new_directory(out_dir) as tmp:
         meta = _write_all(srcs, tok, tmp, text_field, hf_config, val_fraction, num_proc, seed,
                           shard_tokens, quiet)
         meta["sources"] = list(sources)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-        if out_dir.exists():
-            out_dir.rmdir()
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return meta
 
 

@@ -24,11 +24,7 @@ def datasets_dir() -> Path:
 
 def path_of(name: str) -> Path:
     check_name(name, "dataset")
-    conn = db.connect()
-    try:
-        row = conn.execute("SELECT path FROM datasets WHERE name = ?", (name,)).fetchone()
-    finally:
-        conn.close()
+    row = db.fetch_one("SELECT path FROM datasets WHERE name = ?", (name,))
     if row is None:
         raise UserError(f"no dataset named {name!r}; see `gptrain data list`")
     if not is_prepared_dir(row["path"]):
@@ -89,11 +85,7 @@ def push(name: str, src: str) -> Path:
 
 def list_all() -> list[dict]:
     """Every registered dataset: name, path, tokenizer, tokens, bytes, created."""
-    conn = db.connect()
-    try:
-        return [dict(r) for r in conn.execute("SELECT * FROM datasets ORDER BY name")]
-    finally:
-        conn.close()
+    return db.fetch_all("SELECT * FROM datasets ORDER BY name")
 
 
 def remove(name: str) -> None:

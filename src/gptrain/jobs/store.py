@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 
-from gptrain.db import connect, transaction
+from gptrain.db import fetch_all, fetch_one, transaction
 from gptrain.errors import UserError
 
 ACTIVE = ("queued", "starting", "running", "restarting", "stopping")
@@ -60,55 +60,31 @@ def update(name: str, **fields) -> None:
 
 
 def get_job(name: str) -> dict:
-    conn = connect()
-    try:
-        row = conn.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
-    finally:
-        conn.close()
-    if row is None:
+    job = fetch_one("SELECT * FROM jobs WHERE name = ?", (name,))
+    if job is None:
         raise UserError(f"no job named {name!r}; see `gptrain jobs`")
-    job = dict(row)
     job["spec"] = json.loads(job["spec"])
     job["slots"] = json.loads(job["slots"]) if job["slots"] else []
     return job
 
 
 def list_jobs() -> list[dict]:
-    conn = connect()
-    try:
-        rows = conn.execute("SELECT * FROM jobs ORDER BY seq").fetchall()
-    finally:
-        conn.close()
-    return [dict(r) for r in rows]
+    return fetch_all("SELECT * FROM jobs ORDER BY seq")
 
 
 def events(name: str) -> list[dict]:
-    conn = connect()
-    try:
-        return [dict(r) for r in conn.execute("SELECT time, kind, message FROM events WHERE job = ? "
-                                              "ORDER BY id", (name,))]
-    finally:
-        conn.close()
+    return fetch_all("SELECT time, kind, message FROM events WHERE job = ? ORDER BY id", (name,))
 
 
 def checkpoints(name: str) -> list[dict]:
-    conn = connect()
-    try:
-        return [dict(r) for r in conn.execute("SELECT * FROM checkpoints WHERE job = ? ORDER BY "
-                                              "step, name", (name,))]
-    finally:
-        conn.close()
+    return fetch_all("SELECT * FROM checkpoints WHERE job = ? ORDER BY step, name", (name,))
 
 
 def checkpoint_by_id(ckpt_id: str) -> dict:
-    conn = connect()
-    try:
-        row = conn.execute("SELECT * FROM checkpoints WHERE id = ?", (ckpt_id,)).fetchone()
-    finally:
-        conn.close()
+    row = fetch_one("SELECT * FROM checkpoints WHERE id = ?", (ckpt_id,))
     if row is None:
         raise UserError(f"no checkpoint with ID {ckpt_id!r}; see `gptrain checkpoints JOB`")
-    return dict(row)
+    return row
 
 
 def sync_checkpoints(job: str, found: list[dict]) -> None:

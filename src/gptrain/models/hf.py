@@ -8,7 +8,6 @@ Linear's; and its c_attn rows are ordered (q|k|v, head, d) where ours are (head,
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import torch
@@ -154,18 +153,12 @@ def load_hf(name_or_path: str, **overrides):
 
 def export_hf(model, tokenizer, out_dir) -> Path:
     """Write a HF GPT-2 directory (config, safetensors, generation config, tokenizer) atomically."""
-    import shutil
-    import tempfile
-
     from safetensors.torch import save_file
 
+    from gptrain.atomic import new_directory
+
     cfg = model.config
-    out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise UserError(f"{out_dir} already exists and is not empty; choose a new --out directory")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with new_directory(out_dir, "--out directory") as tmp:
         save_file(to_hf_state_dict(model.state_dict(), cfg), tmp / "model.safetensors",
                   metadata={"format": "pt"})
         hf_cfg = config_to_hf(cfg)
@@ -178,10 +171,4 @@ def export_hf(model, tokenizer, out_dir) -> Path:
             tokenizer.save_hf(tmp)
             # gptrain reads its own tokenizer back from here (char/byte have no HF form).
             (tmp / "gptrain_tokenizer.json").write_text(json.dumps(tokenizer.spec()))
-        if out_dir.exists():
-            out_dir.rmdir()
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out_dir
+    return Path(out_dir)
