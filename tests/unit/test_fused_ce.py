@@ -43,3 +43,19 @@ def test_model_fused_path_matches_reference_path():
     torch.testing.assert_close(grads[0][0], grads[1][0], atol=1e-6, rtol=1e-6)
     for name in grads[0][1]:
         torch.testing.assert_close(grads[0][1][name], grads[1][1][name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_target_probability_below_fp32_range_gives_finite_exact_loss():
+    """A target whose softmax probability underflows to 0 in fp32 (logit gap > 104)."""
+    h = torch.tensor([[30.0, 0.0], [0.0, 1.0]], requires_grad=True)
+    w = torch.tensor([[5.0, 0.0], [-5.0, 0.0], [0.0, 1.0]], requires_grad=True)
+    t = torch.tensor([1, 2])  # row 0: logits 150 vs -150 for its target
+    loss = linear_cross_entropy(h, w, t, 3)
+    loss.backward()
+    h2, w2 = h.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    ref = cross_entropy(h2 @ w2.t(), t)
+    ref.backward()
+    assert torch.isfinite(loss)
+    torch.testing.assert_close(loss, ref)
+    torch.testing.assert_close(h.grad, h2.grad)
+    torch.testing.assert_close(w.grad, w2.grad)
