@@ -31,6 +31,30 @@ def tiny_hf_gpt2(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def tiny_hf_llama(tmp_path_factory):
+    """A tiny random LlamaForCausalLM (grouped-query attention, untied head) saved by
+    transformers itself, with a GPT-2 BPE tokenizer beside it (the Llama tokenizer is not
+    installable offline; any HF tokenizer directory works the same)."""
+    import torch
+    from transformers import GPT2TokenizerFast, LlamaConfig, LlamaForCausalLM
+
+    from gptrain.tokenizers import ASSETS
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=50257, hidden_size=32, intermediate_size=88, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      rope_theta=500.0, rms_norm_eps=1e-5, bos_token_id=50256, eos_token_id=50256,
+                      tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).eval()
+    out = tmp_path_factory.mktemp("hf") / "tiny-llama"
+    model.save_pretrained(out)
+    tok = GPT2TokenizerFast(vocab_file=str(ASSETS / "gpt2_vocab.json"),
+                            merges_file=str(ASSETS / "gpt2_merges.txt"))
+    tok.save_pretrained(out)
+    return out
+
+
 def run_cli(*args, env=None, cwd=None, timeout=600):
     """Run `python -m gptrain ARGS` in a subprocess; returns CompletedProcess."""
     import subprocess

@@ -26,18 +26,22 @@ def opt(default, doc: str, choices: tuple | None = None):
 
 @dataclass
 class ModelConfig:
-    preset: str = opt("gpt2-tiny", "Architecture preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, "
-                      "gpt2-mini, gpt2-tiny). Ignored when init_from gives weights with their own shape.")
-    init_from: str = opt("", "Start from these weights: a Hugging Face GPT-2 directory or hub id, "
-                         "or a gptrain checkpoint directory. Empty: random GPT-2 init.")
+    preset: str = opt("gpt2-tiny", "Architecture preset: gpt2, gpt2-medium, gpt2-large, gpt2-xl, "
+                      "gpt2-mini, gpt2-tiny (GPT-2); tinyllama-1.1b, llama2-7b, llama-tiny (Llama). "
+                      "Ignored when init_from gives weights with their own shape.")
+    init_from: str = opt("", "Start from these weights: a Hugging Face GPT-2 or Llama directory or "
+                         "hub id, or a gptrain checkpoint directory. Empty: random init.")
     n_layer: int | None = opt(None, "Override the preset's number of transformer blocks.")
     n_head: int | None = opt(None, "Override the preset's number of attention heads.")
+    n_kv_head: int | None = opt(None, "Override the preset's key/value heads (Llama grouped-query "
+                                "attention; must divide n_head).")
     n_embd: int | None = opt(None, "Override the preset's embedding width.")
     block_size: int | None = opt(None, "Context length in tokens (default: the preset's, capped "
                                  "by what the weights support).")
     vocab_size: int | None = opt(None, "Vocabulary size (default: the dataset's tokenizer).")
     dropout: float = opt(0.0, "Dropout probability (0 for pre-training, 0.1 helps fine-tuning).")
-    bias: bool = opt(True, "Use biases in Linear and LayerNorm layers, as GPT-2 does.")
+    bias: bool | None = opt(None, "Use biases in Linear and norm layers (default: the preset's; "
+                            "GPT-2 has them, Llama does not).")
     attn_implementation: str = opt("sdpa", "Attention kernel: sdpa (PyTorch fused/flash), eager "
                                    "(reference), flash_attention_2 (the flash-attn package).",
                                    ("sdpa", "eager", "flash_attention_2"))

@@ -4,7 +4,8 @@ Same data: a data-parallel run of B rows per rank sees exactly the blocks a sing
 with B * dp rows (the loader deals each global batch out to the ranks), so the losses agree up
 to floating-point reduction order. Tolerance: 1e-4 absolute on losses around 3-4. The final
 weights (the checkpoint every run writes at its end) agree within 1e-4 too, whatever layout
-wrote them.
+wrote them. The Llama rows run the same checks on the llama-tiny preset (RMSNorm, rotary
+positions, grouped-query attention, untied head).
 """
 
 import pytest
@@ -23,20 +24,24 @@ def data(tmp_path_factory):
     return make_dataset(tmp_path_factory.mktemp("parity"))
 
 
-def _args(data, out, rows, n_layer):
+def _args(data, out, rows, n_layer, preset="gpt2-tiny"):
     return [f"--data.path={data}", f"--train.output_dir={out}", f"--train.batch_size={rows}",
-            f"--train.max_steps={STEPS}", "--train.do_eval=false", *TINY, f"--model.n_layer={n_layer}"]
+            f"--train.max_steps={STEPS}", "--train.do_eval=false", *TINY, f"--model.n_layer={n_layer}",
+            f"--model.preset={preset}"]
 
 
 @pytest.fixture(scope="module")
 def reference(data, tmp_path_factory):
-    """Single-process runs with 8 rows per step, for 2 and 4 layers."""
+    """Single-process runs with 8 rows per step, made on first use per (preset, layers)."""
     out = {}
-    for n_layer in (2, 4):
-        d = tmp_path_factory.mktemp(f"single{n_layer}")
-        train(*_args(data, d, 8, n_layer))
-        out[n_layer] = d
-    return out
+
+    def get(preset, n_layer):
+        if (preset, n_layer) not in out:
+            d = tmp_path_factory.mktemp(f"single-{preset}-{n_layer}")
+            train(*_args(data, d, 8, n_layer, preset))
+            out[preset, n_layer] = d
+        return out[preset, n_layer]
+    return get
 
 
 @pytest.mark.parametrize("name, nproc, rows, n_layer, layout", [
@@ -50,14 +55,19 @@ def reference(data, tmp_path_factory):
     ("pp-interleaved", 2, 8, 4, ["--parallel.pp=2", "--parallel.dp_shard=1",
                                  "--parallel.pp_schedule=interleaved_1f1b"]),
     ("pp+fsdp", 4, 4, 4, ["--parallel.pp=2", "--parallel.dp_shard=2", "--parallel.pp_microbatches=2"]),
+    ("llama-fsdp+tp", 4, 4, 2, ["--parallel.tp=2", "--parallel.dp_shard=2"]),
+    ("llama-pp+tp", 4, 8, 4, ["--parallel.pp=2", "--parallel.tp=2",
+                              "--parallel.dp_shard=1"]),
 ])
 def test_loss_and_weights_match_single_process(data, reference, tmp_path, name, nproc, rows, n_layer, layout):
-    train(*_args(data, tmp_path, rows, n_layer), *layout, nproc=nproc)
-    got, expected = losses(tmp_path), losses(reference[n_layer])
+    preset = "llama-tiny" if name.startswith("llama") else "gpt2-tiny"
+    ref_dir = reference(preset, n_layer)
+    train(*_args(data, tmp_path, rows, n_layer, preset), *layout, nproc=nproc)
+    got, expected = losses(tmp_path), losses(ref_dir)
     assert sorted(got) == list(range(1, STEPS + 1))
     for step in expected:
         assert abs(got[step] - expected[step]) < TOL, (name, step, got[step], expected[step])
     final = f"checkpoints/step-{STEPS:06d}"
-    mine, ref = model_tensors(tmp_path / final), model_tensors(reference[n_layer] / final)
+    mine, ref = model_tensors(tmp_path / final), model_tensors(ref_dir / final)
     for key in ref:
         torch.testing.assert_close(mine[key], ref[key], atol=TOL, rtol=0, msg=f"{name}: {key}")

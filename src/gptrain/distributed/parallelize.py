@@ -14,8 +14,9 @@ from gptrain.errors import UserError
 def check_layout(model_cfg, dims) -> None:
     """Refuse layouts that cannot work before any work starts."""
     if dims.tp > 1:
-        if model_cfg.n_head % dims.tp:
-            raise UserError(f"n_head={model_cfg.n_head} is not divisible by parallel.tp={dims.tp}")
+        if model_cfg.n_head % dims.tp or model_cfg.kv_heads % dims.tp:
+            raise UserError(f"the attention heads (n_head={model_cfg.n_head}, key/value heads "
+                            f"{model_cfg.kv_heads}) are not divisible by parallel.tp={dims.tp}")
         if model_cfg.padded_vocab_size % dims.tp or model_cfg.block_size % dims.tp:
             raise UserError(f"the (padded) vocabulary {model_cfg.padded_vocab_size} and the context "
                             f"{model_cfg.block_size} must be divisible by parallel.tp={dims.tp}; "
@@ -28,10 +29,11 @@ def check_layout(model_cfg, dims) -> None:
 def apply_tp(model, tp_mesh) -> None:
     """Megatron-style tensor parallel with sequence parallel between the blocks.
 
-    Activations outside attention/MLP are sharded along the sequence (Shard(1)); c_attn and
-    c_fc split their output columns (c_attn's rows are stored per head, so every rank gets
-    whole heads), the projections after them split their input rows and reduce-scatter back
-    to sequence shards. Logits are gathered whole so the loss is the same on every rank.
+    Activations outside attention/MLP are sharded along the sequence (Shard(1)); the input
+    projections (GPT-2's c_attn and c_fc, Llama's q/k/v and gate/up) split their output columns
+    (GPT-2's c_attn rows are stored per head, so every rank gets whole heads), the projections
+    after them split their input rows and reduce-scatter back to sequence shards. Logits are
+    gathered whole so the loss is the same on every rank.
     """
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
@@ -42,24 +44,26 @@ def apply_tp(model, tp_mesh) -> None:
     plan = {}
     if tr["wte"] is not None:
         plan["transformer.wte"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))
+    if "wpe" in tr and tr["wpe"] is not None:
         # positions (T,) -> (T, C) sharded over T, which broadcasts onto the (B, T/tp, C) shard
         plan["transformer.wpe"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0))
     if tr["ln_f"] is not None:
         plan["transformer.ln_f"] = SequenceParallel()
         plan["lm_head"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
     parallelize_module(model, tp_mesh, plan)
+    # per block: (norm, sub-module, its column-split input projections, its row-split output one)
+    layout = {"gpt2": (("ln_1", "attn", ("c_attn",), "c_proj"), ("ln_2", "mlp", ("c_fc",), "c_proj")),
+              "llama": (("input_layernorm", "self_attn", ("q_proj", "k_proj", "v_proj"), "o_proj"),
+                        ("post_attention_layernorm", "mlp", ("gate_proj", "up_proj"), "down_proj"))}
+    block_plan = {}
+    for norm, sub, inputs, output in layout[model.config.arch]:
+        block_plan[norm] = SequenceParallel()
+        block_plan[sub] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+        block_plan.update({f"{sub}.{name}": ColwiseParallel() for name in inputs})
+        block_plan[f"{sub}.{output}"] = RowwiseParallel(output_layouts=Shard(1))
     for block in tr.h.values():
-        parallelize_module(block, tp_mesh, {
-            "ln_1": SequenceParallel(),
-            "attn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-            "attn.c_attn": ColwiseParallel(),
-            "attn.c_proj": RowwiseParallel(output_layouts=Shard(1)),
-            "ln_2": SequenceParallel(),
-            "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-            "mlp.c_fc": ColwiseParallel(),
-            "mlp.c_proj": RowwiseParallel(output_layouts=Shard(1)),
-        })
-    if tr["wte"] is not None and tr["ln_f"] is not None:
+        parallelize_module(block, tp_mesh, block_plan)
+    if model.config.tie_embeddings and tr["wte"] is not None and tr["ln_f"] is not None:
         model.lm_head.weight = tr.wte.weight  # both are Shard(0) over the vocabulary: still tied
 
 

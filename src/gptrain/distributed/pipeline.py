@@ -4,7 +4,8 @@ Every stage is the full GPT class with the modules it does not own removed, so p
 stay those of the whole model (transformer.h.5... stays transformer.h.5...) and checkpoints are
 the same with or without pipelining. The first stage owns the embeddings, the last one ln_f and
 lm_head. GPT-2 ties lm_head to wte; across stages each end keeps its own copy, and their
-gradients are summed before every optimizer step so the copies stay identical.
+gradients are summed before every optimizer step so the copies stay identical. (Llama-2's
+lm_head is its own weight: nothing to share.)
 """
 
 from __future__ import annotations
@@ -53,11 +54,13 @@ def split(model, pp_rank: int, pp: int, schedule: str, microbatches: int, batch_
             if int(name) not in layers[s]:
                 del tr.h[name]
         if s != 0:
-            tr.wte = tr.wpe = tr.drop = None
+            for key in ("wte", "wpe", "drop"):
+                if key in tr:
+                    tr[key] = None
         if s != n_stages - 1:
             tr.ln_f = None
             part.lm_head = None
-        elif s != 0:
+        elif s != 0 and model.config.tie_embeddings:
             # the last stage keeps its own copy of the tied embedding as lm_head
             part.lm_head.weight = torch.nn.Parameter(part.lm_head.weight.detach().clone())
         parts.append(part)
@@ -84,6 +87,8 @@ def build_schedule(parts, ids, n_stages, device, pp_group, schedule: str, microb
 
 def tied_embedding(parts):
     """This rank's copy of the tied embedding (first stage's wte or last stage's lm_head)."""
+    if not parts[0].config.tie_embeddings:
+        return None
     for part in parts:
         if is_first(part):
             return part.transformer.wte.weight
@@ -107,7 +112,7 @@ def embedding_group(mesh):
 def sync_tied_grads(parts, group) -> None:
     """Sum the tied embedding's gradient over the first and last stage."""
     weight = tied_embedding(parts)
-    if weight is None or weight.grad is None:
+    if group is None or weight is None or weight.grad is None:
         return
     grad = weight.grad
     dist.all_reduce(grad.to_local() if hasattr(grad, "to_local") else grad, group=group)

@@ -9,18 +9,19 @@ from gptrain.models.gpt2 import CAUSAL
 
 
 class KVCache:
-    """Preallocated keys and values for every attention layer of one model."""
+    """Keys and values of every attention layer, each allocated on its first update."""
 
-    def __init__(self, model, batch: int, max_len: int, dtype, device):
-        cfg = model.config
-        shape = (batch, cfg.n_head, max_len, cfg.head_dim)
-        self.buffers = {id(block.attn): (torch.empty(shape, dtype=dtype, device=device),
-                                         torch.empty(shape, dtype=dtype, device=device))
-                        for block in model.transformer.h.values()}
+    def __init__(self, batch: int, max_len: int, dtype, device):
+        self.batch, self.max_len, self.dtype, self.device = batch, max_len, dtype, device
+        self.buffers = {}
         self.pos = 0  # tokens cached so far
 
     def update(self, attn, k, v):
         """Store this step's k, v; return all keys/values so far and the attention mask."""
+        if id(attn) not in self.buffers:  # (batch, key/value heads, max_len, head_dim)
+            shape = (self.batch, k.size(1), self.max_len, k.size(3))
+            self.buffers[id(attn)] = tuple(torch.empty(shape, dtype=self.dtype, device=self.device)
+                                           for _ in range(2))
         kbuf, vbuf = self.buffers[id(attn)]
         T = k.size(2)
         end = self.pos + T
@@ -74,7 +75,7 @@ def generate(model, prompt, max_new_tokens: int, temperature: float = 0.0, top_k
     if seed is not None:
         generator = torch.Generator(device=prompt.device).manual_seed(seed)
     dtype = next(model.parameters()).dtype
-    cache = KVCache(model, B, min(ctx, T + max_new_tokens), dtype, prompt.device)
+    cache = KVCache(B, min(ctx, T + max_new_tokens), dtype, prompt.device)
     logits = model(prompt, cache=cache, last_only=True)[:, -1]
     cache.pos = T
     out = [prompt]

@@ -31,6 +31,12 @@ class GPTConfig:
     layer_norm_eps: float = 1e-5
     attn_implementation: str = "sdpa"
     pad_vocab_multiple: int = 64
+    # Llama family (models/llama.py); GPT-2 ignores these
+    arch: str = "gpt2"
+    n_kv_head: int | None = None  # grouped-query attention: key/value heads (default n_head)
+    intermediate_size: int | None = None  # MLP width (default 4 * n_embd)
+    rope_theta: float = 10000.0
+    tie_embeddings: bool = True  # lm_head shares wte's weight (GPT-2); Llama-2 keeps its own
 
     @property
     def padded_vocab_size(self) -> int:
@@ -41,9 +47,23 @@ class GPTConfig:
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
 
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_head or self.n_head
+
+    @property
+    def ffn_size(self) -> int:
+        return self.intermediate_size or 4 * self.n_embd
+
     def validate(self) -> None:
+        if self.arch not in ARCHS:
+            raise UserError(f"unknown model arch {self.arch!r}: use one of {', '.join(ARCHS)}")
         if self.n_embd % self.n_head:
             raise UserError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+        if self.n_head % self.kv_heads:
+            raise UserError(f"n_head={self.n_head} must be a multiple of n_kv_head={self.kv_heads}")
+        if self.arch == "llama" and self.head_dim % 2:
+            raise UserError(f"rotary embeddings need an even head size, got {self.head_dim}")
         for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
             if getattr(self, name) < 1:
                 raise UserError(f"model {name} must be >= 1, got {getattr(self, name)}")
@@ -51,6 +71,7 @@ class GPTConfig:
             raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
 
 
+ARCHS = ("gpt2", "llama")
 CAUSAL = "causal"
 
 
@@ -148,24 +169,32 @@ class GPT(nn.Module):
         self.fused_loss = True  # False: the reference logits -> cross-entropy path
         self.init_weights()
 
+    RESIDUAL_PROJECTIONS = ("c_proj.weight",)  # scaled down at init (GPT-2)
+
+    def embed(self, idx, start_pos: int):
+        tr = self.transformer
+        pos = torch.arange(start_pos, start_pos + idx.size(1), device=idx.device)
+        return tr.drop(tr.wte(idx) + tr.wpe(pos))
+
     def init_weights(self, seed: int | None = None) -> None:
         """GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer)."""
         gen = None if seed is None else torch.Generator().manual_seed(seed)
         resid_std = 0.02 / math.sqrt(2 * self.config.n_layer)
         for name, p in self.named_parameters():
-            if name.endswith("c_proj.weight"):
+            if name.endswith(self.RESIDUAL_PROJECTIONS):
                 _normal(p, resid_std, gen)
             elif p.dim() >= 2:
                 _normal(p, 0.02, gen)
-            elif ".ln_" in name or name.startswith("transformer.ln_f"):
+            elif "ln_" in name or "layernorm" in name:
                 nn.init.ones_(p) if name.endswith("weight") else nn.init.zeros_(p)
             else:
                 nn.init.zeros_(p)
 
     def num_params(self, non_embedding: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding and self.transformer["wpe"] is not None:
-            n -= self.transformer.wpe.weight.numel()
+        wpe = self.transformer["wpe"] if "wpe" in self.transformer else None
+        if non_embedding and wpe is not None:  # learned positions (GPT-2) are not counted
+            n -= wpe.weight.numel()
         return n
 
     def forward(self, idx, targets=None, cache=None, start_pos: int = 0, last_only: bool = False):
@@ -181,8 +210,7 @@ class GPT(nn.Module):
             if start_pos + T > self.config.block_size:
                 raise UserError(f"sequence of {start_pos + T} tokens is longer than the model's "
                                 f"context ({self.config.block_size})")
-            pos = torch.arange(start_pos, start_pos + T, device=idx.device)
-            x = tr.drop(tr.wte(idx) + tr.wpe(pos))
+            x = self.embed(idx, start_pos)
         else:
             x = idx
         for block in tr.h.values():

@@ -1,8 +1,10 @@
-"""Hugging Face GPT-2 interop: load a HF model directory or hub id, export to one.
+"""Hugging Face interop (GPT-2 and Llama): load a HF model directory or hub id, export to one.
 
-HF's GPT-2 keeps its projections in Conv1D modules, whose weights are the transpose of a
-Linear's; and its c_attn rows are ordered (q|k|v, head, d) where ours are (head, q|k|v, d)
-(see models/gpt2.py). Everything else maps name for name.
+GPT-2: HF keeps the projections in Conv1D modules, whose weights are the transpose of a
+Linear's, and orders c_attn rows (q|k|v, head, d) where ours are (head, q|k|v, d) (see
+models/gpt2.py). Everything else maps name for name.
+Llama: only the outer prefixes differ (model.embed_tokens / model.layers / model.norm are our
+transformer.wte / transformer.h / transformer.ln_f); blocks use HF's own names.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def resolve(name_or_path: str) -> Path:
 
         return Path(snapshot_download(name_or_path, allow_patterns=[
             "config.json", "generation_config.json", "model.safetensors*", "*.json", "merges.txt",
-            "vocab.json"]))
+            "vocab.json", "tokenizer.model"]))
     except ImportError:
         raise UserError(f"{name_or_path!r} is not a local directory, and downloading from the "
                         "Hugging Face Hub needs: pip install 'gptrain[hf]'") from None
@@ -48,25 +50,76 @@ def resolve(name_or_path: str) -> Path:
                         "model directory") from None
 
 
+LLAMA_PREFIXES = (("model.embed_tokens.", "transformer.wte."), ("model.layers.", "transformer.h."),
+                  ("model.norm.", "transformer.ln_f."))
+
+
 def config_from_hf(hf: dict, **overrides):
+
+    kind = hf.get("model_type")
+    if kind == "llama":
+        cfg = llama_config_from_hf(hf)
+    elif kind == "gpt2":
+        cfg = gpt2_config_from_hf(hf)
+    else:
+        raise UserError(f"model_type {kind!r} is not supported: gptrain loads GPT-2 (gpt2) and "
+                        "Llama (llama) models")
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    cfg.validate()
+    return cfg
+
+
+def llama_config_from_hf(hf: dict):
     from gptrain.models.gpt2 import GPTConfig
 
-    if hf.get("model_type") != "gpt2":
-        raise UserError(f"model_type {hf.get('model_type')!r} is not supported: gptrain loads "
-                        "GPT-2 models (model_type gpt2)")
+    rope = hf.get("rope_parameters") or {}  # transformers 5 keeps rope_theta in here
+    scaling = hf.get("rope_scaling") or ({} if rope.get("rope_type", "default") == "default" else rope)
+    if scaling:
+        raise UserError(f"rope scaling {scaling.get('rope_type') or scaling.get('type')!r} is not "
+                        "supported: gptrain's Llama uses plain rotary embeddings (Llama-2, TinyLlama)")
+    if hf.get("hidden_act", "silu") != "silu":
+        raise UserError(f"activation {hf['hidden_act']!r} is not supported (Llama uses silu)")
+    if hf.get("attention_bias") or hf.get("mlp_bias"):
+        raise UserError("Llama models with attention_bias or mlp_bias are not supported")
+    heads, width = hf["num_attention_heads"], hf["hidden_size"]
+    if hf.get("head_dim") not in (None, width // heads):
+        raise UserError(f"head_dim {hf['head_dim']} other than hidden_size / num_attention_heads "
+                        "is not supported")
+    return GPTConfig(arch="llama", block_size=hf["max_position_embeddings"], vocab_size=hf["vocab_size"],
+                     n_layer=hf["num_hidden_layers"], n_head=heads,
+                     n_kv_head=hf.get("num_key_value_heads") or heads, n_embd=width,
+                     intermediate_size=hf["intermediate_size"],
+                     rope_theta=float(hf.get("rope_theta") or rope.get("rope_theta", 10000.0)),
+                     layer_norm_eps=hf.get("rms_norm_eps", 1e-6), bias=False,
+                     tie_embeddings=bool(hf.get("tie_word_embeddings", False)))
+
+
+def gpt2_config_from_hf(hf: dict):
+    from gptrain.models.gpt2 import GPTConfig
+
     if hf.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
         raise UserError(f"activation {hf['activation_function']!r} is not supported (GPT-2 uses gelu_new)")
     if hf.get("n_inner") not in (None, 4 * hf["n_embd"]):
         raise UserError("n_inner other than 4 * n_embd is not supported")
-    cfg = GPTConfig(block_size=hf["n_positions"], vocab_size=hf["vocab_size"],
-                    n_layer=hf["n_layer"], n_head=hf["n_head"], n_embd=hf["n_embd"],
-                    layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5))
-    for key, value in overrides.items():
-        setattr(cfg, key, value)
-    return cfg
+    return GPTConfig(block_size=hf["n_positions"], vocab_size=hf["vocab_size"],
+                     n_layer=hf["n_layer"], n_head=hf["n_head"], n_embd=hf["n_embd"],
+                     layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5))
 
 
 def config_to_hf(cfg) -> dict:
+    if cfg.arch == "llama":
+        return {
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "vocab_size": cfg.vocab_size, "max_position_embeddings": cfg.block_size,
+            "hidden_size": cfg.n_embd, "intermediate_size": cfg.ffn_size,
+            "num_hidden_layers": cfg.n_layer, "num_attention_heads": cfg.n_head,
+            "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "hidden_act": "silu",
+            "rms_norm_eps": cfg.layer_norm_eps, "rope_theta": cfg.rope_theta,
+            "attention_bias": False, "mlp_bias": False, "attention_dropout": cfg.dropout,
+            "initializer_range": 0.02, "tie_word_embeddings": cfg.tie_embeddings,
+            "torch_dtype": "float32",
+        }
     return {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
         "vocab_size": cfg.vocab_size, "n_positions": cfg.block_size, "n_ctx": cfg.block_size,
@@ -102,7 +155,15 @@ def _qkv_rows(t, n_head, to_hf: bool):
     return t.reshape(3, n_head, -1, *rest).transpose(0, 1).reshape(t.shape)
 
 
+def _pad_vocab(t, cfg):
+    if cfg.padded_vocab_size > t.shape[0]:
+        t = torch.cat([t, t.new_zeros(cfg.padded_vocab_size - t.shape[0], t.shape[1])])
+    return t
+
+
 def from_hf_state_dict(sd: dict, cfg) -> dict:
+    if cfg.arch == "llama":
+        return _llama_from_hf(sd, cfg)
     out = {}
     for key, t in sd.items():
         key = key.removeprefix("transformer.")
@@ -112,13 +173,43 @@ def from_hf_state_dict(sd: dict, cfg) -> dict:
             t = t.t()
         if key.endswith("attn.c_attn.weight") or key.endswith("attn.c_attn.bias"):
             t = _qkv_rows(t, cfg.n_head, to_hf=False)
-        if key == "wte.weight" and cfg.padded_vocab_size > t.shape[0]:
-            t = torch.cat([t, t.new_zeros(cfg.padded_vocab_size - t.shape[0], t.shape[1])])
+        if key == "wte.weight":
+            t = _pad_vocab(t, cfg)
         out["transformer." + key] = t.float()
     return out
 
 
+def _llama_from_hf(sd: dict, cfg) -> dict:
+    out = {}
+    for key, t in sd.items():
+        if key.endswith("rotary_emb.inv_freq") or (key == "lm_head.weight" and cfg.tie_embeddings):
+            continue  # recomputed / tied to embed_tokens
+        for hf_prefix, ours in LLAMA_PREFIXES:
+            if key.startswith(hf_prefix):
+                key = ours + key.removeprefix(hf_prefix)
+        if key in ("transformer.wte.weight", "lm_head.weight"):
+            t = _pad_vocab(t, cfg)
+        out[key] = t.float()
+    return out
+
+
+def _llama_to_hf(sd: dict, cfg) -> dict:
+    out = {}
+    for key, t in sd.items():
+        if key == "lm_head.weight" and cfg.tie_embeddings:
+            continue
+        if key in ("transformer.wte.weight", "lm_head.weight"):
+            t = t[: cfg.vocab_size]
+        for hf_prefix, ours in LLAMA_PREFIXES:
+            if key.startswith(ours):
+                key = hf_prefix + key.removeprefix(ours)
+        out[key] = t.detach().to("cpu").contiguous()
+    return out
+
+
 def to_hf_state_dict(sd: dict, cfg) -> dict:
+    if cfg.arch == "llama":
+        return _llama_to_hf(sd, cfg)
     out = {}
     for key, t in sd.items():
         if key == "lm_head.weight":
@@ -134,25 +225,26 @@ def to_hf_state_dict(sd: dict, cfg) -> dict:
 
 
 def load_hf(name_or_path: str, **overrides):
-    """(GPT model, its HF directory) from a HF GPT-2 directory or hub id."""
-    from gptrain.models.gpt2 import GPT
+    """(model, its HF directory) from a HF GPT-2 or Llama directory or hub id."""
+    from gptrain.models.registry import build
 
     model_dir = resolve(name_or_path)
     cfg = config_from_hf(json.loads((model_dir / "config.json").read_text()), **overrides)
     with torch.device("meta"):
-        model = GPT(cfg)
+        model = build(cfg)
     missing, unexpected = model.load_state_dict(from_hf_state_dict(read_state_dict(model_dir), cfg),
                                                 strict=False, assign=True)
-    model.lm_head.weight = model.transformer.wte.weight
-    missing = [k for k in missing if k != "lm_head.weight"]
+    if cfg.tie_embeddings:
+        model.lm_head.weight = model.transformer.wte.weight
+        missing = [k for k in missing if k != "lm_head.weight"]
     if missing or unexpected:
-        raise UserError(f"{model_dir} does not hold a complete GPT-2: missing {missing[:3]}, "
-                        f"unexpected {unexpected[:3]}")
+        raise UserError(f"{model_dir} does not hold a complete {cfg.arch} model: missing "
+                        f"{missing[:3]}, unexpected {unexpected[:3]}")
     return model, model_dir
 
 
 def export_hf(model, tokenizer, out_dir) -> Path:
-    """Write a HF GPT-2 directory (config, safetensors, generation config, tokenizer) atomically."""
+    """Write a HF model directory (config, safetensors, generation config, tokenizer) atomically."""
     from safetensors.torch import save_file
 
     from gptrain.atomic import new_directory

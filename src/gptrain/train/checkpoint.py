@@ -174,14 +174,16 @@ def load_rng(path) -> None:
 def load_for_inference(path, device="cpu", **overrides):
     """(GPT in eval mode, tokenizer) from a checkpoint directory or training output directory."""
     from gptrain import tokenizers
-    from gptrain.models.gpt2 import GPT, GPTConfig
+    from gptrain.models.gpt2 import GPTConfig
+    from gptrain.models.registry import build
 
     path = resolve(path)
     state = read_state(path)
     cfg = GPTConfig(**{**state["model_config"], **overrides})
-    model = GPT(cfg)
+    model = build(cfg)
     sd = {"model": model.state_dict()}
-    sd["model"].pop("lm_head.weight")  # tied to wte
+    if cfg.tie_embeddings:
+        sd["model"].pop("lm_head.weight")  # it is wte
     load_tensors(path, sd)
     model.load_state_dict(sd["model"], strict=False)
     tok = tokenizers.from_spec(state["tokenizer"]) if state.get("tokenizer") else None
@@ -189,14 +191,14 @@ def load_for_inference(path, device="cpu", **overrides):
 
 
 def _canonical_key(part, key: str) -> str | None:
-    """Checkpoint keys are those of the whole model, with the tied lm_head stored as wte.
+    """Checkpoint keys are those of the whole model, with a tied lm_head stored as wte.
 
     A part that has wte drops lm_head.weight (it is wte); a last pipeline stage without wte
     stores its lm_head copy under wte's name.
     """
-    if key != "lm_head.weight":
-        return key
     gpt = getattr(part, "module", part)
+    if key != "lm_head.weight" or not gpt.config.tie_embeddings:
+        return key
     return None if gpt.transformer["wte"] is not None else "transformer.wte.weight"
 
 

@@ -27,9 +27,8 @@ def resolve_data(path: str) -> Path:
 
 
 def build_model(cfg: Config, vocab_size: int):
-    """The plain GPT on CPU: from scratch, HF weights, or a gptrain checkpoint's weights."""
-    from gptrain.models.gpt2 import GPT
-    from gptrain.models.registry import build_model_config
+    """The plain model on CPU: from scratch, HF weights, or a gptrain checkpoint's weights."""
+    from gptrain.models.registry import build, build_model_config
 
     mc = cfg.model
     if mc.attn_implementation == "flash_attention_2":
@@ -38,7 +37,7 @@ def build_model(cfg: Config, vocab_size: int):
         check_available()
     if not mc.init_from:
         torch.manual_seed(cfg.train.seed)  # identical init on every rank
-        return GPT(build_model_config(mc, vocab_size))
+        return build(build_model_config(mc, vocab_size))
     overrides = dict(attn_implementation=mc.attn_implementation, dropout=mc.dropout)
     src = Path(mc.init_from).expanduser()
     if src.is_dir() and (ckpt.is_checkpoint_dir(src) or ckpt.find_latest(src)):
@@ -55,7 +54,8 @@ def build_model(cfg: Config, vocab_size: int):
         if mc.block_size > model.config.block_size:
             raise UserError(f"model.block_size={mc.block_size} exceeds the {model.config.block_size} "
                             f"positions of {mc.init_from}")
-        wpe = model.transformer.wpe
-        wpe.weight = torch.nn.Parameter(wpe.weight[: mc.block_size].clone())
+        if "wpe" in model.transformer:  # learned positions beyond the context are dropped
+            wpe = model.transformer.wpe
+            wpe.weight = torch.nn.Parameter(wpe.weight[: mc.block_size].clone())
         model.config.block_size = mc.block_size
     return model

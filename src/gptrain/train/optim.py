@@ -51,7 +51,7 @@ def clip_grads(parts, max_norm: float, pp_group=None) -> torch.Tensor:
     if pp_group is not None:
         for part in parts:
             gpt = getattr(part, "module", part)
-            if gpt.lm_head is not None and gpt.transformer["wte"] is None:
+            if gpt.config.tie_embeddings and gpt.lm_head is not None and gpt.transformer["wte"] is None:
                 skip.add(id(gpt.lm_head.weight))
     grads = [p.grad for p in params if id(p) not in skip]
     if grads:

@@ -107,7 +107,7 @@ class Trainer:
                                               microbatches, cfg.train.batch_size)
         self.parts = [parallelize(p.to(device), dims, self.mesh, cfg, device) for p in parts]
         self.pp_group = pp_mesh.get_group()
-        self.embedding_group = pipeline.embedding_group(self.mesh)
+        self.embedding_group = pipeline.embedding_group(self.mesh) if plain.config.tie_embeddings else None
         self.has_first = any(pipeline.is_first(p) for p in parts)
         self.has_last = any(pipeline.is_last(p) for p in parts)
 

@@ -1,0 +1,107 @@
+"""Llama (Llama-2, TinyLlama and their kin): RMSNorm, rotary positions, grouped-query attention,
+SwiGLU MLP, and an output head of its own unless tie_embeddings.
+
+It reuses GPT's outer shape (transformer.wte / transformer.h / transformer.ln_f / lm_head) and
+its forward, so the trainer, the parallelism plans, checkpoints and generation treat both the
+same. Inside a block the names are Hugging Face's LlamaDecoderLayer names (self_attn.q_proj,
+mlp.gate_proj, ...), so HF import (models/hf.py) only renames the outer prefixes. Rotary
+embeddings use HF's rotate-half convention, so q_proj/k_proj need no permutation either.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from gptrain.models.gpt2 import CAUSAL, GPT, GPTConfig, attention
+
+
+def rotary(q, k, start_pos: int, theta: float):
+    """Rotate (B, heads, T, d) queries and keys by their positions start_pos.. (HF's layout:
+    the first and second halves of each head are the pairs)."""
+    d, T = q.size(-1), q.size(-2)
+    inv_freq = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=q.device).float() / d)
+    pos = torch.arange(start_pos, start_pos + T, device=q.device, dtype=torch.float32)
+    freqs = torch.outer(pos, inv_freq)
+    angles = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
+
+    def rotate_half(x):
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((-x2, x1), dim=-1)
+
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        d = cfg.head_dim
+        self.q_proj = nn.Linear(cfg.n_embd, cfg.n_head * d, bias=cfg.bias)
+        self.k_proj = nn.Linear(cfg.n_embd, cfg.kv_heads * d, bias=cfg.bias)
+        self.v_proj = nn.Linear(cfg.n_embd, cfg.kv_heads * d, bias=cfg.bias)
+        self.o_proj = nn.Linear(cfg.n_head * d, cfg.n_embd, bias=cfg.bias)
+        self.head_dim, self.theta = d, cfg.rope_theta
+        self.impl, self.dropout = cfg.attn_implementation, cfg.dropout
+
+    def forward(self, x, cache=None):
+        B, T, _ = x.shape
+        # -1 heads: under tensor parallel this rank holds only its share of the heads.
+        q, k, v = (proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+                   for proj in (self.q_proj, self.k_proj, self.v_proj))
+        q, k = rotary(q, k, cache.pos if cache is not None else 0, self.theta)
+        mask = CAUSAL
+        if cache is not None:
+            k, v, mask = cache.update(self, k, v)
+        group = q.size(1) // k.size(1)
+        if group > 1:  # each key/value head serves `group` query heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        y = attention(q, k, v, self.impl, self.dropout if self.training else 0.0, mask)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.n_embd, cfg.ffn_size, bias=cfg.bias)
+        self.up_proj = nn.Linear(cfg.n_embd, cfg.ffn_size, bias=cfg.bias)
+        self.down_proj = nn.Linear(cfg.ffn_size, cfg.n_embd, bias=cfg.bias)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.input_layernorm = nn.RMSNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self.self_attn = LlamaAttention(cfg)
+        self.post_attention_layernorm = nn.RMSNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self.mlp = LlamaMLP(cfg)
+
+    def forward(self, x, cache=None):
+        x = x + self.self_attn(self.input_layernorm(x), cache=cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Llama(GPT):
+    RESIDUAL_PROJECTIONS = ("o_proj.weight", "down_proj.weight")
+
+    def __init__(self, cfg: GPTConfig):
+        nn.Module.__init__(self)
+        cfg.validate()
+        self.config = cfg
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(cfg.padded_vocab_size, cfg.n_embd),
+            h=nn.ModuleDict({str(i): LlamaBlock(cfg) for i in range(cfg.n_layer)}),
+            ln_f=nn.RMSNorm(cfg.n_embd, eps=cfg.layer_norm_eps),
+        ))
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.padded_vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.transformer.wte.weight
+        self.fused_loss = True
+        self.init_weights()
+
+    def embed(self, idx, start_pos: int):
+        return self.transformer.wte(idx)  # positions enter through the rotary embeddings

@@ -1,0 +1,108 @@
+"""gptrain's Llama against transformers' LlamaForCausalLM: logits, loss, generation, export."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+from gptrain.errors import UserError
+from gptrain.models.generate import generate
+from gptrain.models.gpt2 import GPTConfig
+from gptrain.models.hf import config_from_hf, export_hf, load_hf
+from gptrain.models.llama import Llama
+
+
+def _ids(n=2, t=24, seed=1):
+    return torch.randint(0, 50257, (n, t), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+@pytest.mark.parametrize("pad", [0, 64])
+def test_logits_match_transformers(tiny_hf_llama, impl, pad):
+    ref = LlamaForCausalLM.from_pretrained(tiny_hf_llama).eval()
+    model, _ = load_hf(str(tiny_hf_llama), attn_implementation=impl, pad_vocab_multiple=pad)
+    assert isinstance(model, Llama) and model.config.kv_heads == 2
+    assert model.lm_head.weight is not model.transformer.wte.weight  # untied, as in the file
+    ids = _ids()
+    with torch.no_grad():
+        expected = ref(ids).logits
+        got = model.eval()(ids)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_loss_and_gradients_match_transformers(tiny_hf_llama):
+    ref = LlamaForCausalLM.from_pretrained(tiny_hf_llama)
+    model, _ = load_hf(str(tiny_hf_llama))
+    ids = _ids(t=33)
+    expected = ref(ids, labels=ids).loss
+    expected.backward()
+    _, loss = model(ids[:, :-1], ids[:, 1:])  # the fused linear + cross-entropy path
+    loss.backward()
+    torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
+    ours = model.transformer.h["1"].self_attn.k_proj.weight.grad
+    theirs = ref.model.layers[1].self_attn.k_proj.weight.grad
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-4)
+    torch.testing.assert_close(model.lm_head.weight.grad[:50257], ref.lm_head.weight.grad,
+                               atol=1e-6, rtol=1e-4)
+
+
+def test_greedy_generation_matches_transformers(tiny_hf_llama):
+    ref = LlamaForCausalLM.from_pretrained(tiny_hf_llama).eval()
+    model, _ = load_hf(str(tiny_hf_llama))
+    prompt = _ids(n=2, t=7, seed=3)
+    expected = ref.generate(prompt, max_new_tokens=20, do_sample=False, eos_token_id=None,
+                            pad_token_id=0, attention_mask=torch.ones_like(prompt))
+    got = generate(model, prompt, max_new_tokens=20, temperature=0.0)
+    assert got.tolist() == expected.tolist()
+
+
+def test_kv_cache_matches_full_recompute(tiny_hf_llama):
+    model, _ = load_hf(str(tiny_hf_llama), attn_implementation="eager")
+    prompt = _ids(n=3, t=5, seed=4)
+    out = generate(model, prompt, max_new_tokens=12)
+    ids = prompt
+    for _ in range(12):
+        ids = torch.cat([ids, model(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert out.tolist() == ids.tolist()
+
+
+def test_export_loads_in_transformers(tiny_hf_llama, tmp_path):
+    model, _ = load_hf(str(tiny_hf_llama))
+    export_hf(model.eval(), None, tmp_path / "exported")
+    back = AutoModelForCausalLM.from_pretrained(tmp_path / "exported", output_loading_info=True)
+    reloaded, info = back
+    assert isinstance(reloaded, LlamaForCausalLM)
+    assert not any(info.values()), info
+    ids = _ids()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded.eval()(ids).logits, model(ids), atol=1e-5, rtol=1e-5)
+
+
+def test_tied_llama_round_trips(tmp_path):
+    torch.manual_seed(0)
+    cfg = GPTConfig(arch="llama", vocab_size=300, n_layer=2, n_head=4, n_kv_head=1, n_embd=32,
+                    block_size=32, bias=False, tie_embeddings=True, intermediate_size=64)
+    model = Llama(cfg).eval()
+    assert model.lm_head.weight is model.transformer.wte.weight
+    export_hf(model, None, tmp_path / "tied")
+    hf = json.loads((tmp_path / "tied" / "config.json").read_text())
+    assert hf["tie_word_embeddings"] and hf["num_key_value_heads"] == 1
+    ref = LlamaForCausalLM.from_pretrained(tmp_path / "tied").eval()
+    ids = torch.randint(0, 300, (2, 16))
+    with torch.no_grad():
+        torch.testing.assert_close(ref(ids).logits, model(ids), atol=1e-5, rtol=1e-5)
+
+
+def test_unsupported_llama_variants_are_refused():
+    base = dict(model_type="llama", vocab_size=100, hidden_size=32, intermediate_size=64,
+                num_hidden_layers=1, num_attention_heads=4, max_position_embeddings=32)
+    config_from_hf(base).validate()
+    with pytest.raises(UserError, match="rope scaling 'llama3'"):
+        config_from_hf({**base, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})
+    with pytest.raises(UserError, match="attention_bias"):
+        config_from_hf({**base, "attention_bias": True})
+    with pytest.raises(UserError, match="multiple of n_kv_head"):
+        config_from_hf({**base, "num_key_value_heads": 3})
+    with pytest.raises(UserError, match="model_type 'mistral'"):
+        config_from_hf({**base, "model_type": "mistral"})
