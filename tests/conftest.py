@@ -34,10 +34,11 @@ def tiny_hf_gpt2(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_hf_llama(tmp_path_factory):
     """A tiny random LlamaForCausalLM (grouped-query attention, untied head) saved by
-    transformers itself, with a GPT-2 BPE tokenizer beside it (the Llama tokenizer is not
-    installable offline; any HF tokenizer directory works the same)."""
+    transformers itself, with a tokenizer.json tokenizer beside it (GPT-2's BPE: the Llama
+    tokenizer is not installable offline; any HF tokenizer directory works the same)."""
     import torch
-    from transformers import GPT2TokenizerFast, LlamaConfig, LlamaForCausalLM
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     from gptrain.tokenizers import ASSETS
 
@@ -49,9 +50,10 @@ def tiny_hf_llama(tmp_path_factory):
     model = LlamaForCausalLM(cfg).eval()
     out = tmp_path_factory.mktemp("hf") / "tiny-llama"
     model.save_pretrained(out)
-    tok = GPT2TokenizerFast(vocab_file=str(ASSETS / "gpt2_vocab.json"),
-                            merges_file=str(ASSETS / "gpt2_merges.txt"))
-    tok.save_pretrained(out)
+    bpe = Tokenizer(models.BPE.from_file(str(ASSETS / "gpt2_vocab.json"), str(ASSETS / "gpt2_merges.txt")))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>").save_pretrained(out)
     return out
 
 

@@ -51,8 +51,11 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    path: str = opt("", "Training data: a `gptrain data prepare` directory, a named dataset, or "
-                    "a Hugging Face save_to_disk directory with an input_ids column.")
+    path: str = opt("", "Training data: a `gptrain data prepare` directory, a named dataset, a "
+                    "Hugging Face save_to_disk directory with an input_ids column, or a text/JSONL/"
+                    "parquet file (tokenized once into $GPTRAIN_HOME/cache).")
+    tokenizer: str = opt("", "Tokenizer for a data.path file: gpt2, char, byte or a HF tokenizer "
+                         "directory (default: model.init_from's tokenizer, else gpt2).")
     dataset_name: str = opt("", "Source dataset name, as in the HF scripts (recorded, not fetched).")
     dataset_config_name: str = opt("", "Source dataset config name (recorded, not fetched).")
     max_train_samples: int | None = opt(None, "Use at most this many training blocks per epoch.")
@@ -86,6 +89,8 @@ class TrainConfig:
     activation_checkpointing: str = opt("none", "Recompute activations in backward to save memory.",
                                         ("none", "full", "selective"))
     compile: bool = opt(False, "torch.compile each transformer block.")
+    fused_loss: bool = opt(True, "Compute the loss with the fused, chunked lm_head + cross-entropy "
+                           "(the logits never exist); false: the plain logits -> cross-entropy path.")
     nan_policy: str = opt("stop", "On a NaN/inf loss: stop the run, or skip the step.", ("stop", "skip"))
     device: str = opt("auto", "auto: cuda when present, else cpu.", ("auto", "cpu", "cuda"))
 
@@ -105,6 +110,9 @@ class CheckpointConfig:
     every: int = opt(500, "Save a checkpoint every this many steps (0: only at the end).")
     keep_last: int | None = opt(None, "Keep only the newest this many checkpoints.")
     async_save: bool = opt(False, "Write checkpoints in the background while training goes on.")
+    remote: str = opt("", "Also copy each checkpoint to this fsspec URL (s3://bucket/run, oci://, "
+                      "gs://, file://); resume_from=auto then fetches the newest from there "
+                      "when the output directory lacks it.")
     resume_from: str = opt("auto", "auto: the latest checkpoint in output_dir if any; none: start "
                            "fresh; or a checkpoint directory.")
 
@@ -175,7 +183,20 @@ ALIASES: dict[str, tuple[str, dict | None]] = {
     "gradient_checkpointing": ("train.activation_checkpointing",
                                {None: "full", "true": "full", "false": "none"}),
     "report_to": ("metrics.report_to", None),
+    # FMEngine / DeepSpeed pipeline-training scripts
+    "init_ckpt": ("model.init_from", None),
+    "data_path": ("data.path", None),
+    "max_seq_len": ("model.block_size", None),
+    "train_steps": ("train.max_steps", None),
+    "log_steps": ("metrics.log_every", None),
+    "pipe_parallel_size": ("parallel.pp", None),
+    "model_parallel_size": ("parallel.tp", None),
+    "use_flash_attn": ("model.attn_implementation", {None: "flash_attention_2", "true": "flash_attention_2",
+                                                     "false": "sdpa"}),
+    "use_fused_ops": ("train.fused_loss", None),
 }
+# Options that read a DeepSpeed JSON config into the settings gptrain has (deepspeed_config.py).
+DEEPSPEED_FLAGS = ("deepspeed_config", "deepspeed")
 
 
 def field_info(key: str) -> tuple[dataclasses.Field, type]:
@@ -311,6 +332,13 @@ def _is_flag(name: str) -> bool:
 
 def apply_option(cfg: Config, name: str, value) -> None:
     """Set one option by canonical key (section.key) or HF alias, converting the value."""
+    if name in DEEPSPEED_FLAGS:
+        from gptrain import deepspeed_config
+
+        if value is None:
+            raise UserError(f"--{name} needs the path of a DeepSpeed JSON config")
+        deepspeed_config.apply(cfg, value)
+        return
     if name in ALIASES:
         key, vmap = ALIASES[name]
         if vmap is not None:
@@ -321,7 +349,7 @@ def apply_option(cfg: Config, name: str, value) -> None:
         _set(cfg, key, value)
         return
     if "." not in name:
-        raise UserError(f"unknown option --{name}{closest(name, list(ALIASES) + all_keys())}; "
+        raise UserError(f"unknown option --{name}{closest(name, [*ALIASES, *DEEPSPEED_FLAGS, *all_keys()])}; "
                         "see `gptrain train --help`")
     _set(cfg, name, "true" if value is None else value)
 
@@ -366,7 +394,10 @@ def format_help() -> str:
             out.append(f"  --{section}.{f.name} ({kind}, default {default!r})")
             out.append(f"      {f.metadata['doc']}")
         out.append("")
-    out.append("HF Trainer flags accepted as aliases:")
+    out.append("HF Trainer and FMEngine/DeepSpeed flags accepted as aliases:")
     for name, (key, _) in ALIASES.items():
         out.append(f"  --{name:<30} -> {key}")
+    for name in DEEPSPEED_FLAGS:
+        out.append(f"  --{name + ' FILE':<30} -> batch, precision, optimizer, clipping, warmup of a "
+                   "DeepSpeed JSON")
     return "\n".join(out)

@@ -149,6 +149,8 @@ class HFTokenizer(Tokenizer):
             raise UserError(f"cannot load a tokenizer from {path}: {str(e).splitlines()[0]}") from None
         self.name = f"hf:{self.path}"
         self.vocab_size = len(self.tok)
+        if self.vocab_size < 2:
+            raise UserError(f"the tokenizer in {path} has an empty vocabulary; check its files")
         self.eos_id = self.tok.eos_token_id
 
     def encode(self, text):

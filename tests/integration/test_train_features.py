@@ -70,3 +70,35 @@ def test_wandb_offline_run(data, tmp_path, monkeypatch):
     assert b"train/loss" in raw and b"train/tokens_per_s" in raw
     for value in losses(tmp_path).values():
         assert json.dumps(value).encode() in raw, value
+
+
+def test_checkpoints_mirrored_to_object_storage_resume_on_a_fresh_machine(data, tmp_path):
+    """checkpoint.remote (fsspec; file:// here, s3:// or oci:// in production): the run is cut at
+    step 2 and its output directory lost; a new run fetches step 2 from the remote and goes on
+    to losses equal to an uninterrupted run's."""
+    bucket = f"file://{tmp_path}/bucket/run"
+    full = tmp_path / "full"
+    train(*_args(data, full, "--checkpoint.every=2"))
+    first = tmp_path / "machine-a"
+    train(*_args(data, first, "--checkpoint.every=2", f"--checkpoint.remote={bucket}",
+                 "--checkpoint.keep_last=1"), "--train.max_steps=2")
+    assert (tmp_path / "bucket" / "run" / "latest").read_text() == "step-000002"
+    import shutil
+
+    shutil.rmtree(first)
+    second = tmp_path / "machine-b"
+    r = train(*_args(data, second, "--checkpoint.every=2", f"--checkpoint.remote={bucket}",
+                     "--checkpoint.keep_last=1"))
+    assert "fetching checkpoint step-000002" in r.stdout and "resumed from" in r.stdout
+    got, expected = losses(second), losses(full)
+    assert sorted(got) == [3, 4]
+    for step in got:
+        assert got[step] == expected[step], (step, got[step], expected[step])
+    remote_steps = sorted(p.name for p in (tmp_path / "bucket" / "run").glob("step-*"))
+    assert remote_steps == ["step-000004"]  # keep_last=1 applies to the remote too
+
+
+def test_unusable_remote_is_refused_before_training(data, tmp_path):
+    r = train(*_args(data, tmp_path / "out", "--checkpoint.remote=nosuchproto://bucket/x"), check=False)
+    assert r.returncode == 2
+    assert "checkpoint.remote=nosuchproto://bucket/x" in r.stderr.strip().splitlines()[-1]

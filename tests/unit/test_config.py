@@ -1,6 +1,9 @@
+import json
+
 import pytest
 
 from gptrain import config
+from gptrain.config import parse_train_args
 from gptrain.errors import UserError
 from tests.conftest import run_cli
 
@@ -98,3 +101,44 @@ def test_help_and_version_do_not_import_torch():
             "assert 'torch' not in sys.modules, 'torch imported'\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_fmengine_flags_and_deepspeed_config(tmp_path, capsys):
+    """FMEngine's pipeline-training command line, DeepSpeed JSON included."""
+    ds = tmp_path / "llama.json"
+    ds.write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 2, "train_batch_size": 32, "steps_per_print": 100,
+        "gradient_clipping": 0.5, "bf16": {"enabled": True}, "fp16": {"enabled": False},
+        "optimizer": {"type": "Adam", "params": {"lr": 5e-6, "betas": [0.9, 0.99], "eps": 1e-8}},
+        "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}},
+        "zero_optimization": {"stage": 1}, "wall_clock_breakdown": True}))
+    cfg = parse_train_args([
+        "--output_dir", "o", "--init_ckpt", "/pretrained/tinyllama", "--data_path", "d.jsonl",
+        "--max_seq_len", "128", "--train_steps", "1000", "--eval_steps", "10", "--save_steps", "1000",
+        "--log_steps", "10", "--pipe_parallel_size", "2", "--model_parallel_size", "1",
+        "--use_flash_attn", "true", "--use_fused_ops", "false", "--deepspeed_config", str(ds)])
+    assert (cfg.model.init_from, cfg.data.path, cfg.model.block_size) == ("/pretrained/tinyllama", "d.jsonl", 128)
+    assert (cfg.train.max_steps, cfg.train.eval_every, cfg.checkpoint.every, cfg.metrics.log_every) == \
+        (1000, 10, 1000, 10)
+    assert (cfg.parallel.pp, cfg.parallel.tp) == (2, 1)
+    assert cfg.model.attn_implementation == "flash_attention_2" and cfg.train.fused_loss is False
+    assert (cfg.train.batch_size, cfg.train.grad_clip, cfg.train.precision) == (2, 0.5, "bf16")
+    assert (cfg.train.lr, cfg.train.beta1, cfg.train.beta2) == (5e-6, 0.9, 0.99)
+    assert cfg.train.warmup_steps == 0  # "auto" leaves gptrain's own value
+    note = capsys.readouterr().err
+    assert "steps_per_print" in note and "wall_clock_breakdown" in note and "train_batch_size" in note
+    # a flag after the file overrides it
+    assert parse_train_args(["--deepspeed", str(ds), "--train.batch_size=4"]).train.batch_size == 4
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "DeepSpeed config .* does not exist"),
+    ("{not json", "is not valid JSON"),
+    ('{"optimizer": {"type": "Lamb"}}', "optimizer 'Lamb' is not supported"),
+])
+def test_bad_deepspeed_configs(tmp_path, content, message):
+    ds = tmp_path / "ds.json"
+    if content is not None:
+        ds.write_text(content)
+    with pytest.raises(UserError, match=message):
+        parse_train_args(["--deepspeed_config", str(ds)])

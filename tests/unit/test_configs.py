@@ -14,3 +14,8 @@ CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.toml"
 def test_recipe_parses(path):
     cfg = config.load_toml(path)
     assert cfg.model.preset in PRESETS
+
+
+def test_deepspeed_recipe_applies():
+    cfg = config.parse_train_args(["--deepspeed_config", str(CONFIGS[0].parent / "deepspeed-llama.json")])
+    assert (cfg.train.batch_size, cfg.train.precision, cfg.train.lr, cfg.train.warmup_steps) == (4, "bf16", 2e-5, 100)

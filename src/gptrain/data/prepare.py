@@ -256,3 +256,32 @@ def _tqdm(total):
 
     return tqdm(total=total, unit="B" if total else "char", unit_scale=True, desc="tokenizing",
                 disable=None, mininterval=0.5)
+
+
+def cached_prepare(src: Path, tokenizer: str, first_on_node: bool = True, wait_s: float = 3600) -> Path:
+    """A prepared copy of one text/JSONL/parquet file under $GPTRAIN_HOME/cache, made once per
+    (file contents stamp, tokenizer); under torchrun the first process of each node makes it
+    and the others wait for it."""
+    import sys
+
+    from gptrain.home import home
+
+    st = src.stat()
+    key = hashlib.sha256(f"{src.resolve()}:{st.st_size}:{st.st_mtime_ns}:{tokenizer}".encode()).hexdigest()[:16]
+    out = home() / "cache" / f"prepared-{key}"
+    if (out / "meta.json").is_file():
+        return out
+    if first_on_node:
+        print(f"tokenizing {src} ({tokenizer}) once into {out}", file=sys.stderr)
+        try:
+            prepare([str(src)], str(out), tokenizer=tokenizer, quiet=True)
+        except UserError:
+            if not (out / "meta.json").is_file():  # not another job that made it meanwhile
+                raise
+        return out
+    deadline = time.monotonic() + wait_s
+    while not (out / "meta.json").is_file():
+        if time.monotonic() > deadline:
+            raise UserError(f"timed out waiting for {src} to be tokenized into {out}")
+        time.sleep(0.5)
+    return out

@@ -93,8 +93,10 @@ def set_rng_state(state: dict) -> None:
 class PendingSave:
     """A checkpoint being written; `finish()` waits for it and commits it (all ranks call it)."""
 
-    def __init__(self, root: Path, name: str, trainer_state: dict, keep_last: int | None, future=None):
+    def __init__(self, root: Path, name: str, trainer_state: dict, keep_last: int | None, future=None,
+                 remote: str = ""):
         self.root, self.name, self.state, self.keep_last, self.future = root, name, trainer_state, keep_last, future
+        self.remote = remote
         self.path = root / name
 
     def finish(self) -> Path:
@@ -110,15 +112,20 @@ class PendingSave:
             os.rename(tmp, final)
             _write_latest(self.root, self.name)
             _prune(self.root, self.keep_last)
+            if self.remote:
+                from gptrain.train import remote
+
+                remote.upload(final, self.remote, self.keep_last)
         _barrier()
         return self.path
 
 
 def save(output_dir, step: int, tensors: dict, trainer_state: dict, keep_last: int | None,
-         asynchronous: bool = False, group=None) -> PendingSave:
+         asynchronous: bool = False, group=None, remote: str = "") -> PendingSave:
     """Write a checkpoint on every rank. A synchronous save is committed before this returns;
     an asynchronous one copies the tensors aside, writes them in the background (its
-    collectives on `group`, a process group of its own) and is committed by `finish()`."""
+    collectives on `group`, a process group of its own) and is committed by `finish()`.
+    With `remote`, the committed checkpoint is then copied there (train/remote.py)."""
     from safetensors.torch import save_file
 
     root = Path(output_dir) / "checkpoints"
@@ -133,9 +140,9 @@ def save(output_dir, step: int, tensors: dict, trainer_state: dict, keep_last: i
         warnings.filterwarnings("ignore", message=".*assuming the intent is to")
         if asynchronous:
             future = dcp.async_save(tensors, storage_writer=FileSystemWriter(tmp), process_group=group)
-            return PendingSave(root, name, dict(trainer_state, step=step), keep_last, future)
+            return PendingSave(root, name, dict(trainer_state, step=step), keep_last, future, remote)
         dcp.save(tensors, storage_writer=FileSystemWriter(tmp))
-    pending = PendingSave(root, name, dict(trainer_state, step=step), keep_last)
+    pending = PendingSave(root, name, dict(trainer_state, step=step), keep_last, remote=remote)
     pending.finish()
     return pending
 

@@ -12,18 +12,38 @@ from gptrain.errors import UserError
 from gptrain.train import checkpoint as ckpt
 
 
-def resolve_data(path: str) -> Path:
-    """A prepared dataset dir from a path, a dataset name, or a HF save_to_disk directory."""
+def resolve_data(path: str, tokenizer: str = "", init_from: str = "", env=None) -> Path:
+    """A prepared dataset dir from a path, a dataset name, a HF save_to_disk directory, or a
+    text/JSONL/parquet file (tokenized into the cache with `tokenizer`, or init_from's)."""
     from gptrain.data.hf_import import cached_import, is_hf_saved
     from gptrain.data.store import resolve
 
     if not path:
-        raise UserError("no training data: pass --data.path DIR|NAME (or --tokenized_dataset_load_dir)")
+        raise UserError("no training data: pass --data.path DIR|NAME|FILE (or --tokenized_dataset_load_dir)")
+    if Path(path).expanduser().is_file():
+        from gptrain.data.prepare import cached_prepare
+
+        return cached_prepare(Path(path).expanduser(), tokenizer or _model_tokenizer(init_from),
+                              first_on_node=env is None or env.local_rank == 0)
     p = resolve(path)
     if is_hf_saved(p) and not (p / "meta.json").is_file():
         return cached_import(p)
     read_meta(p)
     return p
+
+
+def _model_tokenizer(init_from: str) -> str:
+    """The tokenizer of the weights a run starts from: a HF directory's own, else gpt2."""
+    if init_from:
+        from gptrain.models.hf import is_hf_dir, resolve
+
+        if Path(init_from).expanduser().is_dir() and not is_hf_dir(Path(init_from).expanduser()):
+            raise UserError("data.path is a raw file and model.init_from a gptrain checkpoint: "
+                            "set --data.tokenizer to the checkpoint's tokenizer (e.g. gpt2)")
+        model_dir = resolve(init_from)
+        if any((model_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+            return str(model_dir)
+    return "gpt2"
 
 
 def build_model(cfg: Config, vocab_size: int):

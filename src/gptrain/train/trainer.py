@@ -56,14 +56,19 @@ class Trainer:
 
             keep_freed_memory()
         self.out = Path(tc.output_dir).expanduser()
-        self.data_dir = resolve_data(cfg.data.path)
+        self.data_dir = resolve_data(cfg.data.path, cfg.data.tokenizer, cfg.model.init_from, env)
         meta = read_meta(self.data_dir)
         self.tokenizer_spec = meta["tokenizer"]
         self.precision = self._precision()
         plain = build_model(cfg, meta["vocab_size"])
+        plain.fused_loss = tc.fused_loss
         self.model_cfg = plain.config
         self.dims = ParallelDims.from_config(cfg.parallel, env.world)
         check_layout(self.model_cfg, self.dims)
+        if cfg.checkpoint.remote:
+            from gptrain.train import remote
+
+            remote.check(cfg.checkpoint.remote)
         self.n_params = plain.num_params()
         self.mesh = self.dims.build_mesh(env.device.type)
         self.dp_rank = self.dims.dp_rank(self.mesh)
@@ -155,7 +160,8 @@ class Trainer:
         tensors = ckpt.training_tensors(self.parts, self.optims)
         use_async = self.cfg.checkpoint.async_save and not final
         pending = ckpt.save(self.out, self.step, tensors, state, self.cfg.checkpoint.keep_last,
-                            asynchronous=use_async, group=self._async_group() if use_async else None)
+                            asynchronous=use_async, group=self._async_group() if use_async else None,
+                            remote=self.cfg.checkpoint.remote)
         if use_async:
             self.pending_save = pending
             self.log_main(f"writing checkpoint {pending.path} in the background")
@@ -184,6 +190,8 @@ class Trainer:
             return
         if where == "auto":
             path = ckpt.find_latest(self.out)
+            if self.cfg.checkpoint.remote:
+                path = self._fetch_remote(path)
         else:
             from gptrain.models.load import resolve_ref
 
@@ -203,6 +211,21 @@ class Trainer:
         if self.scaler and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.log_main(f"resumed from {path} at step {self.step}")
+
+    def _fetch_remote(self, local: Path | None) -> Path | None:
+        """The newest checkpoint, fetched from checkpoint.remote first when it is newer than
+        the local one (rank 0 downloads into the output directory, which all ranks share)."""
+        from gptrain.train import remote
+
+        url = self.cfg.checkpoint.remote
+        if self.env.is_main:
+            name = remote.latest_name(url)
+            if name and (local is None or name > local.name):
+                self.log_main(f"fetching checkpoint {name} from {url}")
+                remote.download(url, name, self.out)
+        if dist.is_initialized():
+            dist.barrier()
+        return ckpt.find_latest(self.out)
 
     # ---- one step ----------------------------------------------------------------------------
 

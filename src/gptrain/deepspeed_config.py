@@ -1,0 +1,85 @@
+"""Read a DeepSpeed JSON config (`--deepspeed_config FILE`, `--deepspeed FILE`) into gptrain's.
+
+Users coming from DeepSpeed launchers (FMEngine, the HF Trainer's --deepspeed) keep their batch,
+precision, optimizer, clipping and warmup settings in that file. The settings with a gptrain
+equivalent are applied where the flag stands (later flags override them); "auto" values are
+left to gptrain; everything else is named once on stderr, since gptrain does it its own way
+(ZeRO stages -> FSDP2 sharding, which is the default; offload, partitioned activations and
+logging knobs have no counterpart).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from gptrain.errors import UserError
+
+
+def _precision(ds: dict):
+    for name, value in (("bf16", "bf16"), ("fp16", "fp16")):
+        section = ds.get(name)
+        if isinstance(section, dict) and section.get("enabled") is True:
+            return value
+    return None
+
+
+def settings(ds: dict) -> tuple[dict[str, object], list[str]]:
+    """({gptrain key: value}, [DeepSpeed keys left out]) for a parsed DeepSpeed config."""
+    out: dict[str, object] = {}
+    used = set()
+
+    def take(ds_key, key, value):
+        used.add(ds_key)
+        if value is not None and value != "auto":
+            out[key] = value
+
+    take("train_micro_batch_size_per_gpu", "train.batch_size", ds.get("train_micro_batch_size_per_gpu"))
+    take("gradient_accumulation_steps", "train.grad_accum_steps", ds.get("gradient_accumulation_steps"))
+    take("gradient_clipping", "train.grad_clip", ds.get("gradient_clipping"))
+    for name in ("bf16", "fp16"):
+        take(name, "train.precision", _precision(ds))
+    optimizer = ds.get("optimizer")
+    if isinstance(optimizer, dict):
+        kind = str(optimizer.get("type", "adamw")).lower()
+        if kind not in ("adam", "adamw", "fusedadam"):
+            raise UserError(f"DeepSpeed optimizer {optimizer.get('type')!r} is not supported: gptrain "
+                            "trains with AdamW; remove the optimizer section or set type AdamW")
+        params = optimizer.get("params") or {}
+        take("optimizer", "train.lr", params.get("lr"))
+        take("optimizer", "train.weight_decay", params.get("weight_decay"))
+        betas = params.get("betas")
+        if isinstance(betas, list) and len(betas) == 2:
+            take("optimizer", "train.beta1", betas[0])
+            take("optimizer", "train.beta2", betas[1])
+    scheduler = ds.get("scheduler")
+    if isinstance(scheduler, dict):
+        take("scheduler", "train.warmup_steps", (scheduler.get("params") or {}).get("warmup_num_steps"))
+    if "zero_optimization" in ds:
+        used.add("zero_optimization")  # parameters and optimizer state are sharded (FSDP2) by default
+    left_out = sorted(k for k in ds if k not in used and k != "train_batch_size")
+    if "train_batch_size" in ds and "gradient_accumulation_steps" not in ds:
+        left_out.append("train_batch_size (set train.grad_accum_steps for the global batch)")
+    return out, left_out
+
+
+def apply(cfg, path: str) -> None:
+    """Apply the file's settings to cfg (see the module doc)."""
+    from gptrain.config import apply_option
+
+    p = Path(path).expanduser()
+    try:
+        ds = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise UserError(f"DeepSpeed config {p} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"DeepSpeed config {p} is not valid JSON: {e}") from None
+    if not isinstance(ds, dict):
+        raise UserError(f"DeepSpeed config {p} must hold a JSON object")
+    values, left_out = settings(ds)
+    for key, value in values.items():
+        apply_option(cfg, key, value)
+    if left_out:
+        print(f"note: gptrain does not use these settings of {p.name}: {', '.join(left_out)}",
+              file=sys.stderr)

@@ -1,0 +1,85 @@
+"""Checkpoints mirrored to object storage (checkpoint.remote: s3://, oci://, gs://, file://...).
+
+A committed local checkpoint is copied to REMOTE/step-NNNNNN/, then REMOTE/latest is rewritten
+to name it: `latest` is the commit, so a copy cut short is never pointed at. A run that starts
+on a machine without the checkpoint (resume_from=auto) fetches the newest remote one into
+OUTPUT/checkpoints first, the same all-or-nothing way as local checkpoints. Any filesystem
+fsspec knows works; s3 needs s3fs, oci needs ocifs, gs needs gcsfs.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from gptrain.errors import UserError
+from gptrain.train.checkpoint_files import is_checkpoint_dir
+
+
+def _fs(url: str):
+    import fsspec
+
+    try:
+        return fsspec.core.url_to_fs(url)
+    except ImportError as e:
+        raise UserError(f"checkpoint.remote={url}: {e}") from None
+    except ValueError as e:  # unknown protocol
+        raise UserError(f"checkpoint.remote={url} is not a storage URL fsspec knows ({e})") from None
+
+
+def check(url: str) -> None:
+    """Fail before training if the remote cannot be used at all."""
+    fs, root = _fs(url)
+    try:
+        fs.makedirs(root, exist_ok=True)
+    except Exception as e:  # credentials, permissions, network: each backend has its own types
+        raise UserError(f"cannot write to checkpoint.remote={url}: {type(e).__name__}: {e}") from None
+
+
+def latest_name(url: str) -> str | None:
+    fs, root = _fs(url)
+    pointer = f"{root}/latest"
+    if not fs.exists(pointer):
+        return None
+    return fs.cat_file(pointer).decode().strip() or None
+
+
+def upload(local: Path, url: str, keep_last: int | None) -> None:
+    """Copy one committed checkpoint directory, then point REMOTE/latest at it."""
+    fs, root = _fs(url)
+    dest = f"{root}/{local.name}"
+    if fs.exists(dest):
+        fs.rm(dest, recursive=True)
+    fs.makedirs(dest, exist_ok=True)
+    for f in sorted(local.rglob("*")):
+        if f.is_file():
+            fs.put_file(str(f), f"{dest}/{f.relative_to(local).as_posix()}")
+    fs.pipe_file(f"{root}/latest", local.name.encode())
+    if keep_last:
+        steps = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)
+                       if p.rstrip("/").rsplit("/", 1)[-1].startswith("step-"))
+        for name in steps[:-keep_last]:
+            fs.rm(f"{root}/{name}", recursive=True)
+
+
+def download(url: str, name: str, output_dir: Path) -> Path:
+    """REMOTE/name into OUTPUT/checkpoints/name (appears whole or not at all)."""
+    fs, root = _fs(url)
+    ckpt_root = Path(output_dir) / "checkpoints"
+    final, tmp = ckpt_root / name, ckpt_root / f".tmp-remote-{name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    src = f"{root}/{name}"
+    for path in fs.find(src):
+        rel = path[len(src.rstrip("/")) + 1:] if path.startswith(src) else path.rsplit("/", 1)[-1]
+        target = tmp / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fs.get_file(path, str(target))
+    if not is_checkpoint_dir(tmp):
+        shutil.rmtree(tmp)
+        raise UserError(f"{url}/{name} is not a complete gptrain checkpoint")
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    (ckpt_root / "latest").write_text(name)
+    return final
