@@ -1,5 +1,6 @@
 """Shared helpers for the tests that train: a tiny char dataset and launchers."""
 
+import contextlib
 import json
 import os
 import random
@@ -66,3 +67,19 @@ def model_tensors(ckpt_dir: Path) -> dict:
 
     model, _ = load_for_inference(ckpt_dir)
     return model.state_dict()
+
+
+@contextlib.contextmanager
+def http_server(directory: Path):
+    """Serve a directory over HTTP on localhost; yields the base URL."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()

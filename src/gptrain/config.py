@@ -53,7 +53,7 @@ class ModelConfig:
 class DataConfig:
     path: str = opt("", "Training data: a `gptrain data prepare` directory, a named dataset, a "
                     "Hugging Face save_to_disk directory with an input_ids column, or a text/JSONL/"
-                    "parquet file (tokenized once into $GPTRAIN_HOME/cache).")
+                    "parquet file or URL (http, s3, ...; tokenized once into $GPTRAIN_HOME/cache).")
     tokenizer: str = opt("", "Tokenizer for a data.path file: gpt2, char, byte or a HF tokenizer "
                          "directory (default: model.init_from's tokenizer, else gpt2).")
     dataset_name: str = opt("", "Source dataset name, as in the HF scripts (recorded, not fetched).")

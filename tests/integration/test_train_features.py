@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tests.helpers import TINY, losses, make_dataset, train
+from tests.helpers import TINY, http_server, losses, make_dataset, train, write_corpus
 
 STEPS = 4
 
@@ -102,3 +102,18 @@ def test_unusable_remote_is_refused_before_training(data, tmp_path):
     r = train(*_args(data, tmp_path / "out", "--checkpoint.remote=nosuchproto://bucket/x"), check=False)
     assert r.returncode == 2
     assert "checkpoint.remote=nosuchproto://bucket/x" in r.stderr.strip().splitlines()[-1]
+
+
+def test_training_reads_a_url_through_fsspec_once(tmp_path):
+    """minGPT's workflow: the text comes from a URL (http here; s3/oci through fsspec), char
+    tokenizer; it is tokenized once into the cache and reused by the next run."""
+    corpus = tmp_path / "web"
+    corpus.mkdir()
+    write_corpus(corpus / "input.txt", n_chars=20000)
+    with http_server(corpus) as base:
+        args = [f"--data.path={base}/input.txt", "--data.tokenizer=char", *TINY, "--train.batch_size=4",
+                "--train.max_steps=2", "--train.do_eval=false"]
+        first = train(*args, f"--train.output_dir={tmp_path / 'a'}")
+        second = train(*args, f"--train.output_dir={tmp_path / 'b'}")
+    assert "tokenizing http://" in first.stderr and "tokenizing" not in second.stderr
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")

@@ -161,3 +161,10 @@ def test_scheduler_defaults_from_user_config_and_job_yaml(tmp_path, monkeypatch)
     assert "#SBATCH --nodes=2" in r.stdout and "#SBATCH --cpus-per-task=1" in r.stdout
     r = run_cli("run", "-f", tmp_path / "job.yaml", "--partition", "cli", "--dry-run")
     assert "#SBATCH --partition=cli" in r.stdout
+    # an inline config (the minGPT job of the README): printed, nothing written
+    (tmp_path / "mingpt.yaml").write_text(
+        "name: mingpt\nnodes: 2\nconfig:\n  data: {path: 's3://b/input.txt', tokenizer: char}\n"
+        "  checkpoint: {every: 500, remote: 's3://b/snapshots'}\n")
+    r = run_cli("run", "-f", tmp_path / "mingpt.yaml", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "submitted-config.toml" in r.stdout and not (home / "jobs").exists()

@@ -10,6 +10,7 @@ from gptrain.data import sources
 from gptrain.data.formats import open_split, read_meta
 from gptrain.tokenizers import CharTokenizer, GPT2Tokenizer
 from tests.conftest import run_cli
+from tests.helpers import http_server
 
 DOCS = [
     "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 30,
@@ -192,17 +193,7 @@ def test_unreachable_hub_dataset_is_a_clear_error(tmp_path, monkeypatch):
 
 
 def test_http_source_through_fsspec(corpus, tmp_path):
-    import functools
-    import http.server
-    import threading
-
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(corpus))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/doc1.txt"
-        prep_mod.prepare([url], str(tmp_path / "web"), val_fraction=0.0, quiet=True)
-    finally:
-        server.shutdown()
+    with http_server(corpus) as base:
+        prep_mod.prepare([f"{base}/doc1.txt"], str(tmp_path / "web"), val_fraction=0.0, quiet=True)
     prep_mod.prepare([str(corpus / "doc1.txt")], str(tmp_path / "local"), val_fraction=0.0, quiet=True)
     assert _tokens(tmp_path / "web") == _tokens(tmp_path / "local")

@@ -258,23 +258,38 @@ def _tqdm(total):
                 disable=None, mininterval=0.5)
 
 
-def cached_prepare(src: Path, tokenizer: str, first_on_node: bool = True, wait_s: float = 3600) -> Path:
-    """A prepared copy of one text/JSONL/parquet file under $GPTRAIN_HOME/cache, made once per
-    (file contents stamp, tokenizer); under torchrun the first process of each node makes it
-    and the others wait for it."""
+def _stamp(src: str) -> str:
+    """What identifies a version of a file or URL: its size and modification stamp."""
+    if "://" not in src:
+        st = Path(src).stat()
+        return f"{Path(src).resolve()}:{st.st_size}:{st.st_mtime_ns}"
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(src)
+        info = fs.info(path)
+    except (ImportError, ValueError, OSError) as e:
+        raise UserError(f"cannot read {src}: {type(e).__name__}: {e}") from None
+    version = [info.get(k) for k in ("size", "ETag", "LastModified", "mtime", "last-modified")]
+    return f"{src}:{version}"
+
+
+def cached_prepare(src: str, tokenizer: str, first_on_node: bool = True, wait_s: float = 3600) -> Path:
+    """A prepared copy of one text/JSONL/parquet file or URL (http, s3, ... through fsspec)
+    under $GPTRAIN_HOME/cache, made once per (version stamp, tokenizer); under torchrun the
+    first process of each node makes it and the others wait for it."""
     import sys
 
     from gptrain.home import home
 
-    st = src.stat()
-    key = hashlib.sha256(f"{src.resolve()}:{st.st_size}:{st.st_mtime_ns}:{tokenizer}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{_stamp(src)}:{tokenizer}".encode()).hexdigest()[:16]
     out = home() / "cache" / f"prepared-{key}"
     if (out / "meta.json").is_file():
         return out
     if first_on_node:
         print(f"tokenizing {src} ({tokenizer}) once into {out}", file=sys.stderr)
         try:
-            prepare([str(src)], str(out), tokenizer=tokenizer, quiet=True)
+            prepare([src], str(out), tokenizer=tokenizer, quiet=True)
         except UserError:
             if not (out / "meta.json").is_file():  # not another job that made it meanwhile
                 raise

@@ -118,6 +118,9 @@ def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
     jdir = local.job_dir(spec.name)
     (jdir / "logs").mkdir(parents=True, exist_ok=True)
     try:
+        from gptrain.jobs.supervisor import write_config
+
+        write_config(spec, jdir)
         script = jdir / "job.sbatch"
         script.write_text(build_script(spec))
         r = _run(["sbatch", "--parsable", str(script)])

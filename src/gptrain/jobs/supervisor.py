@@ -49,17 +49,25 @@ def dataset_env(spec: JobSpec) -> dict:
 
 
 def entry_command(spec: JobSpec, jdir: Path) -> list[str]:
-    """What every worker runs: the built-in trainer (output in the job dir) or the user's script."""
+    """What every worker runs: the built-in trainer (output in the job dir) or the user's script.
+    It reads the job's config from jdir (see write_config); nothing is written here."""
     if spec.script:
         return [sys.executable, spec.script, *spec.args]
     cmd = [sys.executable, "-m", "gptrain", "train"]
     if spec.config is not None:
-        path = jdir / "submitted-config.toml"
-        path.write_text(spec.config)
-        cmd.append(str(path))
+        cmd.append(str(jdir / SUBMITTED_CONFIG))
     if spec.datasets:
         cmd.append(f"--data.path={spec.datasets[0]}")
     return [*cmd, *spec.args, f"--train.output_dir={jdir}"]
+
+
+SUBMITTED_CONFIG = "submitted-config.toml"
+
+
+def write_config(spec: JobSpec, jdir: Path) -> None:
+    """The job's trainer config, where entry_command points the trainer at it."""
+    if spec.config is not None and not spec.script:
+        (jdir / SUBMITTED_CONFIG).write_text(spec.config)
 
 
 class Supervisor:
@@ -119,6 +127,7 @@ class Supervisor:
                "GPTRAIN_ATTEMPT": str(attempt), "GPTRAIN_OUTPUT_DIR": str(self.dir),
                "GPTRAIN_CHECKPOINT_DIR": str(self.dir / "checkpoints"), "PYTHONUNBUFFERED": "1"}
         (self.dir / "checkpoints").mkdir(exist_ok=True)
+        write_config(spec, self.dir)
         entry = entry_command(spec, self.dir)
         port = free_port()
         self.agents = []

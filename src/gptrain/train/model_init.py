@@ -14,16 +14,17 @@ from gptrain.train import checkpoint as ckpt
 
 def resolve_data(path: str, tokenizer: str = "", init_from: str = "", env=None) -> Path:
     """A prepared dataset dir from a path, a dataset name, a HF save_to_disk directory, or a
-    text/JSONL/parquet file (tokenized into the cache with `tokenizer`, or init_from's)."""
+    text/JSONL/parquet file or URL (tokenized into the cache with `tokenizer`, or init_from's)."""
     from gptrain.data.hf_import import cached_import, is_hf_saved
     from gptrain.data.store import resolve
 
     if not path:
         raise UserError("no training data: pass --data.path DIR|NAME|FILE (or --tokenized_dataset_load_dir)")
-    if Path(path).expanduser().is_file():
+    if Path(path).expanduser().is_file() or "://" in path:
         from gptrain.data.prepare import cached_prepare
 
-        return cached_prepare(Path(path).expanduser(), tokenizer or _model_tokenizer(init_from),
+        src = path if "://" in path else str(Path(path).expanduser())
+        return cached_prepare(src, tokenizer or _model_tokenizer(init_from),
                               first_on_node=env is None or env.local_rank == 0)
     p = resolve(path)
     if is_hf_saved(p) and not (p / "meta.json").is_file():
