@@ -55,6 +55,7 @@ def reference(data, tmp_path_factory):
     ("pp-interleaved", 2, 8, 4, ["--parallel.pp=2", "--parallel.dp_shard=1",
                                  "--parallel.pp_schedule=interleaved_1f1b"]),
     ("pp+fsdp", 4, 4, 4, ["--parallel.pp=2", "--parallel.dp_shard=2", "--parallel.pp_microbatches=2"]),
+    ("pp+tp", 4, 8, 4, ["--parallel.pp=2", "--parallel.tp=2", "--parallel.dp_shard=1"]),
     ("llama-fsdp+tp", 4, 4, 2, ["--parallel.tp=2", "--parallel.dp_shard=2"]),
     ("llama-pp+tp", 4, 8, 4, ["--parallel.pp=2", "--parallel.tp=2",
                               "--parallel.dp_shard=1"]),

@@ -53,6 +53,19 @@ def test_mixed_precision_tracks_fp32(data, reference, tmp_path, precision, tol):
         assert math.isfinite(got[step]) and abs(got[step] - value) < tol, (precision, step, got[step], value)
 
 
+@pytest.mark.slow
+def test_fp16_with_pipeline_and_tensor_parallel_tracks_fp32(data, reference, tmp_path):
+    """fp16 loss scaling whose skip decision is global: 2 pipeline stages x 2 TP ranks."""
+    r = train(*_args(data, tmp_path, "--train.precision=fp16", "--parallel.pp=2", "--parallel.tp=2",
+                     "--parallel.dp_shard=1", "--model.n_layer=4"), nproc=4)
+    assert "(fp16)" in r.stdout
+    single = tmp_path / "single"
+    train(*_args(data, single, "--model.n_layer=4"))
+    got, expected = losses(tmp_path), losses(single)
+    for step, value in expected.items():
+        assert math.isfinite(got[step]) and abs(got[step] - value) < 0.02, (step, got[step], value)
+
+
 def test_nan_policy_skip_keeps_going(data, tmp_path):
     r = train(*_args(data, tmp_path, "--train.lr=1e30", "--train.warmup_steps=0", "--train.grad_clip=0",
                      "--train.nan_policy=skip"))

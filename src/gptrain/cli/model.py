@@ -119,5 +119,6 @@ def cmd_export(args, extra) -> int:
 
     model, tokenizer = load_model(args.model, device="cpu")
     out = export_hf(model, tokenizer, args.out)
-    print(f"exported {args.model} to {out} (Hugging Face GPT-2 format)")
+    arch = "Llama" if model.config.arch == "llama" else "GPT-2"
+    print(f"exported {args.model} to {out} (Hugging Face {arch} format)")
     return 0

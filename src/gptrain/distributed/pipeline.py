@@ -115,6 +115,10 @@ def sync_tied_grads(parts, group) -> None:
     if group is None or weight is None or weight.grad is None:
         return
     grad = weight.grad
+    if hasattr(grad, "placements") and grad.placements != weight.placements:
+        # under tensor parallel the embedding's gradient can come out Replicate while the
+        # lm_head copy's is Shard(0): bring both to the parameter's own layout first
+        grad = weight.grad = grad.redistribute(weight.device_mesh, weight.placements)
     dist.all_reduce(grad.to_local() if hasattr(grad, "to_local") else grad, group=group)
 
 

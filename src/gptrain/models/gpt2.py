@@ -191,10 +191,14 @@ class GPT(nn.Module):
                 nn.init.zeros_(p)
 
     def num_params(self, non_embedding: bool = True) -> int:
+        """Parameters; non_embedding leaves out the lookup-only tables (as nanoGPT, for 6N
+        FLOPs): learned positions, and the token embedding when lm_head has its own weight."""
         n = sum(p.numel() for p in self.parameters())
-        wpe = self.transformer["wpe"] if "wpe" in self.transformer else None
-        if non_embedding and wpe is not None:  # learned positions (GPT-2) are not counted
-            n -= wpe.weight.numel()
+        if non_embedding:
+            tr = self.transformer
+            for key in ("wpe",) if self.config.tie_embeddings else ("wpe", "wte"):
+                if key in tr and tr[key] is not None:
+                    n -= tr[key].weight.numel()
         return n
 
     def forward(self, idx, targets=None, cache=None, start_pos: int = 0, last_only: bool = False):

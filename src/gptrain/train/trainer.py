@@ -32,6 +32,7 @@ from gptrain.models.gpt2 import cross_entropy
 from gptrain.train import checkpoint as ckpt
 from gptrain.train import stop
 from gptrain.train.evaluate import evaluate, reshard
+from gptrain.train.loss_scale import LossScaler
 from gptrain.train.metrics import MetricsLogger, console_line, flops_per_token, peak_flops
 from gptrain.train.model_init import build_model, resolve_data
 from gptrain.train.optim import build_optimizer, clip_grads, lr_at
@@ -74,7 +75,7 @@ class Trainer:
         self.dp_rank = self.dims.dp_rank(self.mesh)
         self._build_parts(plain)
         self.optims = [build_optimizer(p, tc, env.device) for p in self.parts]
-        self.scaler = torch.amp.GradScaler(env.device.type) if self.precision == "fp16" else None
+        self.scaler = LossScaler() if self.precision == "fp16" else None
         T = self.model_cfg.block_size
         train_tokens = open_split(self.data_dir, "train")
         if num_blocks(len(train_tokens), T, cfg.data.max_train_samples) < self.dims.dp:
@@ -104,8 +105,6 @@ class Trainer:
         if cfg.train.grad_accum_steps != 1:
             raise UserError("with pipeline parallel, accumulate through parallel.pp_microbatches "
                             "instead of train.grad_accum_steps")
-        if self.precision == "fp16":
-            raise UserError("fp16 loss scaling is not supported with pipeline parallel; use bf16")
         microbatches = pc.pp_microbatches or 2 * dims.pp
         pp_mesh = self.mesh["pp"]
         parts, ids, n_stages = pipeline.split(plain, pp_mesh.get_local_rank(), dims.pp, pc.pp_schedule,
@@ -116,9 +115,10 @@ class Trainer:
         self.has_first = any(pipeline.is_first(p) for p in parts)
         self.has_last = any(pipeline.is_last(p) for p in parts)
 
-        def loss_fn(logits, targets):
+        def loss_fn(logits, targets):  # the schedule runs backward from what this returns
             with self.autocast():
-                return cross_entropy(logits, targets)
+                loss = cross_entropy(logits, targets)
+            return self.scaler.scale_loss(loss) if self.scaler else loss
 
         self.schedule = pipeline.build_schedule(self.parts, ids, n_stages, device, self.pp_group,
                                                 pc.pp_schedule, microbatches, loss_fn)
@@ -247,6 +247,8 @@ class Trainer:
             inputs = (x,) if self.has_first else ()
             self.schedule.step(*inputs, target=y if self.has_last else None, losses=losses)
             loss = torch.stack(losses).mean().detach() if self.has_last else torch.zeros((), device=device)
+            if self.scaler and self.has_last:
+                loss = loss / self.scaler.scale
             pipeline.sync_tied_grads(self.parts, self.embedding_group)
             return pipeline.share_from_last(loss, self.parts, self.pp_group)
         loss_sum = torch.zeros((), device=device)
@@ -255,7 +257,7 @@ class Trainer:
             with self._grad_sync(micro == tc.grad_accum_steps - 1), self.autocast():
                 _, loss = self.parts[0](x, y)
             scaled = loss / tc.grad_accum_steps
-            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            (self.scaler.scale_loss(scaled) if self.scaler else scaled).backward()
             loss_sum += loss.detach()
         return loss_sum / tc.grad_accum_steps
 
@@ -268,14 +270,25 @@ class Trainer:
                 group["lr"] = lr
         mean_loss = self._forward_backward()
         if self.scaler:
-            self.scaler.unscale_(self.optims[0])
+            self.scaler.unscale_(self.parts)
         norm = clip_grads(self.parts, tc.grad_clip, self.pp_group if self.schedule else None)
-        finite = torch.isfinite(mean_loss) & torch.isfinite(norm)
-        if self.scaler is None and dist.is_initialized():
+        # fp16: an overflow shows in the (global) gradient norm; else a NaN/inf loss or norm
+        finite = torch.isfinite(norm) if self.scaler else torch.isfinite(mean_loss) & torch.isfinite(norm)
+        if dist.is_initialized():
             flag = finite.float()
             dist.all_reduce(flag, op=dist.ReduceOp.MIN)
             finite = flag.bool()
-        if self.scaler is None and not bool(finite):
+        finite = bool(finite)
+        if self.scaler:
+            self.scaler.update(finite)
+            if not finite:  # the scaled gradients overflowed: skip, with a smaller scale
+                for opt in self.optims:
+                    opt.zero_grad(set_to_none=True)
+                self.log_main(f"fp16 gradients overflowed at step {self.step + 1}; step skipped, "
+                              f"loss scale now {self.scaler.scale:g}")
+                self.step += 1
+                return None, lr
+        elif not finite:
             for opt in self.optims:
                 opt.zero_grad(set_to_none=True)
             if tc.nan_policy == "stop":
@@ -285,13 +298,8 @@ class Trainer:
             self.step += 1
             return None, lr
         for opt in self.optims:
-            if self.scaler:
-                self.scaler.step(opt)  # skips the step itself on inf/NaN gradients
-            else:
-                opt.step()
+            opt.step()
             opt.zero_grad(set_to_none=True)
-        if self.scaler:
-            self.scaler.update()
         self.step += 1
         return mean_loss, lr
 
