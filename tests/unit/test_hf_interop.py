@@ -1,4 +1,4 @@
-"""gptrain's GPT-2 against transformers' GPT2LMHeadModel: logits, generation, export."""
+"""gptrain's GPT-2 against transformers' GPT2LMHeadModel: logits, generation (GPT-2 and Llama), export."""
 
 import pytest
 import torch
@@ -37,18 +37,25 @@ def test_loss_matches_transformers(tiny_hf_gpt2):
     torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
 
 
-def test_greedy_generation_matches_transformers(tiny_hf_gpt2):
-    ref = GPT2LMHeadModel.from_pretrained(tiny_hf_gpt2).eval()
-    model, _ = load_hf(str(tiny_hf_gpt2))
-    prompt = _ids(n=1, t=7, seed=3)
+MODELS = ["tiny_hf_gpt2", "tiny_hf_llama"]  # GPT-2, and Llama with grouped-query attention
+
+
+@pytest.mark.parametrize("which", MODELS)
+@pytest.mark.parametrize("batch", [1, 2])
+def test_greedy_generation_matches_transformers(request, which, batch):
+    model_dir = request.getfixturevalue(which)
+    ref = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    model, _ = load_hf(str(model_dir))
+    prompt = _ids(n=batch, t=7, seed=3)
     expected = ref.generate(prompt, max_new_tokens=20, do_sample=False, eos_token_id=None,
                             pad_token_id=0, attention_mask=torch.ones_like(prompt))
     got = generate(model, prompt, max_new_tokens=20, temperature=0.0)
     assert got.tolist() == expected.tolist()
 
 
-def test_kv_cache_matches_full_recompute(tiny_hf_gpt2):
-    model, _ = load_hf(str(tiny_hf_gpt2), attn_implementation="eager")
+@pytest.mark.parametrize("which", MODELS)
+def test_kv_cache_matches_full_recompute(request, which):
+    model, _ = load_hf(str(request.getfixturevalue(which)), attn_implementation="eager")
     prompt = _ids(n=3, t=5, seed=4)
     out = generate(model, prompt, max_new_tokens=12)
     # recompute each step without a cache: the greedy choice must agree
