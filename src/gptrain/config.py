@@ -70,6 +70,9 @@ class TrainConfig:
     batch_size: int = opt(8, "Sequences per device per micro-step.")
     eval_batch_size: int = opt(8, "Sequences per device per evaluation step.")
     grad_accum_steps: int = opt(1, "Micro-steps accumulated into one optimizer step.")
+    global_batch_size: int | None = opt(None, "Sequences per optimizer step over all data-parallel "
+                                        "ranks (DeepSpeed's train_batch_size): sets grad_accum_steps, "
+                                        "or with pipeline parallel the microbatches, for the world size.")
     lr: float = opt(6e-4, "Peak learning rate.")
     min_lr_ratio: float = opt(0.1, "Final learning rate as a fraction of lr (cosine and linear).")
     lr_schedule: str = opt("cosine", "Decay after warmup.", ("cosine", "linear", "constant"))
@@ -354,6 +357,31 @@ def apply_option(cfg: Config, name: str, value) -> None:
     _set(cfg, name, "true" if value is None else value)
 
 
+def apply_global_batch(cfg: Config, dp: int, pp: int) -> None:
+    """Turn train.global_batch_size into accumulation steps for `dp` data-parallel replicas;
+    under pipeline parallel a step takes the replica's whole batch as microbatches of batch_size."""
+    tc, pc = cfg.train, cfg.parallel
+    if not tc.global_batch_size:
+        return
+    per_replica, rest = divmod(tc.global_batch_size, dp)
+    if rest or per_replica % tc.batch_size or per_replica == 0:
+        raise UserError(f"train.global_batch_size={tc.global_batch_size} is not train.batch_size "
+                        f"({tc.batch_size}) x {dp} data-parallel ranks x a whole number of steps")
+    accum = per_replica // tc.batch_size
+    if pp > 1:
+        if accum == 1 and pc.pp_microbatches:
+            return  # batch_size is already the replica's whole batch (a resolved config.toml)
+        if pc.pp_microbatches not in (None, accum):
+            raise UserError(f"parallel.pp_microbatches={pc.pp_microbatches} contradicts "
+                            f"train.global_batch_size (which makes {accum}); set only one")
+        tc.batch_size, pc.pp_microbatches = per_replica, accum
+    elif tc.grad_accum_steps not in (1, accum):
+        raise UserError(f"train.grad_accum_steps={tc.grad_accum_steps} contradicts "
+                        f"train.global_batch_size (which makes {accum}); set only one")
+    else:
+        tc.grad_accum_steps = accum
+
+
 def dump_toml(cfg: Config) -> str:
     """The config as TOML (fields that are None are left out: None is their default)."""
     lines = []
@@ -398,6 +426,6 @@ def format_help() -> str:
     for name, (key, _) in ALIASES.items():
         out.append(f"  --{name:<30} -> {key}")
     for name in DEEPSPEED_FLAGS:
-        out.append(f"  --{name + ' FILE':<30} -> batch, precision, optimizer, clipping, warmup of a "
-                   "DeepSpeed JSON")
+        out.append(f"  --{name + ' FILE':<30} -> batch sizes, precision, optimizer, clipping, warmup "
+                   "of a DeepSpeed JSON")
     return "\n".join(out)

@@ -1,7 +1,7 @@
 """Read a DeepSpeed JSON config (`--deepspeed_config FILE`, `--deepspeed FILE`) into gptrain's.
 
-Users coming from DeepSpeed launchers (FMEngine, the HF Trainer's --deepspeed) keep their batch,
-precision, optimizer, clipping and warmup settings in that file. The settings with a gptrain
+Users coming from DeepSpeed launchers (FMEngine, the HF Trainer's --deepspeed) keep their batch
+sizes (micro and global), precision, optimizer, clipping and warmup settings in that file. The settings with a gptrain
 equivalent are applied where the flag stands (later flags override them); "auto" values are
 left to gptrain; everything else is named once on stderr, since gptrain does it its own way
 (ZeRO stages -> FSDP2 sharding, which is the default; offload, partitioned activations and
@@ -37,6 +37,7 @@ def settings(ds: dict) -> tuple[dict[str, object], list[str]]:
 
     take("train_micro_batch_size_per_gpu", "train.batch_size", ds.get("train_micro_batch_size_per_gpu"))
     take("gradient_accumulation_steps", "train.grad_accum_steps", ds.get("gradient_accumulation_steps"))
+    take("train_batch_size", "train.global_batch_size", ds.get("train_batch_size"))
     take("gradient_clipping", "train.grad_clip", ds.get("gradient_clipping"))
     for name in ("bf16", "fp16"):
         take(name, "train.precision", _precision(ds))
@@ -58,10 +59,7 @@ def settings(ds: dict) -> tuple[dict[str, object], list[str]]:
         take("scheduler", "train.warmup_steps", (scheduler.get("params") or {}).get("warmup_num_steps"))
     if "zero_optimization" in ds:
         used.add("zero_optimization")  # parameters and optimizer state are sharded (FSDP2) by default
-    left_out = sorted(k for k in ds if k not in used and k != "train_batch_size")
-    if "train_batch_size" in ds and "gradient_accumulation_steps" not in ds:
-        left_out.append("train_batch_size (set train.grad_accum_steps for the global batch)")
-    return out, left_out
+    return out, sorted(k for k in ds if k not in used)
 
 
 def apply(cfg, path: str) -> None:

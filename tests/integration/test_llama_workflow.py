@@ -20,7 +20,7 @@ def test_fmengine_pipeline_command_runs_on_jsonl(tiny_hf_llama, tmp_path):
             f.write(json.dumps({"text": para}) + "\n")
     ds = tmp_path / "llama.json"
     ds.write_text(json.dumps({
-        "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "steps_per_print": 100,
+        "train_micro_batch_size_per_gpu": 2, "train_batch_size": 8, "steps_per_print": 100,
         "gradient_clipping": 1.0, "bf16": {"enabled": False}, "fp16": {"enabled": False},
         "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8}},
         "wall_clock_breakdown": True}))
@@ -32,6 +32,10 @@ def test_fmengine_pipeline_command_runs_on_jsonl(tiny_hf_llama, tmp_path):
               "--report_to", "none", "--max_eval_samples", "4", nproc=2)
     assert "wall_clock_breakdown" in r.stderr  # the settings gptrain does not use are named
     assert sorted(losses(out)) == [1, 2, 3, 4]
+    import tomllib
+
+    resolved = tomllib.loads((out / "config.toml").read_text())  # 8 = 4 microbatches of 2
+    assert (resolved["train"]["batch_size"], resolved["parallel"]["pp_microbatches"]) == (8, 4)
     assert (out / "checkpoints" / "step-000004").is_dir()
 
     g = run_cli("generate", out, "--prompt", "ROMEO:", "--max-new-tokens", "8")

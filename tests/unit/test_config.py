@@ -126,7 +126,12 @@ def test_fmengine_flags_and_deepspeed_config(tmp_path, capsys):
     assert (cfg.train.lr, cfg.train.beta1, cfg.train.beta2) == (5e-6, 0.9, 0.99)
     assert cfg.train.warmup_steps == 0  # "auto" leaves gptrain's own value
     note = capsys.readouterr().err
-    assert "steps_per_print" in note and "wall_clock_breakdown" in note and "train_batch_size" in note
+    assert "steps_per_print" in note and "wall_clock_breakdown" in note and "train_batch_size" not in note
+    assert cfg.train.global_batch_size == 32
+    config.apply_global_batch(cfg, dp=2, pp=2)  # 16 per replica: one pipeline batch of 8 micro
+    assert (cfg.train.batch_size, cfg.parallel.pp_microbatches, cfg.train.grad_accum_steps) == (16, 8, 1)
+    config.apply_global_batch(cfg, dp=2, pp=2)  # again, as from the resolved config.toml: no change
+    assert (cfg.train.batch_size, cfg.parallel.pp_microbatches) == (16, 8)
     # a flag after the file overrides it
     assert parse_train_args(["--deepspeed", str(ds), "--train.batch_size=4"]).train.batch_size == 4
 
@@ -142,3 +147,14 @@ def test_bad_deepspeed_configs(tmp_path, content, message):
         ds.write_text(content)
     with pytest.raises(UserError, match=message):
         parse_train_args(["--deepspeed_config", str(ds)])
+
+
+def test_global_batch_size_sets_accumulation():
+    cfg = parse_train_args(["--train.batch_size=4", "--train.global_batch_size=32"])
+    config.apply_global_batch(cfg, dp=2, pp=1)
+    assert cfg.train.grad_accum_steps == 4
+    for argv, dp, message in [(["--train.global_batch_size=30"], 2, "is not train.batch_size"),
+                              (["--train.global_batch_size=32", "--train.grad_accum_steps=3"], 1,
+                               "contradicts")]:
+        with pytest.raises(UserError, match=message):
+            config.apply_global_batch(parse_train_args(["--train.batch_size=4", *argv]), dp=dp, pp=1)

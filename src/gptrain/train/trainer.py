@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from gptrain.config import Config, dump_toml
+from gptrain.config import Config, apply_global_batch, dump_toml
 from gptrain.data.formats import open_split, read_meta
 from gptrain.data.loader import BlockLoader, eval_batches, num_blocks
 from gptrain.distributed import pipeline
@@ -65,6 +65,7 @@ class Trainer:
         plain.fused_loss = tc.fused_loss
         self.model_cfg = plain.config
         self.dims = ParallelDims.from_config(cfg.parallel, env.world)
+        apply_global_batch(cfg, self.dims.dp, self.dims.pp)
         check_layout(self.model_cfg, self.dims)
         if cfg.checkpoint.remote:
             from gptrain.train import remote
