@@ -86,6 +86,13 @@ class TrainConfig:
     seed: int = opt(42, "Seed for init, data order and dropout.")
     precision: str = opt("auto", "Compute precision; auto: bf16 on GPUs that support it, else fp32.",
                          ("auto", "fp32", "bf16", "fp16"))
+    loss_scale: float = opt(0.0, "fp16 loss scale: 0 for dynamic loss scaling, or a fixed scale.")
+    loss_scale_initial: float = opt(65536.0, "fp16 dynamic loss scaling: the starting scale.")
+    loss_scale_window: int = opt(2000, "fp16 dynamic loss scaling: double the scale after this many "
+                                 "steps in a row without overflow.")
+    loss_scale_hysteresis: int = opt(1, "fp16 dynamic loss scaling: overflows (each step skipped) "
+                                     "before the scale is halved.")
+    loss_scale_min: float = opt(1.0, "fp16 dynamic loss scaling: the scale never drops below this.")
     eval_strategy: str = opt("steps", "When to evaluate: every eval_every steps, each epoch, or never.",
                              ("steps", "epoch", "no"))
     eval_every: int = opt(500, "Evaluate every this many steps (eval_strategy=steps).")

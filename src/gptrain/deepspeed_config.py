@@ -1,8 +1,8 @@
 """Read a DeepSpeed JSON config (`--deepspeed_config FILE`, `--deepspeed FILE`) into gptrain's.
 
 Users coming from DeepSpeed launchers (FMEngine, the HF Trainer's --deepspeed) keep their batch
-sizes (micro and global), precision, optimizer, clipping and warmup settings in that file. The settings with a gptrain
-equivalent are applied where the flag stands (later flags override them); "auto" values are
+sizes (micro and global), precision and fp16 loss scaling, optimizer, clipping and warmup
+settings in that file. The settings with a gptrain equivalent are applied where the flag stands (later flags override them); "auto" values are
 left to gptrain; everything else is named once on stderr, since gptrain does it its own way
 (ZeRO stages -> FSDP2 sharding, which is the default; offload, partitioned activations and
 logging knobs have no counterpart).
@@ -41,6 +41,16 @@ def settings(ds: dict) -> tuple[dict[str, object], list[str]]:
     take("gradient_clipping", "train.grad_clip", ds.get("gradient_clipping"))
     for name in ("bf16", "fp16"):
         take(name, "train.precision", _precision(ds))
+    fp16 = ds.get("fp16")
+    if isinstance(fp16, dict):
+        power = fp16.get("initial_scale_power")
+        for ds_key, key, value in (("loss_scale", "train.loss_scale", fp16.get("loss_scale")),
+                                   ("initial_scale_power", "train.loss_scale_initial",
+                                    2.0 ** power if isinstance(power, (int, float)) else power),
+                                   ("loss_scale_window", "train.loss_scale_window", fp16.get("loss_scale_window")),
+                                   ("hysteresis", "train.loss_scale_hysteresis", fp16.get("hysteresis")),
+                                   ("min_loss_scale", "train.loss_scale_min", fp16.get("min_loss_scale"))):
+            take(f"fp16.{ds_key}", key, value)
     optimizer = ds.get("optimizer")
     if isinstance(optimizer, dict):
         kind = str(optimizer.get("type", "adamw")).lower()
@@ -59,7 +69,8 @@ def settings(ds: dict) -> tuple[dict[str, object], list[str]]:
         take("scheduler", "train.warmup_steps", (scheduler.get("params") or {}).get("warmup_num_steps"))
     if "zero_optimization" in ds:
         used.add("zero_optimization")  # parameters and optimizer state are sharded (FSDP2) by default
-    return out, sorted(k for k in ds if k not in used)
+    nested = [f"fp16.{k}" for k in fp16 if k != "enabled"] if isinstance(fp16, dict) else []
+    return out, sorted(k for k in [*ds, *nested] if k not in used)
 
 
 def apply(cfg, path: str) -> None:

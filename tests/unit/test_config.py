@@ -136,6 +136,20 @@ def test_fmengine_flags_and_deepspeed_config(tmp_path, capsys):
     assert parse_train_args(["--deepspeed", str(ds), "--train.batch_size=4"]).train.batch_size == 4
 
 
+def test_deepspeed_fp16_loss_scaling(tmp_path, capsys):
+    ds = tmp_path / "fp16.json"
+    ds.write_text(json.dumps({"fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 12,
+                                       "loss_scale_window": 500, "hysteresis": 2,
+                                       "min_loss_scale": 1, "auto_cast": False}}))
+    tc = parse_train_args(["--deepspeed_config", str(ds)]).train
+    assert (tc.precision, tc.loss_scale, tc.loss_scale_initial) == ("fp16", 0, 4096.0)
+    assert (tc.loss_scale_window, tc.loss_scale_hysteresis, tc.loss_scale_min) == (500, 2, 1)
+    assert "fp16.auto_cast" in capsys.readouterr().err  # named, not silently dropped
+    ds.write_text(json.dumps({"fp16": {"enabled": "auto", "loss_scale": 256}}))
+    tc = parse_train_args(["--deepspeed", str(ds)]).train
+    assert (tc.precision, tc.loss_scale) == ("auto", 256)
+
+
 @pytest.mark.parametrize("content, message", [
     (None, "DeepSpeed config .* does not exist"),
     ("{not json", "is not valid JSON"),

@@ -76,7 +76,7 @@ class Trainer:
         self.dp_rank = self.dims.dp_rank(self.mesh)
         self._build_parts(plain)
         self.optims = [build_optimizer(p, tc, env.device) for p in self.parts]
-        self.scaler = LossScaler() if self.precision == "fp16" else None
+        self.scaler = LossScaler.from_config(cfg.train) if self.precision == "fp16" else None
         T = self.model_cfg.block_size
         train_tokens = open_split(self.data_dir, "train")
         if num_blocks(len(train_tokens), T, cfg.data.max_train_samples) < self.dims.dp:
