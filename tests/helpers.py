@@ -35,7 +35,7 @@ def make_dataset(tmp: Path, tokenizer: str = "char") -> Path:
 
 TINY = ["--model.n_layer=2", "--model.n_head=2", "--model.n_embd=32", "--model.block_size=32",
         "--train.lr=1e-3", "--train.warmup_steps=2", "--metrics.log_every=1", "--report_to=none",
-        "--checkpoint.every=0"]
+        "--checkpoint.every=0", "--train.precision=fp32"]
 
 
 def env(**extra) -> dict:

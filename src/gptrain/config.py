@@ -84,7 +84,8 @@ class TrainConfig:
     max_steps: int = opt(-1, "Optimizer steps to run; -1: as many as num epochs need.")
     epochs: float = opt(1.0, "Passes over the training data when max_steps is -1.")
     seed: int = opt(42, "Seed for init, data order and dropout.")
-    precision: str = opt("auto", "Compute precision; auto: bf16 on GPUs that support it, else fp32.",
+    precision: str = opt("auto", "Compute precision; auto: bf16 on GPUs that support it and on CPUs with native bf16 "
+                         "(AVX512-BF16 or AMX), else fp32.",
                          ("auto", "fp32", "bf16", "fp16"))
     loss_scale: float = opt(0.0, "fp16 loss scale: 0 for dynamic loss scaling, or a fixed scale.")
     loss_scale_initial: float = opt(65536.0, "fp16 dynamic loss scaling: the starting scale.")
@@ -135,7 +136,8 @@ class MetricsConfig:
     wandb_project: str = opt("gptrain", "Weights & Biases project.")
     wandb_mode: str = opt("offline", "Weights & Biases mode.", ("online", "offline", "disabled"))
     peak_flops: float | None = opt(None, "Peak FLOP/s of one device for MFU (default: known GPU "
-                                   "table, or a measured matmul peak on CPU).")
+                                   "table, or a matmul peak measured on CPU in the run's precision, "
+                                   "cached per CPU model).")
 
 
 @dataclass
@@ -347,7 +349,8 @@ def apply_option(cfg: Config, name: str, value) -> None:
 
         if value is None:
             raise UserError(f"--{name} needs the path of a DeepSpeed JSON config")
-        deepspeed_config.apply(cfg, value)
+        for key, setting in deepspeed_config.read(value).items():
+            apply_option(cfg, key, setting)
         return
     if name in ALIASES:
         key, vmap = ALIASES[name]

@@ -150,8 +150,42 @@ def test_deepspeed_fp16_loss_scaling(tmp_path, capsys):
     assert (tc.precision, tc.loss_scale) == ("auto", 256)
 
 
+@pytest.mark.parametrize("scheduler, expected", [
+    ({"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 3e-4, "warmup_num_steps": 50}},
+     dict(lr_schedule="constant", lr=3e-4, warmup_steps=50)),
+    ({"type": "WarmupDecayLR", "params": {"warmup_min_lr": 3e-5, "warmup_max_lr": 3e-4,
+                                          "warmup_num_steps": 20, "total_num_steps": 400}},
+     dict(lr_schedule="linear", lr=3e-4, warmup_steps=20, min_lr_ratio=0.1, max_steps=400)),
+    ({"type": "WarmupCosineLR", "params": {"total_num_steps": 300, "warmup_num_steps": 10,
+                                           "cos_min_ratio": 0.05}},
+     dict(lr_schedule="cosine", lr=1e-3, warmup_steps=10, min_lr_ratio=0.05, max_steps=300)),
+])
+def test_deepspeed_schedulers_and_weight_decay_are_read(tmp_path, capsys, scheduler, expected):
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.0,
+                                                                        "eps": 1e-6}},
+                              "scheduler": scheduler}))
+    tc = parse_train_args(["--deepspeed_config", str(ds)]).train
+    assert {k: getattr(tc, k) for k in expected} == pytest.approx(expected)
+    assert tc.weight_decay == 0.0
+    note = capsys.readouterr().err
+    assert "optimizer.params.eps" in note and "scheduler" not in note and "weight_decay" not in note
+
+
+def test_deepspeed_scheduler_settings_gptrain_lacks_are_named(tmp_path, capsys):
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"scheduler": {"type": "WarmupLR", "params": {
+        "warmup_min_lr": 1e-5, "warmup_max_lr": 1e-3, "warmup_type": "log", "last_batch_iteration": -1}}}))
+    parse_train_args(["--deepspeed", str(ds)])
+    note = capsys.readouterr().err
+    for key in ("warmup_min_lr", "warmup_type", "last_batch_iteration"):
+        assert f"scheduler.params.{key}" in note
+    assert "warmup_max_lr" not in note
+
+
 @pytest.mark.parametrize("content, message", [
     (None, "DeepSpeed config .* does not exist"),
+    ('{"scheduler": {"type": "OneCycle"}}', "scheduler 'OneCycle' is not supported"),
     ("{not json", "is not valid JSON"),
     ('{"optimizer": {"type": "Lamb"}}', "optimizer 'Lamb' is not supported"),
 ])
