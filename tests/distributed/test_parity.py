@@ -6,6 +6,14 @@ to floating-point reduction order. Tolerance: 1e-4 absolute on losses around 3-4
 weights (the checkpoint every run writes at its end) agree within 1e-4 too, whatever layout
 wrote them. The Llama rows run the same checks on the llama-tiny preset (RMSNorm, rotary
 positions, grouped-query attention, untied head).
+
+Every row pins its precision (fp32 through TINY): `auto` means bf16 on CPUs with native bf16
+(AVX512-BF16/AMX), and these checks must mean the same on every CPU. The bf16 rows compare with a
+single-process bf16 run, with tolerances derived from bf16's unit roundoff u = 2^-8 (8 significand
+bits) instead of fp32's: losses within u; the whole model's weights within u in relative norm
+(||W - W_ref|| / ||W_ref||: rounding noise in the gradients moves every weight a little); and no
+single weight further than Adam can move it in opposite directions (2 x the sum of the learning
+rates), which a wrong shard or a missed gradient sync would exceed.
 """
 
 import pytest
@@ -17,6 +25,8 @@ pytestmark = pytest.mark.slow  # real multi-process runs: `pytest -m slow` runs 
 
 STEPS = 5
 TOL = 1e-4
+BF16_U = 2.0 ** -8
+LR = 1e-3  # TINY's peak learning rate (2 warmup steps)
 
 
 @pytest.fixture(scope="module")
@@ -24,23 +34,24 @@ def data(tmp_path_factory):
     return make_dataset(tmp_path_factory.mktemp("parity"))
 
 
-def _args(data, out, rows, n_layer, preset="gpt2-tiny"):
+def _args(data, out, rows, n_layer, preset="gpt2-tiny", precision="fp32"):
     return [f"--data.path={data}", f"--train.output_dir={out}", f"--train.batch_size={rows}",
             f"--train.max_steps={STEPS}", "--train.do_eval=false", *TINY, f"--model.n_layer={n_layer}",
-            f"--model.preset={preset}"]
+            f"--model.preset={preset}", f"--train.precision={precision}"]
 
 
 @pytest.fixture(scope="module")
 def reference(data, tmp_path_factory):
-    """Single-process runs with 8 rows per step, made on first use per (preset, layers)."""
+    """Single-process runs with 8 rows per step, made on first use per (preset, layers, precision)."""
     out = {}
 
-    def get(preset, n_layer):
-        if (preset, n_layer) not in out:
-            d = tmp_path_factory.mktemp(f"single-{preset}-{n_layer}")
-            train(*_args(data, d, 8, n_layer, preset))
-            out[preset, n_layer] = d
-        return out[preset, n_layer]
+    def get(preset, n_layer, precision, *extra):
+        key = preset, n_layer, precision, *extra
+        if key not in out:
+            d = tmp_path_factory.mktemp(f"single-{preset}-{n_layer}-{precision}")
+            train(*_args(data, d, 8, n_layer, preset, precision), *extra)
+            out[key] = d
+        return out[key]
     return get
 
 
@@ -62,7 +73,7 @@ def reference(data, tmp_path_factory):
 ])
 def test_loss_and_weights_match_single_process(data, reference, tmp_path, name, nproc, rows, n_layer, layout):
     preset = "llama-tiny" if name.startswith("llama") else "gpt2-tiny"
-    ref_dir = reference(preset, n_layer)
+    ref_dir = reference(preset, n_layer, "fp32")
     train(*_args(data, tmp_path, rows, n_layer, preset), *layout, nproc=nproc)
     got, expected = losses(tmp_path), losses(ref_dir)
     assert sorted(got) == list(range(1, STEPS + 1))
@@ -72,3 +83,81 @@ def test_loss_and_weights_match_single_process(data, reference, tmp_path, name, 
     mine, ref = model_tensors(tmp_path / final), model_tensors(ref_dir / final)
     for key in ref:
         torch.testing.assert_close(mine[key], ref[key], atol=TOL, rtol=0, msg=f"{name}: {key}")
+
+
+@pytest.mark.parametrize("name, nproc, rows, n_layer, layout", [
+    ("fsdp", 2, 4, 2, ["--parallel.dp_shard=2"]),
+    ("tp", 2, 8, 2, ["--parallel.tp=2", "--parallel.dp_shard=1"]),
+    ("pp-1f1b", 2, 8, 4, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=1f1b"]),
+])
+def test_bf16_layouts_match_single_process_within_bf16_precision(data, reference, tmp_path, name, nproc,
+                                                                  rows, n_layer, layout):
+    ref_dir = reference("gpt2-tiny", n_layer, "bf16")
+    r = train(*_args(data, tmp_path, rows, n_layer, precision="bf16"), *layout, nproc=nproc)
+    assert "(bf16)" in r.stdout
+    got, expected = losses(tmp_path), losses(ref_dir)
+    assert sorted(got) == list(range(1, STEPS + 1))
+    for step in expected:
+        assert abs(got[step] - expected[step]) < BF16_U, (name, step, got[step], expected[step])
+    final = f"checkpoints/step-{STEPS:06d}"
+    mine, ref = model_tensors(tmp_path / final), model_tensors(ref_dir / final)
+    diff = torch.cat([(mine[k] - ref[k]).flatten() for k in ref])
+    weights = torch.cat([ref[k].flatten() for k in ref])
+    assert (diff.norm() / weights.norm()).item() < BF16_U, name
+    assert diff.abs().max().item() < 2 * LR * STEPS, name
+
+
+@pytest.mark.parametrize("name, nproc, rows, layout", [
+    ("pp-1f1b", 2, 8, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=1f1b"]),
+    ("pp+fsdp", 4, 4, ["--parallel.pp=2", "--parallel.dp_shard=2", "--parallel.pp_microbatches=2"]),
+    ("fsdp", 2, 4, ["--parallel.dp_shard=2"]),
+])
+def test_layouts_across_an_epoch_end(data, reference, tmp_path, name, nproc, rows, layout):
+    """20 blocks, 8 per step: epochs end inside steps 3 and 5, where the batch takes the last
+    blocks of one epoch and the first of the next (a pipeline needs B rows every step)."""
+    short = "--data.max_train_samples=20"
+    ref_dir = reference("gpt2-tiny", 4, "fp32", short)
+    train(*_args(data, tmp_path, rows, 4), short, *layout, nproc=nproc)
+    got, expected = losses(tmp_path), losses(ref_dir)
+    assert sorted(got) == list(range(1, STEPS + 1))
+    for step in expected:
+        assert abs(got[step] - expected[step]) < TOL, (name, step, got[step], expected[step])
+
+
+@pytest.fixture(scope="module")
+def hf_reference(data, tmp_path_factory):
+    """Single-process fine-tuning runs from a Hugging Face model directory, one per model."""
+    out = {}
+
+    def get(model_dir):
+        if model_dir not in out:
+            d = tmp_path_factory.mktemp(f"single-hf-{model_dir.name}")
+            train(*_args(data, d, 8, 2), f"--model.init_from={model_dir}")
+            out[model_dir] = d
+        return out[model_dir]
+    return get
+
+
+@pytest.mark.parametrize("model, name, nproc, rows, layout", [
+    ("gpt2", "fsdp", 2, 4, ["--parallel.dp_shard=2"]),
+    ("gpt2", "ddp", 2, 4, ["--parallel.dp_replicate=2", "--parallel.dp_shard=1"]),
+    ("gpt2", "tp", 2, 8, ["--parallel.tp=2", "--parallel.dp_shard=1"]),
+    ("gpt2", "pp-1f1b", 2, 8, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=1f1b"]),
+    ("gpt2", "fsdp+tp", 4, 4, ["--parallel.tp=2", "--parallel.dp_shard=2"]),
+    ("llama", "fsdp", 2, 4, ["--parallel.dp_shard=2"]),
+    ("llama", "pp+tp", 4, 8, ["--parallel.pp=2", "--parallel.tp=2", "--parallel.dp_shard=1"]),
+])
+def test_layouts_from_hf_weights_match_single_process(data, hf_reference, tiny_hf_gpt2, tiny_hf_llama,
+                                                      tmp_path, model, name, nproc, rows, layout):
+    """Fine-tuning HF weights (GPT-2's Conv1D weights are stored transposed) under each layout."""
+    model_dir = tiny_hf_gpt2 if model == "gpt2" else tiny_hf_llama
+    ref_dir = hf_reference(model_dir)
+    train(*_args(data, tmp_path, rows, 2), f"--model.init_from={model_dir}", *layout, nproc=nproc)
+    got, expected = losses(tmp_path), losses(ref_dir)
+    assert sorted(got) == list(range(1, STEPS + 1))
+    for step in expected:
+        assert abs(got[step] - expected[step]) < TOL, (model, name, step, got[step], expected[step])
+    final = f"checkpoints/step-{STEPS:06d}"
+    mine, ref = model_tensors(tmp_path / final), model_tensors(ref_dir / final)
+    for key in ref:
+        torch.testing.assert_close(mine[key], ref[key], atol=TOL, rtol=0, msg=f"{model} {name}: {key}")

@@ -11,23 +11,24 @@ def _tokens(n_blocks):
     return np.arange(n_blocks * T + 1, dtype=np.uint16)
 
 
-@pytest.mark.parametrize("n_blocks, batch", [(40, 4), (37, 3), (16, 8)])
-def test_two_ranks_cover_every_block_once_per_epoch(n_blocks, batch):
+@pytest.mark.parametrize("n_blocks, batch", [(40, 4), (37, 3), (16, 8), (5, 4)])
+def test_two_ranks_cover_every_block_once_per_epoch_in_full_batches(n_blocks, batch):
+    """The epochs form one stream: every batch is full (an epoch's last batch takes the next
+    epoch's first blocks), and each epoch's n_blocks blocks are all seen once, by one rank."""
     tokens = _tokens(n_blocks)
     loaders = [BlockLoader(tokens, T, batch, rank=r, world=2, seed=5) for r in range(2)]
-    steps = loaders[0].batches_per_epoch()
-    dropped = n_blocks % (2 * batch) if n_blocks % (2 * batch) < 2 else 0
-    orders = []
-    for epoch in range(3):
-        seen = []
-        for _ in range(steps):
-            for loader in loaders:
-                x, y = loader.next_batch()
-                assert x.shape[1] == T and (y == x + 1).all()
-                seen += (x[:, 0] // T).tolist()
-        assert len(seen) == len(set(seen)) == n_blocks - dropped
-        orders.append(seen)
-    assert orders[0] != orders[1]  # a new permutation each epoch
+    assert loaders[0].batches_per_epoch() == n_blocks / (2 * batch)
+    stream = []
+    for _ in range(3 * n_blocks):  # 3 * n_blocks global batches = 2 * batch * 3 epochs' blocks
+        rows = []
+        for loader in loaders:
+            x, y = loader.next_batch()
+            assert x.shape == (batch, T) and (y == x + 1).all()
+            rows.append((x[:, 0] // T).tolist())
+        stream += [b for pair in zip(*rows) for b in pair]  # rank r holds every 2nd block
+    epochs = [stream[i:i + n_blocks] for i in range(0, len(stream), n_blocks)]
+    assert all(sorted(e) == list(range(n_blocks)) for e in epochs)
+    assert epochs[0] != epochs[1]  # a new permutation each epoch
 
 
 def test_resume_continues_with_the_same_batches():

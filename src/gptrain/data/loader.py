@@ -1,9 +1,13 @@
 """Batches of fixed-length blocks for training and evaluation.
 
 Block i covers tokens[i*T : i*T + T + 1] (inputs and the targets shifted by one). Each epoch
-draws a seeded permutation of all blocks; global batch s takes the next world*B blocks of it and
-rank r takes every world-th of those. So over an epoch every block is seen once, by exactly one
-rank. The position is counted in blocks, so a resumed run continues with the same batches.
+draws a seeded permutation of all blocks, and the epochs' permutations form one stream: global
+batch s takes the next world*B blocks of the stream and rank r takes every world-th of those.
+So over an epoch every block is seen once, by exactly one rank, and every batch is full: the
+batch at an epoch's end takes its last blocks and the next epoch's first ones (a pipeline
+schedule splits each batch into a fixed number of microbatches, so it needs B rows every step;
+and every layout sees the same batches). The position is counted in blocks, so a resumed run
+continues with the same batches.
 """
 
 from __future__ import annotations
@@ -33,9 +37,9 @@ class BlockLoader:
     def global_batch(self) -> int:
         return self.B * self.world
 
-    def batches_per_epoch(self) -> int:
-        full, rest = divmod(self.n_blocks, self.global_batch)
-        return full + (1 if rest >= self.world else 0)
+    def batches_per_epoch(self) -> float:
+        """Global batches in one pass over the data (a fraction when the last one spans two)."""
+        return self.n_blocks / self.global_batch
 
     def _permutation(self):
         if self._perm_epoch != self.epoch:
@@ -45,13 +49,16 @@ class BlockLoader:
 
     def next_indices(self) -> np.ndarray:
         """Block indices of this rank's next batch (moves the position on)."""
-        perm = self._permutation()
-        take = perm[self.offset: self.offset + self.global_batch]
-        if len(take) < self.world:  # too few left for every rank to get one: next epoch
-            self.epoch, self.offset = self.epoch + 1, 0
-            return self.next_indices()
-        self.offset += len(take)
-        return take[self.rank:: self.world]
+        take: list[np.ndarray] = []
+        need = self.global_batch
+        while need:
+            chunk = self._permutation()[self.offset: self.offset + need]
+            take.append(chunk)
+            need -= len(chunk)
+            self.offset += len(chunk)
+            if self.offset >= self.n_blocks:  # this epoch is used up: the stream goes on
+                self.epoch, self.offset = self.epoch + 1, 0
+        return np.concatenate(take)[self.rank:: self.world]
 
     def blocks(self, indices) -> torch.Tensor:
         starts = np.asarray(indices, dtype=np.int64) * self.T

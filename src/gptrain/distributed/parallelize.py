@@ -98,15 +98,15 @@ def apply_fsdp(model, dp_mesh, param_dtype, reduce_dtype) -> None:
     fully_shard(model, mesh=dp_mesh, mp_policy=mp)
 
 
-def parallelize(model, dims, mesh, cfg, device) -> nn.Module:
-    """The model ready to train on this rank (wrapped by DDP when pure data parallel)."""
+def parallelize(model, dims, mesh, cfg, device, param_dtype=None) -> nn.Module:
+    """The model ready to train on this rank (wrapped by DDP when pure data parallel);
+    FSDP gathers parameters in `param_dtype` (the plan's compute dtype; None: fp32)."""
     if dims.tp > 1:
         apply_tp(model, mesh["tp"])
     if cfg.train.activation_checkpointing != "none":
         apply_ac(model, cfg.train.activation_checkpointing)
     if cfg.train.compile:
         apply_compile(model)
-    param_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.train.precision)
     if dims.dp_shard > 1:
         names = ("dp_replicate", "dp_shard") if dims.dp_replicate > 1 else ("dp_shard",)
         apply_fsdp(model, mesh[names], param_dtype, torch.float32)

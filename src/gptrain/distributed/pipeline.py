@@ -34,17 +34,12 @@ def stage_ids(pp_rank: int, pp: int, schedule: str) -> list[int]:
     return [pp_rank, pp_rank + pp] if schedule == "interleaved_1f1b" else [pp_rank]
 
 
-def split(model, pp_rank: int, pp: int, schedule: str, microbatches: int, batch_size: int):
+def split(model, pp_rank: int, pp: int, schedule: str):
     """(stage modules, their stage indices, total stages) for this rank."""
     n_stages = pp * (2 if schedule == "interleaved_1f1b" else 1)
     if n_stages > model.config.n_layer:
         raise UserError(f"{n_stages} pipeline stages ({schedule}, pp={pp}) but only "
                         f"{model.config.n_layer} layers; use fewer stages or more layers")
-    if microbatches < pp or batch_size % microbatches:
-        raise UserError(f"parallel.pp_microbatches={microbatches} must be >= pp ({pp}) and divide "
-                        f"train.batch_size ({batch_size})")
-    if schedule == "interleaved_1f1b" and microbatches % pp:
-        raise UserError(f"interleaved_1f1b needs pp_microbatches ({microbatches}) to be a multiple of pp ({pp})")
     layers = stage_layers(model.config.n_layer, n_stages)
     parts, ids = [], stage_ids(pp_rank, pp, schedule)
     for s in ids:

@@ -225,22 +225,41 @@ def to_hf_state_dict(sd: dict, cfg) -> dict:
 
 
 def load_hf(name_or_path: str, **overrides):
-    """(model, its HF directory) from a HF GPT-2 or Llama directory or hub id."""
+    """(model, its HF directory) from a HF GPT-2 or Llama directory or hub id.
+
+    The model is built without memory (meta), given empty CPU storage of its own layout, and each
+    HF tensor is copied into its parameter under a shape check (nanoGPT's habit): the parameters
+    stay the model's own contiguous tensors, never views of the file's (transposed) ones, which
+    FSDP and tensor parallel need.
+    """
     from gptrain.models.registry import build
 
     model_dir = resolve(name_or_path)
     cfg = config_from_hf(json.loads((model_dir / "config.json").read_text()), **overrides)
     with torch.device("meta"):
         model = build(cfg)
-    missing, unexpected = model.load_state_dict(from_hf_state_dict(read_state_dict(model_dir), cfg),
-                                                strict=False, assign=True)
+    model.to_empty(device="cpu")
     if cfg.tie_embeddings:
         model.lm_head.weight = model.transformer.wte.weight
-        missing = [k for k in missing if k != "lm_head.weight"]
-    if missing or unexpected:
-        raise UserError(f"{model_dir} does not hold a complete {cfg.arch} model: missing "
-                        f"{missing[:3]}, unexpected {unexpected[:3]}")
+    copy_into(model, from_hf_state_dict(read_state_dict(model_dir), cfg), str(model_dir))
     return model, model_dir
+
+
+def copy_into(model, tensors: dict, source: str) -> None:
+    """Copy every tensor into the model's parameter or buffer of the same name; all must be there."""
+    own = dict(model.named_parameters())  # a tied weight appears once, under its first name
+    own.update(model.named_buffers())
+    missing = [k for k in own if k not in tensors]
+    unexpected = [k for k in tensors if k not in own]
+    if missing or unexpected:
+        raise UserError(f"{source} does not hold a complete {model.config.arch} model: missing "
+                        f"{missing[:3]}, unexpected {unexpected[:3]}")
+    with torch.no_grad():
+        for name, t in tensors.items():
+            if tuple(t.shape) != tuple(own[name].shape):
+                raise UserError(f"{source}: {name} has shape {tuple(t.shape)} where the model's "
+                                f"config.json implies {tuple(own[name].shape)}")
+            own[name].copy_(t)
 
 
 def export_hf(model, tokenizer, out_dir) -> Path:

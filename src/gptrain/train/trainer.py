@@ -4,9 +4,9 @@ pipeline parallel.
     gptrain train configs/tiny-debug.toml                       # one process
     torchrun --nproc-per-node 2 -m gptrain train ... --parallel.dp_shard=2
 
-Order of work: build the plain model -> check the layout -> cut it into pipeline stages (if
-pp > 1) -> parallelize each part -> optimizers -> resume (model, optimizer, loader position,
-RNG) -> loop (accumulate, clip, step, log, eval, checkpoint). A SIGTERM makes every rank stop at
+Order of work: resolve the plan (precision, batch, degrees: train/plan.py) -> build the plain
+model -> check the layout -> cut it into pipeline stages (if pp > 1) -> parallelize each part ->
+optimizers -> resume (model, optimizer, loader position, RNG) -> loop (accumulate, clip, step, log, eval, checkpoint). A SIGTERM makes every rank stop at
 the same step and save a checkpoint first.
 """
 
@@ -21,15 +21,16 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from gptrain.config import Config, apply_global_batch, dump_toml
+from gptrain.config import Config, dump_toml
 from gptrain.data.formats import open_split, read_meta
 from gptrain.data.loader import BlockLoader, eval_batches, num_blocks
 from gptrain.distributed import pipeline
-from gptrain.distributed.mesh import ParallelDims, init_distributed
+from gptrain.distributed.mesh import init_distributed
 from gptrain.distributed.parallelize import check_layout, parallelize
 from gptrain.errors import UserError
 from gptrain.models.gpt2 import cross_entropy
 from gptrain.train import checkpoint as ckpt
+from gptrain.train import plan as run_plan
 from gptrain.train import stop
 from gptrain.train.evaluate import evaluate, reshard
 from gptrain.train.loss_scale import LossScaler
@@ -57,15 +58,14 @@ class Trainer:
 
             keep_freed_memory()
         self.out = Path(tc.output_dir).expanduser()
-        self.data_dir = resolve_data(cfg.data.path, cfg.data.tokenizer, cfg.model.init_from, env)
+        self.data_dir = resolve_data(cfg.data.path, cfg.data.tokenizer, cfg.model.init_from)
         meta = read_meta(self.data_dir)
         self.tokenizer_spec = meta["tokenizer"]
-        self.precision = self._precision()
+        self.plan = run_plan.resolve(cfg, env.device.type, env.world)
+        self.precision, self.dims = self.plan.precision, self.plan.dims
         plain = build_model(cfg, meta["vocab_size"])
         plain.fused_loss = tc.fused_loss
         self.model_cfg = plain.config
-        self.dims = ParallelDims.from_config(cfg.parallel, env.world)
-        apply_global_batch(cfg, self.dims.dp, self.dims.pp)
         check_layout(self.model_cfg, self.dims)
         if cfg.checkpoint.remote:
             from gptrain.train import remote
@@ -86,8 +86,10 @@ class Trainer:
                                   seed=tc.seed, max_blocks=cfg.data.max_train_samples)
         has_val = meta["splits"].get("val", {}).get("tokens", 0) > T
         self.val_tokens = open_split(self.data_dir, "val") if has_val else None
-        self.steps_per_epoch = max(1, self.loader.batches_per_epoch() // tc.grad_accum_steps)
-        self.total_steps = tc.max_steps if tc.max_steps > 0 else math.ceil(tc.epochs * self.steps_per_epoch)
+        batches_per_step = tc.grad_accum_steps
+        self.steps_per_epoch = max(1, math.ceil(self.loader.batches_per_epoch() / batches_per_step))
+        self.total_steps = tc.max_steps if tc.max_steps > 0 else max(1, math.ceil(
+            tc.epochs * self.loader.batches_per_epoch() / batches_per_step))
         self.step = 0
         self.last = {"train_loss": None, "eval_loss": None}
         self._step_loss = None
@@ -99,18 +101,15 @@ class Trainer:
         """self.parts: the parallelized model, or this rank's pipeline stages."""
         cfg, dims, device = self.cfg, self.dims, self.env.device
         self.schedule = None
+        dtype = self.plan.compute_dtype
         if dims.pp == 1:
-            self.parts = [parallelize(plain.to(device), dims, self.mesh, cfg, device)]
+            self.parts = [parallelize(plain.to(device), dims, self.mesh, cfg, device, dtype)]
             return
         pc = cfg.parallel
-        if cfg.train.grad_accum_steps != 1:
-            raise UserError("with pipeline parallel, accumulate through parallel.pp_microbatches "
-                            "instead of train.grad_accum_steps")
-        microbatches = pc.pp_microbatches or 2 * dims.pp
+        microbatches = self.plan.pp_microbatches
         pp_mesh = self.mesh["pp"]
-        parts, ids, n_stages = pipeline.split(plain, pp_mesh.get_local_rank(), dims.pp, pc.pp_schedule,
-                                              microbatches, cfg.train.batch_size)
-        self.parts = [parallelize(p.to(device), dims, self.mesh, cfg, device) for p in parts]
+        parts, ids, n_stages = pipeline.split(plain, pp_mesh.get_local_rank(), dims.pp, pc.pp_schedule)
+        self.parts = [parallelize(p.to(device), dims, self.mesh, cfg, device, dtype) for p in parts]
         self.pp_group = pp_mesh.get_group()
         self.embedding_group = pipeline.embedding_group(self.mesh) if plain.config.tie_embeddings else None
         self.has_first = any(pipeline.is_first(p) for p in parts)
@@ -124,19 +123,10 @@ class Trainer:
         self.schedule = pipeline.build_schedule(self.parts, ids, n_stages, device, self.pp_group,
                                                 pc.pp_schedule, microbatches, loss_fn)
 
-    def _precision(self) -> str:
-        p = self.cfg.train.precision
-        if p == "auto":
-            if self.env.device.type == "cuda":
-                return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-            return "bf16" if cpu_has_bf16() else "fp32"
-        return p
-
     def autocast(self):
-        if self.precision == "fp32":
+        if self.plan.compute_dtype is None:
             return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
-        return torch.autocast(self.env.device.type, dtype=dtype)
+        return torch.autocast(self.env.device.type, dtype=self.plan.compute_dtype)
 
     def log_main(self, msg: str) -> None:
         if self.env.is_main:
@@ -359,7 +349,7 @@ class Trainer:
         stop.install()
         tokens_per_step = tc.batch_size * tc.grad_accum_steps * self.model_cfg.block_size * self.dims.dp
         flops_tok = flops_per_token(self.model_cfg, self.n_params)
-        peak = peak_flops(env.device, self.cfg.metrics.peak_flops) * env.world
+        peak = peak_flops(env.device, self.cfg.metrics.peak_flops, self.precision) * env.world
         self.log_main(f"training {self.n_params / 1e6:.2f}M parameters on {env.world} x "
                       f"{env.device.type} ({self.precision}), {self.total_steps} steps, "
                       f"{tokens_per_step:,} tokens/step")
@@ -400,11 +390,3 @@ class Trainer:
         self.log_main(f"{status} at step {self.step} in {time.perf_counter() - run_start:.1f}s")
         return {"status": status, "step": self.step, **self.last}
 
-
-def cpu_has_bf16() -> bool:
-    """Native bf16 matmuls (AVX512-BF16 or AMX): only then is bf16 autocast faster on a CPU."""
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-    return " avx512_bf16" in flags or " amx_bf16" in flags

@@ -1,0 +1,80 @@
+"""Settings resolved once, before the Trainer and `parallelize` run.
+
+A config says what the user asked for ("auto" precision, a global batch size, a dataset name or a
+raw file); a Plan says what this run does on this machine and world size: the precision (and so
+FSDP's parameter dtype), the per-rank batch, accumulation steps or pipeline microbatches, and the
+parallel degrees. Everything downstream reads the plan, never the raw setting, so two places can
+never resolve "auto" differently. `resolve` needs no process group: it is unit-tested alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gptrain.config import Config, apply_global_batch
+from gptrain.distributed.mesh import ParallelDims
+from gptrain.errors import UserError
+
+
+@dataclass(frozen=True)
+class Plan:
+    precision: str          # fp32 | bf16 | fp16: what autocast and FSDP compute in
+    dims: ParallelDims      # parallel degrees that multiply to the world size
+    batch_size: int         # rows per data-parallel rank per micro-step (a pipeline's whole batch)
+    grad_accum_steps: int   # micro-steps per optimizer step (1 under pipeline parallel)
+    pp_microbatches: int    # microbatches the pipeline splits batch_size into (0 without pp)
+
+    @property
+    def compute_dtype(self):
+        """The dtype of autocast and of FSDP's gathered parameters (None: fp32, no autocast)."""
+        import torch
+
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
+
+    @property
+    def rows_per_step(self) -> int:
+        """Sequences per optimizer step over all data-parallel ranks."""
+        return self.batch_size * self.grad_accum_steps * self.dims.dp
+
+
+def cpu_has_bf16() -> bool:
+    """Native bf16 matmuls (AVX512-BF16 or AMX): only then is bf16 autocast faster on a CPU."""
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return " avx512_bf16" in flags or " amx_bf16" in flags
+
+
+def resolve_precision(setting: str, device_type: str) -> str:
+    """auto: bf16 on GPUs that support it and on CPUs with native bf16, else fp32."""
+    if setting != "auto":
+        return setting
+    if device_type == "cuda":
+        import torch
+
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if cpu_has_bf16() else "fp32"
+
+
+def resolve(cfg: Config, device_type: str, world: int) -> Plan:
+    """The plan for `world` processes on `device_type`; turns train.global_batch_size into
+    accumulation steps or microbatches in cfg too, so the saved config.toml says what ran."""
+    dims = ParallelDims.from_config(cfg.parallel, world)
+    apply_global_batch(cfg, dims.dp, dims.pp)
+    tc, pc = cfg.train, cfg.parallel
+    microbatches = 0
+    if dims.pp > 1:
+        if tc.grad_accum_steps != 1:
+            raise UserError("with pipeline parallel, accumulate through parallel.pp_microbatches "
+                            "instead of train.grad_accum_steps")
+        microbatches = pc.pp_microbatches or 2 * dims.pp
+        if microbatches < dims.pp or tc.batch_size % microbatches:
+            raise UserError(f"parallel.pp_microbatches={microbatches} must be >= pp ({dims.pp}) and "
+                            f"divide train.batch_size ({tc.batch_size})")
+        if pc.pp_schedule == "interleaved_1f1b" and microbatches % dims.pp:
+            raise UserError(f"interleaved_1f1b needs pp_microbatches ({microbatches}) to be a "
+                            f"multiple of pp ({dims.pp})")
+    return Plan(precision=resolve_precision(tc.precision, device_type), dims=dims,
+                batch_size=tc.batch_size, grad_accum_steps=tc.grad_accum_steps,
+                pp_microbatches=microbatches)
