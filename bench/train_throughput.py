@@ -38,7 +38,7 @@ def workload(device: str) -> dict:
 
 
 def best_precision(device: str) -> str:
-    from gptrain.train.trainer import cpu_has_bf16
+    from gptrain.train.plan import cpu_has_bf16
 
     if device == "cuda":
         return "bf16"
@@ -173,7 +173,8 @@ def mfu(result) -> float:
                     block_size=w["block_size"])
     with torch.device("meta"):
         n = GPT(cfg).num_params()
-    return flops_per_token(cfg, n) * result["tokens_per_s"] / peak_flops(torch.device(result["device"]), None)
+    peak = peak_flops(torch.device(result["device"]), None, result["precision"])
+    return flops_per_token(cfg, n) * result["tokens_per_s"] / peak
 
 
 def main():

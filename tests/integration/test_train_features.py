@@ -51,6 +51,8 @@ def test_mixed_precision_tracks_fp32(data, reference, tmp_path, precision, tol):
     got = losses(tmp_path)
     for step, value in reference.items():
         assert math.isfinite(got[step]) and abs(got[step] - value) < tol, (precision, step, got[step], value)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(0 < r["train/mfu"] < 1 for r in rows if "train/mfu" in r)  # against this precision's peak
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gptrain.atomic import new_directory
+from gptrain.atomic import build_once, new_directory
 from gptrain.data.formats import FORMAT, VERSION, token_dtype
 from gptrain.errors import UserError
 
@@ -84,12 +84,10 @@ def _write_split(ds, path: Path, dtype: str, vocab_size: int) -> dict:
 
 
 def cached_import(src: Path) -> Path:
-    """A prepared copy of a save_to_disk dataset under $GPTRAIN_HOME/cache (made once)."""
+    """A prepared copy of a save_to_disk dataset under $GPTRAIN_HOME/cache, made once: when many
+    processes (ranks, nodes, jobs) ask at once, one imports and the others wait for it."""
     from gptrain.home import home
 
     stamp = max(p.stat().st_mtime_ns for p in src.rglob("*"))
     key = hashlib.sha256(f"{src.resolve()}:{stamp}".encode()).hexdigest()[:16]
-    out = home() / "cache" / f"hf-import-{key}"
-    if not (out / "meta.json").is_file():
-        import_hf(str(src), str(out))
-    return out
+    return build_once(home() / "cache" / f"hf-import-{key}", lambda out: import_hf(str(src), str(out)))

@@ -274,29 +274,18 @@ def _stamp(src: str) -> str:
     return f"{src}:{version}"
 
 
-def cached_prepare(src: str, tokenizer: str, first_on_node: bool = True, wait_s: float = 3600) -> Path:
+def cached_prepare(src: str, tokenizer: str) -> Path:
     """A prepared copy of one text/JSONL/parquet file or URL (http, s3, ... through fsspec)
-    under $GPTRAIN_HOME/cache, made once per (version stamp, tokenizer); under torchrun the
-    first process of each node makes it and the others wait for it."""
+    under $GPTRAIN_HOME/cache, made once per (version stamp, tokenizer): when many processes
+    (ranks, nodes, jobs) ask at once, one tokenizes and the others wait for it."""
     import sys
 
+    from gptrain.atomic import build_once
     from gptrain.home import home
 
     key = hashlib.sha256(f"{_stamp(src)}:{tokenizer}".encode()).hexdigest()[:16]
-    out = home() / "cache" / f"prepared-{key}"
-    if (out / "meta.json").is_file():
-        return out
-    if first_on_node:
+
+    def build(out: Path) -> None:
         print(f"tokenizing {src} ({tokenizer}) once into {out}", file=sys.stderr)
-        try:
-            prepare([src], str(out), tokenizer=tokenizer, quiet=True)
-        except UserError:
-            if not (out / "meta.json").is_file():  # not another job that made it meanwhile
-                raise
-        return out
-    deadline = time.monotonic() + wait_s
-    while not (out / "meta.json").is_file():
-        if time.monotonic() > deadline:
-            raise UserError(f"timed out waiting for {src} to be tokenized into {out}")
-        time.sleep(0.5)
-    return out
+        prepare([src], str(out), tokenizer=tokenizer, quiet=True)
+    return build_once(home() / "cache" / f"prepared-{key}", build)

@@ -19,31 +19,58 @@ def flops_per_token(model_cfg, n_params: int) -> float:
     return 6 * n_params + 12 * L * H * Q * T
 
 
-def peak_flops(device, configured: float | None) -> float:
-    """Per-device peak: configured, a known GPU, or a measured fp32 matmul rate on CPU (cached)."""
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), or the architecture where that is not readable."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine() or "unknown"
+
+
+def peak_flops(device, configured: float | None, precision: str = "fp32") -> float:
+    """Per-device peak FLOP/s of the precision the run computes in: configured, a known GPU's
+    (its bf16/fp16 tensor-core table; fp32 runs as TF32 at half of it), or on CPU a measured
+    matmul rate in that dtype. A CPU with AMX multiplies bf16 several times faster than fp32, so
+    an fp32 peak would put a bf16 run's MFU above 100%. The measurement is cached per CPU model,
+    thread count and precision: one $GPTRAIN_HOME on a cluster's shared disk sees many machines."""
+    import hashlib
+
     import torch
 
     if configured:
         return configured
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
-        return next((v for k, v in GPU_PEAK_FLOPS.items() if k in name), 312e12)
+        peak = next((v for k, v in GPU_PEAK_FLOPS.items() if k in name), 312e12)
+        return peak / 2 if precision == "fp32" else peak
+    from gptrain.atomic import write_text_atomic
     from gptrain.home import home
 
-    cache = home() / "cache" / f"cpu_peak_flops_v2_{torch.get_num_threads()}t.json"
+    model = cpu_model()
+    threads = torch.get_num_threads()
+    key = hashlib.sha1(model.encode()).hexdigest()[:12]
+    cache = home() / "cache" / f"cpu_peak_flops_v3_{key}_{threads}t_{precision}.json"
     if cache.is_file():
         return json.loads(cache.read_text())["flops"]
-    n = 1024
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
     gen = torch.Generator().manual_seed(0)  # leave the global RNG (dropout, init) untouched
-    a, b = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
-    best = float("inf")
-    for _ in range(7):  # the best of several: a busy moment must not lower the peak
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    flops = 2 * n**3 / best
+    flops = 0.0
+    for m, k, n in ((1024, 1024, 1024), (2048, 384, 1536), (4096, 384, 384)):  # square, MLP-like
+        a, b = torch.randn(m, k, generator=gen).to(dtype), torch.randn(k, n, generator=gen).to(dtype)
+        best = float("inf")
+        for _ in range(3):  # the best of several: a busy moment must not lower the peak
+            start = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - start)
+        flops = max(flops, 2 * m * k * n / best)
     cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps({"flops": flops, "threads": torch.get_num_threads()}))
+    write_text_atomic(cache, json.dumps({"flops": flops, "threads": threads, "cpu": model,
+                                         "precision": precision}))
     return flops
 
 

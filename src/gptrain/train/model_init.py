@@ -12,7 +12,7 @@ from gptrain.errors import UserError
 from gptrain.train import checkpoint as ckpt
 
 
-def resolve_data(path: str, tokenizer: str = "", init_from: str = "", env=None) -> Path:
+def resolve_data(path: str, tokenizer: str = "", init_from: str = "") -> Path:
     """A prepared dataset dir from a path, a dataset name, a HF save_to_disk directory, or a
     text/JSONL/parquet file or URL (tokenized into the cache with `tokenizer`, or init_from's)."""
     from gptrain.data.hf_import import cached_import, is_hf_saved
@@ -24,8 +24,7 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "", env=None) 
         from gptrain.data.prepare import cached_prepare
 
         src = path if "://" in path else str(Path(path).expanduser())
-        return cached_prepare(src, tokenizer or _model_tokenizer(init_from),
-                              first_on_node=env is None or env.local_rank == 0)
+        return cached_prepare(src, tokenizer or _model_tokenizer(init_from))
     p = resolve(path)
     if is_hf_saved(p) and not (p / "meta.json").is_file():
         return cached_import(p)
