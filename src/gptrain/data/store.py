@@ -33,14 +33,39 @@ def path_of(name: str) -> Path:
     return Path(row["path"])
 
 
+def is_path(ref: str) -> bool:
+    """Whether a dataset reference is written as a path (it has a '/', or starts with . or ~)."""
+    return "/" in ref or ref.startswith((".", "~"))
+
+
 def resolve(ref: str) -> Path:
-    """A dataset directory for what the user typed: a path, or a pushed dataset's name."""
+    """What a dataset reference means, by one rule: written as a path (see is_path), it is that
+    file or directory; a bare word is the pushed dataset of that name, and only when no dataset
+    has that name, a file or directory of that name in the current directory. So a pushed name is
+    never shadowed by a folder beside you (write ./NAME for the folder)."""
+    import sys
+
     p = Path(ref).expanduser()
-    if p.is_dir():
+    if is_path(ref):
+        if not p.exists():
+            raise UserError(f"dataset path {ref} does not exist")
         return p
-    if "/" in ref or ref.startswith("."):
-        raise UserError(f"dataset path {ref} does not exist")
-    return path_of(ref)
+    if registered(ref):
+        if p.exists():
+            print(f"note: {ref!r} is the pushed dataset; for the {'directory' if p.is_dir() else 'file'} "
+                  f"here, write ./{ref}", file=sys.stderr)
+        return path_of(ref)
+    if p.exists():
+        return p
+    raise UserError(f"no dataset named {ref!r} and no file or directory ./{ref}; see `gptrain data list`")
+
+
+def registered(name: str) -> bool:
+    from gptrain.home import NAME_RE
+
+    if not NAME_RE.fullmatch(name) or not db.db_path().is_file():
+        return False
+    return db.fetch_one("SELECT 1 FROM datasets WHERE name = ?", (name,)) is not None
 
 
 def push(name: str, src: str) -> Path:

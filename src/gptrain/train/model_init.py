@@ -20,16 +20,17 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "") -> Path:
 
     if not path:
         raise UserError("no training data: pass --data.path DIR|NAME|FILE (or --tokenized_dataset_load_dir)")
-    if Path(path).expanduser().is_file() or "://" in path:
-        from gptrain.data.prepare import cached_prepare
+    if "://" not in path:
+        p = resolve(path)  # a path, or a pushed dataset's name (data/store.py's one rule)
+        if not p.is_file():
+            if is_hf_saved(p) and not (p / "meta.json").is_file():
+                return cached_import(p)
+            read_meta(p)
+            return p
+        path = str(p)
+    from gptrain.data.prepare import cached_prepare
 
-        src = path if "://" in path else str(Path(path).expanduser())
-        return cached_prepare(src, tokenizer or _model_tokenizer(init_from))
-    p = resolve(path)
-    if is_hf_saved(p) and not (p / "meta.json").is_file():
-        return cached_import(p)
-    read_meta(p)
-    return p
+    return cached_prepare(path, tokenizer or _model_tokenizer(init_from))
 
 
 def _model_tokenizer(init_from: str) -> str:
