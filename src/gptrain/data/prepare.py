@@ -274,6 +274,11 @@ def _stamp(src: str) -> str:
     return f"{src}:{version}"
 
 
+# A file trained on directly has no validation split of its own: 1% of its documents (or of its
+# tokens, when it has too few documents) become one, enough blocks to evaluate on.
+CACHE_VAL_FRACTION = 0.01
+
+
 def cached_prepare(src: str, tokenizer: str) -> Path:
     """A prepared copy of one text/JSONL/parquet file or URL (http, s3, ... through fsspec)
     under $GPTRAIN_HOME/cache, made once per (version stamp, tokenizer): when many processes
@@ -283,9 +288,9 @@ def cached_prepare(src: str, tokenizer: str) -> Path:
     from gptrain.atomic import build_once
     from gptrain.home import home
 
-    key = hashlib.sha256(f"{_stamp(src)}:{tokenizer}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{_stamp(src)}:{tokenizer}:{CACHE_VAL_FRACTION}".encode()).hexdigest()[:16]
 
     def build(out: Path) -> None:
         print(f"tokenizing {src} ({tokenizer}) once into {out}", file=sys.stderr)
-        prepare([src], str(out), tokenizer=tokenizer, quiet=True)
+        prepare([src], str(out), tokenizer=tokenizer, val_fraction=CACHE_VAL_FRACTION, quiet=True)
     return build_once(home() / "cache" / f"prepared-{key}", build)

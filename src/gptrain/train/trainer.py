@@ -84,8 +84,7 @@ class Trainer:
                             f"ranks ({self.dims.dp}); use more data or a smaller model.block_size")
         self.loader = BlockLoader(train_tokens, T, tc.batch_size, self.dp_rank, self.dims.dp,
                                   seed=tc.seed, max_blocks=cfg.data.max_train_samples)
-        has_val = meta["splits"].get("val", {}).get("tokens", 0) > T
-        self.val_tokens = open_split(self.data_dir, "val") if has_val else None
+        self.val_tokens = self._val_split(meta, T)
         batches_per_step = tc.grad_accum_steps
         self.steps_per_epoch = max(1, math.ceil(self.loader.batches_per_epoch() / batches_per_step))
         self.total_steps = tc.max_steps if tc.max_steps > 0 else max(1, math.ceil(
@@ -96,6 +95,20 @@ class Trainer:
         self.pending_save = None
         self._async_pg = None
         self.metrics = MetricsLogger(self.out, cfg.metrics, env.is_main, self.out.name, cfg.to_dict())
+
+    def _val_split(self, meta: dict, T: int):
+        """The validation tokens, or None; when eval was asked for, one line says why not."""
+        tc = self.cfg.train
+        tokens = meta["splits"].get("val", {}).get("tokens", 0)
+        have = num_blocks(tokens, T, self.cfg.data.max_eval_samples)
+        need = self.dims.dp * (tc.eval_batch_size if self.dims.pp > 1 else 1)  # a pipeline needs full batches
+        if have >= need:
+            return open_split(self.data_dir, "val")
+        if tc.do_eval and tc.eval_strategy != "no":
+            self.log_main(f"note: no evaluation: the validation split of {self.data_dir} has {tokens} "
+                          f"tokens, {have} block(s) of {T}, and this layout needs {need}; prepare the "
+                          "data with a larger --val-fraction (or a smaller train.eval_batch_size)")
+        return None
 
     def _build_parts(self, plain) -> None:
         """self.parts: the parallelized model, or this rank's pipeline stages."""
