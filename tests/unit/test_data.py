@@ -197,3 +197,21 @@ def test_http_source_through_fsspec(corpus, tmp_path):
         prep_mod.prepare([f"{base}/doc1.txt"], str(tmp_path / "web"), val_fraction=0.0, quiet=True)
     prep_mod.prepare([str(corpus / "doc1.txt")], str(tmp_path / "local"), val_fraction=0.0, quiet=True)
     assert _tokens(tmp_path / "web") == _tokens(tmp_path / "local")
+
+
+def test_prepare_reads_a_save_to_disk_text_dataset_given_as_a_folder(tmp_path):
+    """`gptrain data prepare wikitext-raw` on what `load_dataset(...).save_to_disk` wrote: its
+    .json files are metadata, not records; its own splits are kept."""
+    import datasets
+
+    datasets.DatasetDict({
+        "train": datasets.Dataset.from_dict({"text": ["the king rode out\n", "", "at dawn\n"] * 50}),
+        "validation": datasets.Dataset.from_dict({"text": ["the queen\n"] * 20}),
+    }).save_to_disk(tmp_path / "wikitext-raw")
+    r = run_cli("data", "prepare", "wikitext-raw", "--out", "prepared", "--tokenizer", "char", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((tmp_path / "prepared" / "meta.json").read_text())
+    assert meta["splits"]["val"]["tokens"] == 20 * len("the queen\n")  # its own validation split
+    datasets.Dataset.from_dict({"input_ids": [[1, 2, 3]]}).save_to_disk(tmp_path / "tokenized")
+    r = run_cli("data", "prepare", "tokenized", "--out", "p2", "--tokenizer", "char", cwd=tmp_path)
+    assert r.returncode == 2 and "already tokenized" in r.stderr and "Traceback" not in r.stderr

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gptrain.data.hf_import import is_hf_saved
 from gptrain.errors import UserError
 
 TEXT_EXTS = (".txt", ".md")
@@ -51,6 +52,9 @@ def expand(sources: list[str], hf_config: str | None) -> list[Source]:
             out.append(Source("file", s))
             continue
         p = Path(s).expanduser()
+        if p.is_dir() and is_hf_saved(p):  # save_to_disk output: its .json files are metadata
+            out.append(Source("hf", str(p)))
+            continue
         if p.is_dir():
             files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_EXTS + RECORD_EXTS)
             if not files:
@@ -202,7 +206,11 @@ def hf_splits(name: str, hf_config: str | None, text_field: str):
         raise UserError(f"{name!r} is not a local path, and Hugging Face datasets need: "
                         "pip install 'gptrain[hf]'") from None
     try:
-        ds = datasets.load_dataset(name, hf_config)
+        if is_hf_saved(Path(name).expanduser()):
+            ds = datasets.load_from_disk(str(Path(name).expanduser()))
+            ds = ds if isinstance(ds, datasets.DatasetDict) else {"train": ds}
+        else:
+            ds = datasets.load_dataset(name, hf_config)
     except Exception as e:  # offline, unknown name, missing config: the hub raises many types
         raise UserError(f"cannot load Hugging Face dataset {name!r}"
                         f"{' (' + hf_config + ')' if hf_config else ''}: {str(e).splitlines()[0][:200]}"
@@ -210,6 +218,9 @@ def hf_splits(name: str, hf_config: str | None, text_field: str):
     val_name = next((s for s in ("validation", "valid", "val", "test") if s in ds), None)
     if "train" not in ds:
         raise UserError(f"dataset {name!r} has no train split (splits: {', '.join(ds)})")
+    if text_field not in ds["train"].column_names and "input_ids" in ds["train"].column_names:
+        raise UserError(f"dataset {name!r} is already tokenized (input_ids): push it as it is, or "
+                        "`gptrain data import` it into token files")
     if text_field not in ds["train"].column_names:
         raise UserError(f"dataset {name!r} has no column {text_field!r} (columns: "
                         f"{', '.join(ds['train'].column_names)}); pass --text-field")
