@@ -34,7 +34,8 @@ def main():
     from torch.profiler import ProfilerActivity, profile
     from train_throughput import workload
 
-    from gptrain.models.gpt2 import GPT, GPTConfig
+    from gptrain.models.base import GPTConfig
+    from gptrain.models.gpt2 import GPT
     from gptrain.train.cpu import keep_freed_memory
 
     keep_freed_memory()  # as the trainer does on CPU

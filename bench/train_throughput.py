@@ -163,7 +163,8 @@ def child(args) -> None:
 
 
 def mfu(result) -> float:
-    from gptrain.models.gpt2 import GPT, GPTConfig
+    from gptrain.models.base import GPTConfig
+    from gptrain.models.gpt2 import GPT
     from gptrain.train.metrics import flops_per_token, peak_flops
 
     import torch

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from gptrain.models.fused_ce import linear_cross_entropy
-from gptrain.models.gpt2 import GPT, GPTConfig, cross_entropy
+from gptrain.models.base import GPTConfig, cross_entropy
+from gptrain.models.gpt2 import GPT
 
 
 @pytest.mark.parametrize("vocab, padded, chunk", [(101, 128, 1 << 24), (101, 101, 300), (1000, 1024, 2000)])

@@ -51,12 +51,10 @@ def apply_tp(model, tp_mesh) -> None:
         plan["transformer.ln_f"] = SequenceParallel()
         plan["lm_head"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
     parallelize_module(model, tp_mesh, plan)
-    # per block: (norm, sub-module, its column-split input projections, its row-split output one)
-    layout = {"gpt2": (("ln_1", "attn", ("c_attn",), "c_proj"), ("ln_2", "mlp", ("c_fc",), "c_proj")),
-              "llama": (("input_layernorm", "self_attn", ("q_proj", "k_proj", "v_proj"), "o_proj"),
-                        ("post_attention_layernorm", "mlp", ("gate_proj", "up_proj"), "down_proj"))}
-    block_plan = {}
-    for norm, sub, inputs, output in layout[model.config.arch]:
+    from gptrain.models.registry import spec_of
+
+    block_plan = {}  # the architecture's sub-layers: (norm, sub-module, column-split, row-split)
+    for norm, sub, inputs, output in spec_of(model.config.arch).tp_sublayers:
         block_plan[norm] = SequenceParallel()
         block_plan[sub] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
         block_plan.update({f"{sub}.{name}": ColwiseParallel() for name in inputs})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from gptrain.errors import UserError
-from gptrain.models.gpt2 import CAUSAL
+from gptrain.models.base import CAUSAL
 
 
 class KVCache:

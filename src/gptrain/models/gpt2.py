@@ -1,4 +1,4 @@
-"""GPT-2, read top to bottom: attention -> MLP -> Block -> config -> GPT.
+"""GPT-2, read top to bottom: attention -> MLP -> Block -> GPT (the shell is models/base.py).
 
 A plain nn.Module with no parallelism inside (distributed/parallelize.py adds that). Parameter
 names match Hugging Face's GPT2LMHeadModel, so weight import (models/hf.py) is a short list of
@@ -9,96 +9,11 @@ column split of c_attn hands every tensor-parallel rank whole heads (as in Megat
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gptrain.errors import UserError
-
-
-@dataclass
-class GPTConfig:
-    block_size: int = 1024
-    vocab_size: int = 50257
-    n_layer: int = 12
-    n_head: int = 12
-    n_embd: int = 768
-    dropout: float = 0.0
-    bias: bool = True
-    layer_norm_eps: float = 1e-5
-    attn_implementation: str = "sdpa"
-    pad_vocab_multiple: int = 64
-    # Llama family (models/llama.py); GPT-2 ignores these
-    arch: str = "gpt2"
-    n_kv_head: int | None = None  # grouped-query attention: key/value heads (default n_head)
-    intermediate_size: int | None = None  # MLP width (default 4 * n_embd)
-    rope_theta: float = 10000.0
-    tie_embeddings: bool = True  # lm_head shares wte's weight (GPT-2); Llama-2 keeps its own
-
-    @property
-    def padded_vocab_size(self) -> int:
-        m = self.pad_vocab_multiple
-        return self.vocab_size if m <= 0 else (self.vocab_size + m - 1) // m * m
-
-    @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
-
-    @property
-    def kv_heads(self) -> int:
-        return self.n_kv_head or self.n_head
-
-    @property
-    def ffn_size(self) -> int:
-        return self.intermediate_size or 4 * self.n_embd
-
-    def validate(self) -> None:
-        if self.arch not in ARCHS:
-            raise UserError(f"unknown model arch {self.arch!r}: use one of {', '.join(ARCHS)}")
-        if self.n_embd % self.n_head:
-            raise UserError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
-        if self.n_head % self.kv_heads:
-            raise UserError(f"n_head={self.n_head} must be a multiple of n_kv_head={self.kv_heads}")
-        if self.arch == "llama" and self.head_dim % 2:
-            raise UserError(f"rotary embeddings need an even head size, got {self.head_dim}")
-        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
-            if getattr(self, name) < 1:
-                raise UserError(f"model {name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
-
-
-ARCHS = ("gpt2", "llama")
-CAUSAL = "causal"
-
-
-def attention(q, k, v, impl: str, dropout_p: float, mask=CAUSAL):
-    """softmax(q k^T / sqrt(d)) v over (B, heads, T, head_dim) tensors.
-
-    mask: CAUSAL for a square block (training, prefill), None when every query sees every key
-    (one-token decode), or a boolean (T, S) tensor. `eager` is the reference that the fast
-    kernels are tested against.
-    """
-    causal = isinstance(mask, str)
-    if impl == "sdpa":
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=None if causal else mask,
-                                              dropout_p=dropout_p, is_causal=causal)
-    if impl == "eager":
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
-        if causal:
-            mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
-        if mask is not None:
-            att = att.masked_fill(~mask, float("-inf"))
-        att = F.dropout(F.softmax(att.float(), dim=-1).to(q.dtype), dropout_p)
-        return att @ v
-    if impl == "flash_attention_2":
-        from gptrain.models.flash import flash_attention
-
-        return flash_attention(q, k, v, dropout_p, causal=mask is not None)
-    raise UserError(f"unknown attention implementation {impl!r}: use sdpa, eager or flash_attention_2")
+from gptrain.models.base import CAUSAL, CausalLM, GPTConfig, attention
 
 
 class CausalSelfAttention(nn.Module):
@@ -150,109 +65,20 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-class GPT(nn.Module):
+class GPT(CausalLM):
+    RESIDUAL_PROJECTIONS = ("c_proj.weight",)  # scaled down at init (GPT-2)
+
     def __init__(self, cfg: GPTConfig):
-        super().__init__()
-        cfg.validate()
-        self.config = cfg
-        self.transformer = nn.ModuleDict(dict(
+        super().__init__(cfg, dict(
             wte=nn.Embedding(cfg.padded_vocab_size, cfg.n_embd),
             wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
             drop=nn.Dropout(cfg.dropout),
-            # A ModuleDict keyed "0".."L-1" keeps HF's names (transformer.h.0...) and lets the
-            # pipeline splitter delete blocks without renumbering the rest.
             h=nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layer)}),
             ln_f=nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias),
         ))
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.padded_vocab_size, bias=False)
-        self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
-        self.fused_loss = True  # False: the reference logits -> cross-entropy path
-        self.init_weights()
-
-    RESIDUAL_PROJECTIONS = ("c_proj.weight",)  # scaled down at init (GPT-2)
 
     def embed(self, idx, start_pos: int):
         tr = self.transformer
         pos = torch.arange(start_pos, start_pos + idx.size(1), device=idx.device)
         return tr.drop(tr.wte(idx) + tr.wpe(pos))
 
-    def init_weights(self, seed: int | None = None) -> None:
-        """GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2 * n_layer)."""
-        gen = None if seed is None else torch.Generator().manual_seed(seed)
-        resid_std = 0.02 / math.sqrt(2 * self.config.n_layer)
-        for name, p in self.named_parameters():
-            if name.endswith(self.RESIDUAL_PROJECTIONS):
-                _normal(p, resid_std, gen)
-            elif p.dim() >= 2:
-                _normal(p, 0.02, gen)
-            elif "ln_" in name or "layernorm" in name:
-                nn.init.ones_(p) if name.endswith("weight") else nn.init.zeros_(p)
-            else:
-                nn.init.zeros_(p)
-
-    def num_params(self, non_embedding: bool = True) -> int:
-        """Parameters; non_embedding leaves out the lookup-only tables (as nanoGPT, for 6N
-        FLOPs): learned positions, and the token embedding when lm_head has its own weight."""
-        n = sum(p.numel() for p in self.parameters())
-        if non_embedding:
-            tr = self.transformer
-            for key in ("wpe",) if self.config.tie_embeddings else ("wpe", "wte"):
-                if key in tr and tr[key] is not None:
-                    n -= tr[key].weight.numel()
-        return n
-
-    def forward(self, idx, targets=None, cache=None, start_pos: int = 0, last_only: bool = False):
-        """Logits over the real vocabulary; with targets, (logits, mean loss), where logits is
-        None when the fused loss computed the loss without them.
-
-        Under pipeline parallel a stage may lack wte (then `idx` is hidden states) or ln_f and
-        lm_head (then the hidden states are returned).
-        """
-        tr = self.transformer
-        if tr["wte"] is not None:
-            T = idx.size(1)
-            if start_pos + T > self.config.block_size:
-                raise UserError(f"sequence of {start_pos + T} tokens is longer than the model's "
-                                f"context ({self.config.block_size})")
-            x = self.embed(idx, start_pos)
-        else:
-            x = idx
-        for block in tr.h.values():
-            x = block(x, cache=cache)
-        if tr["ln_f"] is None:
-            return x
-        x = tr.ln_f(x)
-        if targets is not None and self.fused_loss and _plain(x, self.lm_head.weight):
-            # the loss without materializing the logits (models/fused_ce.py); logits are None
-            from gptrain.models.fused_ce import linear_cross_entropy
-
-            return None, linear_cross_entropy(x, self.lm_head.weight, targets, self.config.vocab_size)
-        if last_only:  # generation needs the next-token logits only
-            x = x[:, -1:]
-        logits = self.lm_head(x)
-        if logits.size(-1) != self.config.vocab_size:
-            logits = logits[..., : self.config.vocab_size]  # padded rows are never predicted
-        if targets is None:
-            return logits.contiguous()
-        return logits, cross_entropy(logits, targets)
-
-
-def _plain(*tensors) -> bool:
-    """Ordinary tensors (the fused loss does not handle tensor-parallel DTensors)."""
-    from torch.distributed.tensor import DTensor
-
-    return not any(isinstance(t, DTensor) for t in tensors)
-
-
-def cross_entropy(logits, targets):
-    """Mean next-token loss in fp32; targets of -100 are ignored."""
-    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1),
-                           ignore_index=-100)
-
-
-def _normal(p, std, gen):
-    with torch.no_grad():
-        if gen is None:
-            p.normal_(0.0, std)
-        else:
-            p.copy_(torch.randn(p.shape, generator=gen) * std)

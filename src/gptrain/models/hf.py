@@ -1,10 +1,10 @@
 """Hugging Face interop (GPT-2 and Llama): load a HF model directory or hub id, export to one.
 
-GPT-2: HF keeps the projections in Conv1D modules, whose weights are the transpose of a
-Linear's, and orders c_attn rows (q|k|v, head, d) where ours are (head, q|k|v, d) (see
-models/gpt2.py). Everything else maps name for name.
-Llama: only the outer prefixes differ (model.embed_tokens / model.layers / model.norm are our
-transformer.wte / transformer.h / transformer.ln_f); blocks use HF's own names.
+Each architecture's spec (models/registry.py) says how its HF names map onto ours, read in
+both directions: GPT-2 keeps the projections in Conv1D modules, whose weights are the transpose
+of a Linear's, and orders c_attn rows (q|k|v, head, d) where ours are (head, q|k|v, d) (see
+models/gpt2.py); Llama's outer prefixes differ (model.embed_tokens / model.layers / model.norm
+are our transformer.wte / transformer.h / transformer.ln_f) and its blocks use HF's own names.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import torch
 
 from gptrain.errors import UserError
 
-CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
@@ -50,20 +49,11 @@ def resolve(name_or_path: str) -> Path:
                         "model directory") from None
 
 
-LLAMA_PREFIXES = (("model.embed_tokens.", "transformer.wte."), ("model.layers.", "transformer.h."),
-                  ("model.norm.", "transformer.ln_f."))
-
-
 def config_from_hf(hf: dict, **overrides):
+    from gptrain.models.registry import spec_of_hf
 
-    kind = hf.get("model_type")
-    if kind == "llama":
-        cfg = llama_config_from_hf(hf)
-    elif kind == "gpt2":
-        cfg = gpt2_config_from_hf(hf)
-    else:
-        raise UserError(f"model_type {kind!r} is not supported: gptrain loads GPT-2 (gpt2) and "
-                        "Llama (llama) models")
+    arch = spec_of_hf(hf.get("model_type")).arch
+    cfg = {"llama": llama_config_from_hf, "gpt2": gpt2_config_from_hf}[arch](hf)
     for key, value in overrides.items():
         setattr(cfg, key, value)
     cfg.validate()
@@ -71,7 +61,7 @@ def config_from_hf(hf: dict, **overrides):
 
 
 def llama_config_from_hf(hf: dict):
-    from gptrain.models.gpt2 import GPTConfig
+    from gptrain.models.base import GPTConfig
 
     rope = hf.get("rope_parameters") or {}  # transformers 5 keeps rope_theta in here
     scaling = hf.get("rope_scaling") or ({} if rope.get("rope_type", "default") == "default" else rope)
@@ -96,7 +86,7 @@ def llama_config_from_hf(hf: dict):
 
 
 def gpt2_config_from_hf(hf: dict):
-    from gptrain.models.gpt2 import GPTConfig
+    from gptrain.models.base import GPTConfig
 
     if hf.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
         raise UserError(f"activation {hf['activation_function']!r} is not supported (GPT-2 uses gelu_new)")
@@ -108,9 +98,13 @@ def gpt2_config_from_hf(hf: dict):
 
 
 def config_to_hf(cfg) -> dict:
+    from gptrain.models.registry import spec_of
+
+    spec = spec_of(cfg.arch)
+    kind = {"architectures": [spec.hf_architecture], "model_type": spec.hf_model_type}
     if cfg.arch == "llama":
         return {
-            "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            **kind,
             "vocab_size": cfg.vocab_size, "max_position_embeddings": cfg.block_size,
             "hidden_size": cfg.n_embd, "intermediate_size": cfg.ffn_size,
             "num_hidden_layers": cfg.n_layer, "num_attention_heads": cfg.n_head,
@@ -121,7 +115,7 @@ def config_to_hf(cfg) -> dict:
             "torch_dtype": "float32",
         }
     return {
-        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+        **kind,
         "vocab_size": cfg.vocab_size, "n_positions": cfg.block_size, "n_ctx": cfg.block_size,
         "n_embd": cfg.n_embd, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_inner": None,
         "activation_function": "gelu_new", "layer_norm_epsilon": cfg.layer_norm_eps,
@@ -161,66 +155,52 @@ def _pad_vocab(t, cfg):
     return t
 
 
+def _rename(key: str, renames, to_ours: bool) -> str | None:
+    for hf_prefix, ours in renames:
+        src, dst = (hf_prefix, ours) if to_ours else (ours, hf_prefix)
+        if key.startswith(src):
+            return dst + key.removeprefix(src)
+    return None
+
+
 def from_hf_state_dict(sd: dict, cfg) -> dict:
-    if cfg.arch == "llama":
-        return _llama_from_hf(sd, cfg)
+    """Our tensors (fp32, our names and layouts) from a HF state dict, by the arch's spec."""
+    from gptrain.models.registry import spec_of
+
+    spec = spec_of(cfg.arch)
     out = {}
     for key, t in sd.items():
-        key = key.removeprefix("transformer.")
-        if key.endswith((".attn.bias", ".attn.masked_bias")) or key == "lm_head.weight":
-            continue  # causal-mask buffers of old HF versions; lm_head is tied to wte
-        if key.endswith(CONV1D):
+        if key.endswith(spec.hf_ignored) or (key == "lm_head.weight" and cfg.tie_embeddings):
+            continue  # buffers of old HF versions; a tied lm_head is wte
+        name = _rename(key, spec.hf_renames, to_ours=True)
+        if name is None:
+            raise UserError(f"unexpected tensor {key!r} for a {cfg.arch} model")
+        if name.endswith(spec.hf_transposed):
             t = t.t()
-        if key.endswith("attn.c_attn.weight") or key.endswith("attn.c_attn.bias"):
+        if name.endswith(spec.hf_head_rows):
             t = _qkv_rows(t, cfg.n_head, to_hf=False)
-        if key == "wte.weight":
+        if name in ("transformer.wte.weight", "lm_head.weight"):
             t = _pad_vocab(t, cfg)
-        out["transformer." + key] = t.float()
-    return out
-
-
-def _llama_from_hf(sd: dict, cfg) -> dict:
-    out = {}
-    for key, t in sd.items():
-        if key.endswith("rotary_emb.inv_freq") or (key == "lm_head.weight" and cfg.tie_embeddings):
-            continue  # recomputed / tied to embed_tokens
-        for hf_prefix, ours in LLAMA_PREFIXES:
-            if key.startswith(hf_prefix):
-                key = ours + key.removeprefix(hf_prefix)
-        if key in ("transformer.wte.weight", "lm_head.weight"):
-            t = _pad_vocab(t, cfg)
-        out[key] = t.float()
-    return out
-
-
-def _llama_to_hf(sd: dict, cfg) -> dict:
-    out = {}
-    for key, t in sd.items():
-        if key == "lm_head.weight" and cfg.tie_embeddings:
-            continue
-        if key in ("transformer.wte.weight", "lm_head.weight"):
-            t = t[: cfg.vocab_size]
-        for hf_prefix, ours in LLAMA_PREFIXES:
-            if key.startswith(ours):
-                key = hf_prefix + key.removeprefix(ours)
-        out[key] = t.detach().to("cpu").contiguous()
+        out[name] = t.float()
     return out
 
 
 def to_hf_state_dict(sd: dict, cfg) -> dict:
-    if cfg.arch == "llama":
-        return _llama_to_hf(sd, cfg)
+    """HF's tensors (its names and layouts, the real vocabulary) from ours, by the arch's spec."""
+    from gptrain.models.registry import spec_of
+
+    spec = spec_of(cfg.arch)
     out = {}
-    for key, t in sd.items():
-        if key == "lm_head.weight":
-            continue  # tied: HF re-ties it from wte on load
-        if key.endswith("attn.c_attn.weight") or key.endswith("attn.c_attn.bias"):
-            t = _qkv_rows(t, cfg.n_head, to_hf=True)
-        if key.endswith(CONV1D):
-            t = t.t()
-        if key == "transformer.wte.weight":
+    for name, t in sd.items():
+        if name == "lm_head.weight" and cfg.tie_embeddings:
+            continue  # tied: HF re-ties it from the embedding on load
+        if name in ("transformer.wte.weight", "lm_head.weight"):
             t = t[: cfg.vocab_size]
-        out[key] = t.detach().to("cpu").contiguous()
+        if name.endswith(spec.hf_head_rows):
+            t = _qkv_rows(t, cfg.n_head, to_hf=True)
+        if name.endswith(spec.hf_transposed):
+            t = t.t()
+        out[_rename(name, spec.hf_renames, to_ours=False)] = t.detach().to("cpu").contiguous()
     return out
 
 

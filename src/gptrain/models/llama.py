@@ -1,9 +1,9 @@
 """Llama (Llama-2, TinyLlama and their kin): RMSNorm, rotary positions, grouped-query attention,
 SwiGLU MLP, and an output head of its own unless tie_embeddings.
 
-It reuses GPT's outer shape (transformer.wte / transformer.h / transformer.ln_f / lm_head) and
-its forward, so the trainer, the parallelism plans, checkpoints and generation treat both the
-same. Inside a block the names are Hugging Face's LlamaDecoderLayer names (self_attn.q_proj,
+It fills the same shell as GPT-2 (models/base.py: transformer.wte / transformer.h /
+transformer.ln_f / lm_head, one forward), so the trainer, the parallelism plans, checkpoints and
+generation treat both the same. Inside a block the names are Hugging Face's LlamaDecoderLayer names (self_attn.q_proj,
 mlp.gate_proj, ...), so HF import (models/hf.py) only renames the outer prefixes. Rotary
 embeddings use HF's rotate-half convention, so q_proj/k_proj need no permutation either.
 """
@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gptrain.models.gpt2 import CAUSAL, GPT, GPTConfig, attention
+from gptrain.models.base import CAUSAL, CausalLM, GPTConfig, attention
 
 
 def rotary(q, k, start_pos: int, theta: float):
@@ -85,23 +85,15 @@ class LlamaBlock(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-class Llama(GPT):
+class Llama(CausalLM):
     RESIDUAL_PROJECTIONS = ("o_proj.weight", "down_proj.weight")
 
     def __init__(self, cfg: GPTConfig):
-        nn.Module.__init__(self)
-        cfg.validate()
-        self.config = cfg
-        self.transformer = nn.ModuleDict(dict(
+        super().__init__(cfg, dict(
             wte=nn.Embedding(cfg.padded_vocab_size, cfg.n_embd),
             h=nn.ModuleDict({str(i): LlamaBlock(cfg) for i in range(cfg.n_layer)}),
             ln_f=nn.RMSNorm(cfg.n_embd, eps=cfg.layer_norm_eps),
         ))
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.padded_vocab_size, bias=False)
-        if cfg.tie_embeddings:
-            self.lm_head.weight = self.transformer.wte.weight
-        self.fused_loss = True
-        self.init_weights()
 
     def embed(self, idx, start_pos: int):
         return self.transformer.wte(idx)  # positions enter through the rotary embeddings

@@ -28,7 +28,7 @@ from gptrain.distributed import pipeline
 from gptrain.distributed.mesh import init_distributed
 from gptrain.distributed.parallelize import check_layout, parallelize
 from gptrain.errors import UserError
-from gptrain.models.gpt2 import cross_entropy
+from gptrain.models.base import cross_entropy
 from gptrain.train import checkpoint as ckpt
 from gptrain.train import plan as run_plan
 from gptrain.train import stop
