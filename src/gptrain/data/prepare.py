@@ -258,11 +258,11 @@ def _tqdm(total):
                 disable=None, mininterval=0.5)
 
 
-def _stamp(src: str) -> str:
-    """What identifies a version of a file or URL: its size and modification stamp."""
+def _version(src: str) -> tuple[str, int | None]:
+    """(what identifies a version of a file or URL: its size and modification stamp, its size)."""
     if "://" not in src:
         st = Path(src).stat()
-        return f"{Path(src).resolve()}:{st.st_size}:{st.st_mtime_ns}"
+        return f"{Path(src).resolve()}:{st.st_size}:{st.st_mtime_ns}", st.st_size
     import fsspec
 
     try:
@@ -271,12 +271,19 @@ def _stamp(src: str) -> str:
     except (ImportError, ValueError, OSError) as e:
         raise UserError(f"cannot read {src}: {type(e).__name__}: {e}") from None
     version = [info.get(k) for k in ("size", "ETag", "LastModified", "mtime", "last-modified")]
-    return f"{src}:{version}"
+    return f"{src}:{version}", info.get("size")
 
 
-# A file trained on directly has no validation split of its own: 1% of its documents (or of its
-# tokens, when it has too few documents) become one, enough blocks to evaluate on.
-CACHE_VAL_FRACTION = 0.01
+# A file trained on directly has no validation split of its own: some of its documents (or its
+# last tokens, when it has too few documents) become one. Enough to evaluate on: about 64 KiB of
+# text (thousands of blocks' worth of tokens), but no less than 1% and no more than 10% of the file.
+VAL_BYTES, VAL_MIN_FRACTION, VAL_MAX_FRACTION = 64 * 1024, 0.01, 0.1
+
+
+def cache_val_fraction(size: int | None) -> float:
+    if not size:
+        return VAL_MIN_FRACTION
+    return round(min(VAL_MAX_FRACTION, max(VAL_MIN_FRACTION, VAL_BYTES / size)), 4)
 
 
 def cached_prepare(src: str, tokenizer: str) -> Path:
@@ -288,9 +295,11 @@ def cached_prepare(src: str, tokenizer: str) -> Path:
     from gptrain.atomic import build_once
     from gptrain.home import home
 
-    key = hashlib.sha256(f"{_stamp(src)}:{tokenizer}:{CACHE_VAL_FRACTION}".encode()).hexdigest()[:16]
+    version, size = _version(src)
+    val_fraction = cache_val_fraction(size)
+    key = hashlib.sha256(f"{version}:{tokenizer}:{val_fraction}".encode()).hexdigest()[:16]
 
     def build(out: Path) -> None:
         print(f"tokenizing {src} ({tokenizer}) once into {out}", file=sys.stderr)
-        prepare([src], str(out), tokenizer=tokenizer, val_fraction=CACHE_VAL_FRACTION, quiet=True)
+        prepare([src], str(out), tokenizer=tokenizer, val_fraction=val_fraction, quiet=True)
     return build_once(home() / "cache" / f"prepared-{key}", build)
