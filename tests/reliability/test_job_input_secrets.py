@@ -51,7 +51,7 @@ def test_secret_reaches_the_worker_and_nothing_else(tmp_path, isolated_home, mon
     assert report["spec"]["secrets"] == {"WANDB_API_KEY": "***"} and report["spec"]["env"] == {"PLAIN": "visible"}
     text = ok("inspect", "sec")
     assert "WANDB_API_KEY=***" in text and "login refused for key ***" in text
-    logs, followed = ok("logs", "sec"), ok("logs", "sec", "--follow")
+    logs, followed = ok("logs", "sec"), run_cli("logs", "sec", "--follow").stdout  # exit 1: it failed
     assert "the key is ***" in logs and "the key is ***" in followed
     for output in (json.dumps(report), text, logs, followed, (home / "jobs" / "sec" / "job.json").read_text()):
         assert SECRET not in output
