@@ -14,8 +14,6 @@ import pytest
 
 from tests.conftest import run_cli
 
-pytestmark = pytest.mark.slow
-
 STUBS = {
     # srun's own options (--kill-on-bad-exit, --output, ...) dropped; the command runs here, once
     "srun": '#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\nexec "$@"\n',
@@ -153,6 +151,17 @@ def test_secrets_reach_the_worker_but_not_the_script(tmp_path, monkeypatch, stub
                      if p.is_file() and b"s3cr3t" in p.read_bytes())
     assert holders == ["secrets/sec.env"], holders
     assert run_cli("rm", "sec").returncode == 0 and not secrets_file.exists()
+
+
+def test_bare_secret_takes_the_value_from_the_shell(isolated_home, monkeypatch):
+    monkeypatch.setenv("MY_TOKEN", "from-the-shell-1234")
+    r = run_cli("run", "bare", "--scheduler", "slurm", "--accel-type", "cpu", "--dry-run",
+                "--secret", "MY_TOKEN", "--", "--train.max_steps=1")
+    assert r.returncode == 0, r.stderr
+    assert "secrets/bare.env" in r.stdout and "from-the-shell-1234" not in r.stdout
+    monkeypatch.delenv("MY_TOKEN")
+    r = run_cli("run", "bare", "--scheduler", "slurm", "--dry-run", "--secret", "MY_TOKEN")
+    refused(r, "--secret 'MY_TOKEN' is not KEY=VALUE (and MY_TOKEN is not set in this shell)")
 
 
 def _logs(home, name):
