@@ -36,7 +36,8 @@ def nothing_recorded(home):
     ('args: "x"', ["args in", "list of arguments", "got str"]),
     ("args: [[1]]", ["args in", "got list"]),
     ("env: {A: {b: 1}}", ["env in", "strings or numbers", "got dict"]),
-    ("secrets: {A: [1]}", ["secrets in", "got list"]),
+    ("secrets: {A: [s3cr3t]}", ["secrets in", "got list"]),
+    ('secrets: {K: "s3cr3t\\0"}', ["secret K must be a string without NUL"]),
     ('env: {"A=B": x}', ["invalid env name 'A=B'"]),       # used to crash the supervisor
     ('env: {"1X": x}', ["invalid env name '1X'"]),
     ('secrets: {"A B": x}', ["invalid secret name 'A B'"]),
@@ -46,7 +47,7 @@ def test_job_yaml_with_wrong_types(tmp_path, isolated_home, line, words):
     job.write_text(f"name: bad\nargs: ['--train.max_steps=1']\n{line}\n")
     r = run_cli("run", "-f", job, "--scheduler", "local")
     refused(r, *words)
-    assert "Traceback" not in r.stderr
+    assert "Traceback" not in r.stderr and "s3cr3t" not in r.stderr
     nothing_recorded(isolated_home)
 
 
@@ -57,7 +58,9 @@ def test_job_yaml_with_wrong_types(tmp_path, isolated_home, line, words):
     (["--nodes", "0"], ["--nodes must be a whole number >= 1"]),
 ])
 def test_bad_run_flags(isolated_home, flags, words):
-    refused(run_cli("run", "bad", *flags, "--", "--train.max_steps=1"), *words)
+    r = run_cli("run", "bad", *flags, "--", "--train.max_steps=1")
+    refused(r, *words)
+    assert "s3cr3t" not in r.stderr
     nothing_recorded(isolated_home)
 
 

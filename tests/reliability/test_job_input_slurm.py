@@ -8,7 +8,6 @@ import os
 import socket
 import stat
 import subprocess
-import sys
 
 import pytest
 

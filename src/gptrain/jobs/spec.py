@@ -116,8 +116,8 @@ def check_env(values: dict, flag: str) -> None:
         if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
             raise UserError(f"invalid {flag} name {key!r}: use letters, digits and _, not starting "
                             "with a digit")
-        if not isinstance(value, str) or "\0" in value:
-            raise UserError(f"{flag} {key} must be a string without NUL characters, got {value!r}")
+        if not isinstance(value, str) or "\0" in value:  # (the value is not shown: it may be secret)
+            raise UserError(f"{flag} {key} must be a string without NUL characters")
 
 
 # field -> (accepted types, what to write); a list field's items must be str (or, for args,
@@ -146,7 +146,8 @@ def check_types(fields: dict, where: str = "") -> None:
         if wrong or bad is not None:
             got = value if wrong else bad
             what = words if wrong else f"{words} (strings{'' if key == 'datasets' else ' or numbers'})"
-            raise UserError(f"{key}{where} must be {what}, got {type(got).__name__} {got!r}")
+            shown = "" if key == "secrets" else f" {got!r}"  # a malformed secret is still a secret
+            raise UserError(f"{key}{where} must be {what}, got {type(got).__name__}{shown}")
 
 
 def read_config_file(path: str) -> str:
