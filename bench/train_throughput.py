@@ -163,7 +163,7 @@ def child(args) -> None:
 
 
 def mfu(result) -> float:
-    from gptrain.models.base import GPTConfig
+    from gptrain.models.registry import GPTConfig
     from gptrain.models.gpt2 import GPT
     from gptrain.train.metrics import flops_per_token, peak_flops
 

@@ -17,11 +17,14 @@ from pathlib import Path
 from gptrain.errors import UserError, closest
 
 
-def opt(default, doc: str, choices: tuple | None = None):
-    """A config field with its documentation (and allowed values)."""
+def opt(default, doc: str, choices: tuple | None = None, *, ge=None, gt=None, lt=None, le=None,
+        special=None):
+    """A config field with its documentation, allowed values and bounds (checked by `check`):
+    ge/gt/lt/le as in `value >= ge`; `special` is one more allowed value (e.g. -1: infer)."""
+    meta = {"doc": doc, "choices": choices, "ge": ge, "gt": gt, "lt": lt, "le": le, "special": special}
     if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"doc": doc, "choices": choices})
-    return field(default=default, metadata={"doc": doc, "choices": choices})
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass
@@ -31,22 +34,22 @@ class ModelConfig:
                       "Ignored when init_from gives weights with their own shape.")
     init_from: str = opt("", "Start from these weights: a Hugging Face GPT-2 or Llama directory or "
                          "hub id, or a gptrain checkpoint directory. Empty: random init.")
-    n_layer: int | None = opt(None, "Override the preset's number of transformer blocks.")
-    n_head: int | None = opt(None, "Override the preset's number of attention heads.")
+    n_layer: int | None = opt(None, "Override the preset's number of transformer blocks.", ge=1)
+    n_head: int | None = opt(None, "Override the preset's number of attention heads.", ge=1)
     n_kv_head: int | None = opt(None, "Override the preset's key/value heads (Llama grouped-query "
-                                "attention; must divide n_head).")
-    n_embd: int | None = opt(None, "Override the preset's embedding width.")
+                                "attention; must divide n_head).", ge=1)
+    n_embd: int | None = opt(None, "Override the preset's embedding width.", ge=1)
     block_size: int | None = opt(None, "Context length in tokens (default: the preset's, capped "
-                                 "by what the weights support).")
-    vocab_size: int | None = opt(None, "Vocabulary size (default: the dataset's tokenizer).")
-    dropout: float = opt(0.0, "Dropout probability (0 for pre-training, 0.1 helps fine-tuning).")
+                                 "by what the weights support).", ge=1)
+    vocab_size: int | None = opt(None, "Vocabulary size (default: the dataset's tokenizer).", ge=1)
+    dropout: float = opt(0.0, "Dropout probability (0 for pre-training, 0.1 helps fine-tuning).", ge=0, lt=1)
     bias: bool | None = opt(None, "Use biases in Linear and norm layers (default: the preset's; "
                             "GPT-2 has them, Llama does not).")
     attn_implementation: str = opt("sdpa", "Attention kernel: sdpa (PyTorch fused/flash), eager "
                                    "(reference), flash_attention_2 (the flash-attn package).",
                                    ("sdpa", "eager", "flash_attention_2"))
     pad_vocab_multiple: int = opt(64, "Pad the embedding rows to a multiple of this for faster "
-                                  "matmuls (0: no padding). Padded logits are never used.")
+                                  "matmuls (0: no padding). Padded logits are never used.", ge=0)
 
 
 @dataclass
@@ -58,8 +61,8 @@ class DataConfig:
                          "directory (default: model.init_from's tokenizer, else gpt2).")
     dataset_name: str = opt("", "Source dataset name, as in the HF scripts (recorded, not fetched).")
     dataset_config_name: str = opt("", "Source dataset config name (recorded, not fetched).")
-    max_train_samples: int | None = opt(None, "Use at most this many training blocks per epoch.")
-    max_eval_samples: int | None = opt(None, "Evaluate on at most this many validation blocks.")
+    max_train_samples: int | None = opt(None, "Use at most this many training blocks per epoch.", ge=1)
+    max_eval_samples: int | None = opt(None, "Evaluate on at most this many validation blocks.", ge=1)
 
 
 @dataclass
@@ -67,36 +70,37 @@ class TrainConfig:
     output_dir: str = opt("out", "Directory for checkpoints, metrics and the resolved config.")
     do_train: bool = opt(True, "Run training.")
     do_eval: bool = opt(True, "Evaluate on the validation split (every eval_every steps and at the end).")
-    batch_size: int = opt(8, "Sequences per device per micro-step.")
-    eval_batch_size: int = opt(8, "Sequences per device per evaluation step.")
-    grad_accum_steps: int = opt(1, "Micro-steps accumulated into one optimizer step.")
+    batch_size: int = opt(8, "Sequences per device per micro-step.", ge=1)
+    eval_batch_size: int = opt(8, "Sequences per device per evaluation step.", ge=1)
+    grad_accum_steps: int = opt(1, "Micro-steps accumulated into one optimizer step.", ge=1)
     global_batch_size: int | None = opt(None, "Sequences per optimizer step over all data-parallel "
                                         "ranks (DeepSpeed's train_batch_size): sets grad_accum_steps, "
-                                        "or with pipeline parallel the microbatches, for the world size.")
-    lr: float = opt(6e-4, "Peak learning rate.")
-    min_lr_ratio: float = opt(0.1, "Final learning rate as a fraction of lr (cosine and linear).")
+                                        "or with pipeline parallel the microbatches, for the world size.",
+                                        ge=1)
+    lr: float = opt(6e-4, "Peak learning rate.", ge=0)
+    min_lr_ratio: float = opt(0.1, "Final learning rate as a fraction of lr (cosine and linear).", ge=0, le=1)
     lr_schedule: str = opt("cosine", "Decay after warmup.", ("cosine", "linear", "constant"))
-    warmup_steps: int = opt(0, "Linear warmup steps.")
-    weight_decay: float = opt(0.1, "AdamW weight decay (matrices only; biases and norms get none).")
-    beta1: float = opt(0.9, "AdamW beta1.")
-    beta2: float = opt(0.95, "AdamW beta2.")
-    grad_clip: float = opt(1.0, "Clip the global gradient norm to this (0: off).")
-    max_steps: int = opt(-1, "Optimizer steps to run; -1: as many as num epochs need.")
-    epochs: float = opt(1.0, "Passes over the training data when max_steps is -1.")
+    warmup_steps: int = opt(0, "Linear warmup steps.", ge=0)
+    weight_decay: float = opt(0.1, "AdamW weight decay (matrices only; biases and norms get none).", ge=0)
+    beta1: float = opt(0.9, "AdamW beta1.", ge=0, lt=1)
+    beta2: float = opt(0.95, "AdamW beta2.", ge=0, lt=1)
+    grad_clip: float = opt(1.0, "Clip the global gradient norm to this (0: off).", ge=0)
+    max_steps: int = opt(-1, "Optimizer steps to run; -1: as many as num epochs need.", ge=1, special=-1)
+    epochs: float = opt(1.0, "Passes over the training data when max_steps is -1.", gt=0)
     seed: int = opt(42, "Seed for init, data order and dropout.")
     precision: str = opt("auto", "Compute precision; auto: bf16 on GPUs that support it and on CPUs with native bf16 "
                          "(AVX512-BF16 or AMX), else fp32.",
                          ("auto", "fp32", "bf16", "fp16"))
-    loss_scale: float = opt(0.0, "fp16 loss scale: 0 for dynamic loss scaling, or a fixed scale.")
-    loss_scale_initial: float = opt(65536.0, "fp16 dynamic loss scaling: the starting scale.")
+    loss_scale: float = opt(0.0, "fp16 loss scale: 0 for dynamic loss scaling, or a fixed scale.", ge=0)
+    loss_scale_initial: float = opt(65536.0, "fp16 dynamic loss scaling: the starting scale.", gt=0)
     loss_scale_window: int = opt(2000, "fp16 dynamic loss scaling: double the scale after this many "
-                                 "steps in a row without overflow.")
+                                 "steps in a row without overflow.", ge=1)
     loss_scale_hysteresis: int = opt(1, "fp16 dynamic loss scaling: overflows (each step skipped) "
-                                     "before the scale is halved.")
-    loss_scale_min: float = opt(1.0, "fp16 dynamic loss scaling: the scale never drops below this.")
+                                     "before the scale is halved.", ge=1)
+    loss_scale_min: float = opt(1.0, "fp16 dynamic loss scaling: the scale never drops below this.", gt=0)
     eval_strategy: str = opt("steps", "When to evaluate: every eval_every steps, each epoch, or never.",
                              ("steps", "epoch", "no"))
-    eval_every: int = opt(500, "Evaluate every this many steps (eval_strategy=steps).")
+    eval_every: int = opt(500, "Evaluate every this many steps (eval_strategy=steps).", ge=1)
     activation_checkpointing: str = opt("none", "Recompute activations in backward to save memory.",
                                         ("none", "full", "selective"))
     compile: bool = opt(False, "torch.compile each transformer block.")
@@ -108,18 +112,19 @@ class TrainConfig:
 
 @dataclass
 class ParallelConfig:
-    dp_replicate: int = opt(1, "Data-parallel replicas (DDP); -1: infer from the world size.")
-    dp_shard: int = opt(-1, "Fully-sharded data-parallel degree (FSDP2); -1: infer.")
-    tp: int = opt(1, "Tensor-parallel degree (with sequence parallel).")
-    pp: int = opt(1, "Pipeline-parallel stages.")
+    dp_replicate: int = opt(1, "Data-parallel replicas (DDP); -1: infer from the world size.", ge=1,
+                            special=-1)
+    dp_shard: int = opt(-1, "Fully-sharded data-parallel degree (FSDP2); -1: infer.", ge=1, special=-1)
+    tp: int = opt(1, "Tensor-parallel degree (with sequence parallel).", ge=1)
+    pp: int = opt(1, "Pipeline-parallel stages.", ge=1)
     pp_schedule: str = opt("1f1b", "Pipeline schedule.", ("gpipe", "1f1b", "interleaved_1f1b"))
-    pp_microbatches: int | None = opt(None, "Microbatches per pipeline step (default: 2 x pp).")
+    pp_microbatches: int | None = opt(None, "Microbatches per pipeline step (default: 2 x pp).", ge=1)
 
 
 @dataclass
 class CheckpointConfig:
-    every: int = opt(500, "Save a checkpoint every this many steps (0: only at the end).")
-    keep_last: int | None = opt(None, "Keep only the newest this many checkpoints.")
+    every: int = opt(500, "Save a checkpoint every this many steps (0: only at the end).", ge=0)
+    keep_last: int | None = opt(None, "Keep only the newest this many checkpoints.", ge=1)
     async_save: bool = opt(False, "Write checkpoints in the background while training goes on.")
     remote: str = opt("", "Also copy each checkpoint to this fsspec URL (s3://bucket/run, oci://, "
                       "gs://, file://); resume_from=auto then fetches the newest from there "
@@ -130,14 +135,14 @@ class CheckpointConfig:
 
 @dataclass
 class MetricsConfig:
-    log_every: int = opt(10, "Print and record training metrics every this many steps.")
+    log_every: int = opt(10, "Print and record training metrics every this many steps.", ge=1)
     report_to: list[str] = opt(["tensorboard"], "Metric sinks besides metrics.jsonl.",
                                ("tensorboard", "wandb", "none", "all"))
     wandb_project: str = opt("gptrain", "Weights & Biases project.")
     wandb_mode: str = opt("offline", "Weights & Biases mode.", ("online", "offline", "disabled"))
     peak_flops: float | None = opt(None, "Peak FLOP/s of one device for MFU (default: known GPU "
                                    "table, or a matmul peak measured on CPU in the run's precision, "
-                                   "cached per CPU model).")
+                                   "cached per CPU model).", gt=0)
 
 
 @dataclass
@@ -285,12 +290,13 @@ def _set(cfg: Config, key: str, value) -> None:
     setattr(getattr(cfg, section), name, convert(key, value))
 
 
-def load_toml(path: str | Path, cfg: Config | None = None) -> Config:
-    """Read a TOML config file onto `cfg` (default: a fresh Config)."""
+def load_toml(path: str | Path, cfg: Config | None = None, text: str | None = None) -> Config:
+    """Read a TOML config file onto `cfg` (default: a fresh Config). With `text`, parse that
+    (the file's content, kept elsewhere) and name `path` in errors."""
     cfg = cfg or Config()
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text() if text is None else text)
     except FileNotFoundError:
         raise UserError(f"config file {path} does not exist") from None
     except tomllib.TOMLDecodeError as e:
@@ -301,7 +307,10 @@ def load_toml(path: str | Path, cfg: Config | None = None) -> Config:
         if not isinstance(values, dict):
             raise UserError(f"{section} in {path} must be a [{section}] table")
         for name, value in values.items():
-            _set(cfg, f"{section}.{name}", value)
+            try:
+                _set(cfg, f"{section}.{name}", value)
+            except UserError as e:
+                raise UserError(f"{path}: {e}") from None
     return cfg
 
 
@@ -329,7 +338,39 @@ def parse_train_args(argv: list[str], cfg: Config | None = None) -> Config:
                 raise UserError(f"option --{name} needs a value")
         apply_option(cfg, name.replace("-", "_") if "." not in name else name, value)
         i += 1
+    return check(cfg)
+
+
+def check(cfg: Config) -> Config:
+    """Refuse a config the trainer could not run, before anything runs: each field within its
+    bounds (opt's ge/gt/lt/le), and the model's shape as the trainer will build it."""
+    from gptrain.models.registry import check_shape
+
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            value, m = getattr(getattr(cfg, section), f.name), f.metadata
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and not _within(value, m):
+                raise UserError(f"--{section}.{f.name} must be {_bounds(m)}, got {value!r}")
+    check_shape(cfg.model)
     return cfg
+
+
+def _within(value: float, m) -> bool:
+    import math
+
+    if value == m["special"]:
+        return True
+    return math.isfinite(value) and (m["ge"] is None or value >= m["ge"]) and (
+        m["gt"] is None or value > m["gt"]) and (m["lt"] is None or value < m["lt"]) and (
+        m["le"] is None or value <= m["le"])
+
+
+def _bounds(m) -> str:
+    """'>= 1', '>= 0 and < 1', '>= 1 (or -1)': the allowed range of a field, in words."""
+    words = [f"{op} {m[key]}" for key, op in (("ge", ">="), ("gt", ">"), ("lt", "<"), ("le", "<="))
+             if m[key] is not None]
+    text = " and ".join(words) or "a finite number"
+    return text + (f" (or {m['special']})" if m["special"] is not None else "")
 
 
 def _is_flag(name: str) -> bool:
@@ -429,6 +470,8 @@ def format_help() -> str:
             kind = getattr(tp, "__name__", str(tp))
             choices = f.metadata.get("choices")
             kind = "|".join(choices) if choices else kind
+            if any(f.metadata[k] is not None for k in ("ge", "gt", "lt", "le")):
+                kind += f" {_bounds(f.metadata)}"
             out.append(f"  --{section}.{f.name} ({kind}, default {default!r})")
             out.append(f"      {f.metadata['doc']}")
         out.append("")

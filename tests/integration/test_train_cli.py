@@ -88,7 +88,7 @@ def test_nan_loss_stops_without_a_poisoned_checkpoint(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--parallel.tp=2", "--parallel.dp_shard=1"], "multiply to the world size"),
     (["--parallel.tp=2"], "cannot infer parallel.dp_shard"),
-    (["--parallel.pp=0"], "parallel.pp=0 is invalid"),
+    (["--parallel.pp=0"], "--parallel.pp must be >= 1, got 0"),
     (["--model.n_head=3"], "divisible by n_head"),
     (["--data.path=no-such-dataset"], "no dataset named"),
     (["--model.preset=gpt5"], "unknown model preset"),
@@ -108,7 +108,7 @@ def test_layout_checks():
     from gptrain.distributed.mesh import ParallelDims
     from gptrain.distributed.parallelize import check_layout
     from gptrain.errors import UserError
-    from gptrain.models.base import GPTConfig
+    from gptrain.models.registry import GPTConfig
 
     dims = ParallelDims.from_config(ParallelConfig(tp=2, dp_shard=-1), world=4)
     assert (dims.dp_shard, dims.tp) == (2, 2)

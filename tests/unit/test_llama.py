@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
 from gptrain.errors import UserError
-from gptrain.models.base import GPTConfig
+from gptrain.models.registry import GPTConfig
 from gptrain.models.hf import config_from_hf, export_hf, load_hf
 from gptrain.models.llama import Llama
 

@@ -27,6 +27,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def private_home() -> None:
+    """What gptrain writes under $GPTRAIN_HOME (database, jobs, logs, secrets) is the user's
+    alone: files 0600, directories 0700 (a umask for this process and what it starts)."""
+    import os
+
+    from gptrain.home import home
+
+    os.umask(0o077)
+    if not home().exists():
+        home().mkdir(parents=True, mode=0o700)
+        os.chmod(home(), 0o700)
+
+
 def main(argv: list[str] | None = None) -> int:
     from gptrain.errors import UserError
 
@@ -40,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args.passthrough = passthrough
     if extra and not getattr(args, "takes_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    private_home()
     try:
         return args.func(args, extra) or 0
     except UserError as e:

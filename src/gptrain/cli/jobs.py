@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -19,7 +20,11 @@ def register(sub) -> None:
     p.add_argument("--accels", type=int, default=None, help="processes (accelerators) per node")
     p.add_argument("--scheduler", choices=["local", "slurm"], default=None)
     p.add_argument("--config", default=None, help="trainer config TOML")
-    p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--env", action="append", default=[], metavar="K=V",
+                   help="environment variable for every worker (repeatable; recorded in plain text)")
+    p.add_argument("--secret", action="append", default=[], metavar="K=V",
+                   help="like --env, but the value is kept out of every record (a 0600 file), shown "
+                   "as *** and masked in logs; a bare K takes its value from this shell (repeatable)")
     p.add_argument("--max-restarts", dest="max_restarts", type=int, default=None)
     p.add_argument("--follow", action="store_true", help="stream rank 0's log until the job ends")
     slurm = p.add_argument_group("slurm (with --scheduler slurm; defaults from $GPTRAIN_HOME/config.toml [slurm])")
@@ -96,7 +101,9 @@ def cmd_run(args, extra) -> int:
             fields[key] = getattr(args, key)
     if args.config:
         fields["config"] = spec_mod.read_config_file(args.config)
+        fields["config_path"] = os.path.abspath(os.path.expanduser(args.config))
     fields["env"] = {**fields.get("env", {}), **spec_mod.parse_env(args.env)}
+    fields["secrets"] = {**fields.get("secrets", {}), **spec_mod.parse_env(args.secret, "--secret")}
     rest = args.passthrough
     if rest:
         if rest[0].endswith(".py") or (not rest[0].startswith("-") and _is_file(rest[0])):
@@ -244,6 +251,8 @@ def cmd_inspect(args, extra) -> int:
     what = f"script {spec['script']} {' '.join(spec['args'])}" if spec["script"] else \
         f"gptrain train {' '.join(spec['args'])}"
     print(f"runs       {what}".rstrip() + (f"   datasets {', '.join(spec['datasets'])}" if spec["datasets"] else ""))
+    if spec.get("secrets"):
+        print(f"secrets    {'  '.join(f'{k}={v}' for k, v in spec['secrets'].items())}")
     print("events")
     for e in report["events"]:
         print(f"  {_ts(e['time'])}  {e['kind']:<11} {e['message']}")
@@ -300,19 +309,24 @@ def _refresh(name: str) -> dict:
 
 
 def _follow(name: str, rank: int) -> int:
-    from gptrain.jobs import store
+    from gptrain.jobs import secrets, store
 
     path = _log_path(name, rank)
     pos = 0
+    values = secrets.load(name).values()
     while True:
         state = _refresh(name)["state"]
         if path.is_file():
             with open(path, "rb") as f:
                 f.seek(pos)
                 chunk = f.read()
-                pos = f.tell()
+            if state not in store.TERMINAL and b"\n" in chunk:
+                chunk = chunk[:chunk.rindex(b"\n") + 1]  # whole lines, so a secret is masked whole
+            elif state not in store.TERMINAL:
+                chunk = b""
+            pos += len(chunk)
             if chunk:
-                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.write(secrets.mask(chunk.decode(errors="replace"), values))
                 sys.stdout.flush()
         if state in store.TERMINAL and (not path.is_file() or path.stat().st_size == pos):
             print(f"--- job {name} {state}", file=sys.stderr)
@@ -331,7 +345,9 @@ def cmd_logs(args, extra) -> int:
         return _follow(args.name, args.rank)
     path = _log_path(args.name, args.rank)
     if path.is_file():
-        sys.stdout.write(path.read_text(errors="replace"))
+        from gptrain.jobs.secrets import masked
+
+        sys.stdout.write(masked(args.name, path.read_text(errors="replace")))
     else:
         print(f"(no log for rank {args.rank} yet: the job is {job['state']})", file=sys.stderr)
     return 0
@@ -371,6 +387,9 @@ def cmd_rm(args, extra) -> int:
         raise UserError(f"job {args.name} is {job['state']}; `gptrain stop {args.name}` first")
     store.delete_job(args.name)
     shutil.rmtree(job_dir(args.name), ignore_errors=True)
+    from gptrain.jobs import secrets
+
+    secrets.remove(args.name)
     print(f"removed job {args.name}")
     return 0
 

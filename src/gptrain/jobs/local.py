@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gptrain.errors import UserError
 from gptrain.home import home
-from gptrain.jobs import store
+from gptrain.jobs import secrets, store
 from gptrain.jobs.spec import JobSpec
 
 
@@ -55,6 +55,7 @@ def submit(spec: JobSpec) -> None:
         raise UserError(f"job needs {spec.nodes} x {spec.accels} = {need} {kind} slots but this "
                         f"machine has {total}; ask for fewer (or set GPTRAIN_LOCAL_SLOTS)")
     store.create_job(spec.name, spec.to_dict(), spec.nodes, spec.accels, "local")
+    secrets.save(spec.name, spec.secrets)  # apart from the record (0600); the supervisor reads it
     d = job_dir(spec.name)
     (d / "logs").mkdir(parents=True, exist_ok=True)
     (d / "job.json").write_text(json.dumps(spec.to_dict(), indent=2))

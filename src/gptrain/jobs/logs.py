@@ -18,7 +18,14 @@ def last_attempt(path: Path) -> str:
 
 
 def failure_summary(logs: Path, code: int) -> str:
-    """The failing rank's last error line, or what torchrun says of it."""
+    """The failing rank's last error line, or what torchrun says of it, with the job's secret
+    values masked (logs is $GPTRAIN_HOME/jobs/NAME/logs)."""
+    from gptrain.jobs.secrets import masked
+
+    return masked(logs.parent.name, _failure_summary(logs, code))
+
+
+def _failure_summary(logs: Path, code: int) -> str:
     rank, exitcode = None, code
     for agent_log in sorted(logs.glob("agent-node*.log")):
         m = re.search(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", last_attempt(agent_log))

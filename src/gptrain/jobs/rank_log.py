@@ -15,7 +15,7 @@ def main() -> None:
     log_dir, sep, *entry = sys.argv[1:]
     assert sep == "--" and entry, "usage: rank_log LOG_DIR -- PROGRAM ARGS..."
     rank = os.environ.get("RANK", "0")
-    fd = os.open(os.path.join(log_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(os.path.join(log_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     attempt = os.environ.get("GPTRAIN_ATTEMPT", "0")
     os.write(fd, f"--- gptrain: attempt {attempt}, rank {rank}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
     os.dup2(fd, 1)

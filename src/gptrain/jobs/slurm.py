@@ -13,16 +13,17 @@ accounting exists, or the exit code the script leaves behind) and records each t
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
 
-from gptrain.errors import UserError
+from gptrain.errors import UserError, closest
 from gptrain.home import home
-from gptrain.jobs import local, store
+from gptrain.jobs import local, secrets, store
 from gptrain.jobs.logs import failure_summary
-from gptrain.jobs.spec import JobSpec
+from gptrain.jobs.spec import ENV_NAME, JobSpec
 
 # Slurm job state -> gptrain state
 STATES = {
@@ -34,7 +35,68 @@ STATES = {
     "BOOT_FAIL": "failed", "DEADLINE": "failed", "SPECIAL_EXIT": "failed", "REVOKED": "failed",
 }
 PASS_THROUGH = ("NCCL_", "UCX_", "FI_", "GLOO_", "TORCH_", "CUDA_", "HF_", "WANDB_")
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")  # such pass-through variables are secrets
 DEFAULT_PORT = 29500
+
+# What may go into the script's #SBATCH lines (which Slurm parses, but no shell runs)
+_NAME = r"[A-Za-z0-9_.-]+"
+OPTION_FORMS = {
+    "partition": (re.compile(rf"{_NAME}(,{_NAME})*"), "partition names (letters, digits, _ - .), "
+                  "comma-separated"),
+    "account": (re.compile(_NAME), "an account name (letters, digits, _ - .)"),
+    "time": (re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|UNLIMITED|INFINITE", re.I),
+             "a Slurm time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S or UNLIMITED (quoted in YAML)"),
+}
+OPTIONS = (*OPTION_FORMS, "sbatch_args", "port", "accel_type")
+
+
+def check_options(opts: dict) -> None:
+    """The Slurm options of a job, before they go into a script: one line naming the bad one."""
+    for key in opts:
+        if key not in OPTIONS:
+            raise UserError(f"unknown slurm option {key!r}{closest(str(key), OPTIONS)}; use "
+                            f"{', '.join(OPTIONS)}")
+    for key, (form, words) in OPTION_FORMS.items():
+        value = opts.get(key)
+        if value is not None and not (isinstance(value, str) and form.fullmatch(value)):
+            raise UserError(f"--{key} {value!r} is not {words}")
+    args = opts.get("sbatch_args") or []
+    if not isinstance(args, list):
+        raise UserError(f"sbatch_args must be a list of options, got {args!r}")
+    for arg in args:
+        if not isinstance(arg, str) or not arg.startswith("--") or any(c in arg for c in "\n\r\0"):
+            raise UserError(f"--sbatch-arg {arg!r} must be one sbatch option on one line, starting "
+                            "with -- (e.g. --sbatch-arg=--exclusive)")
+    port = opts.get("port")
+    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+        raise UserError(f"--port must be a TCP port (1-65535), got {port!r}")
+    if opts.get("accel_type", "auto") not in ("auto", "gpu", "cpu"):
+        raise UserError(f"--accel-type must be auto, gpu or cpu, got {opts['accel_type']!r}")
+
+
+def _sbatch_value(value: str) -> str:
+    """A value as sbatch reads it from a #SBATCH line: double-quoted (with \\ and \\" escaped)
+    when it holds blanks, quotes, backslashes or # (which starts a comment there)."""
+    if "\n" in value or "\r" in value:
+        raise UserError(f"{value!r} cannot go into an sbatch script: it holds a line break")
+    if not re.search(r"[\s\"'\\#]", value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def pass_through() -> tuple[dict, dict]:
+    """This shell's NCCL_*, HF_*, WANDB_*, ... variables for the job: (plain ones, written into
+    the script; secret ones, named like *KEY*, *TOKEN*, *SECRET*, *PASSWORD*, kept in the job's
+    secrets file like --secret)."""
+    found = {k: v for k, v in os.environ.items() if k.startswith(PASS_THROUGH) and ENV_NAME.fullmatch(k)}
+    hidden = {k: v for k, v in found.items() if any(w in k.upper() for w in SECRET_WORDS)}
+    return {k: v for k, v in found.items() if k not in hidden}, hidden
+
+
+def _secrets_of(spec: JobSpec) -> dict:
+    """What goes into the job's secrets file: --secret values and secret pass-through variables."""
+    hidden = {k: v for k, v in pass_through()[1].items() if k not in spec.env}
+    return {**hidden, **spec.secrets}
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
@@ -72,17 +134,21 @@ def build_script(spec: JobSpec) -> str:
     lines.append(f"#SBATCH --gres=gpu:{spec.accels}" if kind == "gpu" else f"#SBATCH --cpus-per-task={spec.accels}")
     for key in ("partition", "account", "time"):
         if s.get(key):
-            lines.append(f"#SBATCH --{key}={s[key]}")
-    lines += [f"#SBATCH --output={logs}/slurm-%j.out", "#SBATCH --open-mode=append", "#SBATCH --requeue"]
+            lines.append(f"#SBATCH --{key}={_sbatch_value(s[key])}")
+    lines += [f"#SBATCH --output={_sbatch_value(f'{logs}/slurm-%j.out')}", "#SBATCH --open-mode=append",
+              "#SBATCH --requeue"]
     lines += [f"#SBATCH {arg}" for arg in s.get("sbatch_args", [])]
     env = {"GPTRAIN_HOME": str(home()), "GPTRAIN_JOB": spec.name, "GPTRAIN_OUTPUT_DIR": str(jdir),
            "GPTRAIN_CHECKPOINT_DIR": str(jdir / "checkpoints"), "PYTHONUNBUFFERED": "1",
            **dataset_env(spec)}
     if kind == "cpu":
         env["OMP_NUM_THREADS"] = "1"
-    env.update({k: v for k, v in os.environ.items() if k.startswith(PASS_THROUGH)})
+    env.update(pass_through()[0])
     env.update(spec.env)
-    lines += ["", "set -uo pipefail"] + [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    lines += ["", "set -uo pipefail", "umask 077"]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    if _secrets_of(spec):  # the values stay in the 0600 file, read when the job starts
+        lines.append(f"set -a; . {shlex.quote(str(secrets.path(spec.name)))}; set +a")
     lines += [
         'export GPTRAIN_ATTEMPT="${SLURM_RESTART_COUNT:-0}"',
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
@@ -106,6 +172,7 @@ def build_script(spec: JobSpec) -> str:
 def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
     """Submit (or, with dry_run, only print) the job; returns the Slurm job id."""
     spec.validate()
+    check_options(spec.slurm)
     if dry_run:
         print(build_script(spec), end="")
         return None
@@ -118,6 +185,7 @@ def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
     jdir = local.job_dir(spec.name)
     (jdir / "logs").mkdir(parents=True, exist_ok=True)
     try:
+        secrets.save(spec.name, _secrets_of(spec))
         from gptrain.jobs.supervisor import write_config
 
         write_config(spec, jdir)
@@ -129,6 +197,7 @@ def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
     except BaseException:
         store.delete_job(spec.name)
         shutil.rmtree(jdir, ignore_errors=True)
+        secrets.remove(spec.name)
         raise
     job_id = r.stdout.strip().split(";")[0]
     store.update(spec.name, external_id=job_id)

@@ -7,7 +7,8 @@ anything is recorded.
     nodes: 1
     accels: 2
     datasets: [shakespeare-char]
-    env: {OMP_NUM_THREADS: "1"}
+    env: {OMP_NUM_THREADS: "1"}        # recorded in plain text (job.json, the database)
+    secrets: {WANDB_API_KEY: "..."}    # kept apart, mode 0600, masked everywhere (jobs/secrets.py)
     max_restarts: 2
     config: configs/demo.toml          # or an inline table: {train: {max_steps: 100}}
     args: ["--train.max_steps=100"]    # trainer flags, or the script's args when script is set
@@ -17,11 +18,14 @@ anything is recorded.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gptrain.errors import UserError, closest
 from gptrain.home import check_name
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass
@@ -31,30 +35,39 @@ class JobSpec:
     accels: int = 1
     datasets: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)  # values only until submitted (see to_dict)
     max_restarts: int = 0
     scheduler: str = "local"
     config: str | None = None          # TOML text of the trainer config (from a file or inline)
+    config_path: str | None = None     # where that text came from, for error messages
     args: list[str] = field(default_factory=list)
     script: str | None = None          # absolute path of the user's script
     slurm: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The job as recorded (database, job.json, inspect): secret values masked."""
+        from gptrain.jobs.secrets import MASK
+
+        return {**dataclasses.asdict(self), "secrets": {k: MASK for k in self.secrets}}
 
     @classmethod
     def from_dict(cls, d: dict) -> "JobSpec":
         return cls(**d)
 
     def validate(self) -> "JobSpec":
+        check_types(dataclasses.asdict(self))
         check_name(self.name, "job")
-        for key in ("nodes", "accels"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise UserError(f"--{key} must be a whole number >= 1, got {value!r}")
-        if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
-            raise UserError(f"max restarts must be >= 0, got {self.max_restarts!r}")
+        for key, least in (("nodes", 1), ("accels", 1), ("max_restarts", 0)):
+            if getattr(self, key) < least:
+                raise UserError(f"--{key.replace('_', '-')} must be a whole number >= {least}, "
+                                f"got {getattr(self, key)!r}")
         if self.scheduler not in ("local", "slurm"):
             raise UserError(f"unknown scheduler {self.scheduler!r}: use local or slurm")
+        check_env(self.env, "env")
+        check_env(self.secrets, "secret")
+        both = sorted(set(self.env) & set(self.secrets))
+        if both:
+            raise UserError(f"{both[0]} is given both as an env and as a secret; keep only the secret")
         from gptrain.data.store import path_of
 
         for ds in self.datasets:
@@ -69,31 +82,72 @@ class JobSpec:
         return self
 
     def trainer_config(self):
-        """The trainer Config this job will run with (trainer jobs only)."""
-        import tempfile
+        """The trainer Config this job will run with (trainer jobs only); errors name the
+        user's config file."""
+        from gptrain.config import Config, load_toml, parse_train_args
 
-        from gptrain.config import parse_train_args
-
-        argv = list(self.args)
+        cfg = Config()
         if self.config is not None:
-            with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
-                f.write(self.config)
-            argv = [f.name, *argv]
-        try:
-            return parse_train_args(argv)
-        finally:
-            if self.config is not None:
-                Path(argv[0]).unlink(missing_ok=True)
+            load_toml(self.config_path or "the job's config", cfg, text=self.config)
+        return parse_train_args(list(self.args), cfg)
 
 
-def parse_env(pairs: list[str]) -> dict[str, str]:
+def parse_env(pairs: list[str], flag: str = "--env") -> dict[str, str]:
+    """KEY=VALUE pairs of --env (or --secret, where a bare KEY takes its value from this shell's
+    environment, keeping it out of the command line and the shell history)."""
+    import os
+
     env = {}
     for pair in pairs:
         key, eq, value = pair.partition("=")
-        if not eq or not key or not key.replace("_", "a").isalnum():
-            raise UserError(f"--env {pair!r} is not KEY=VALUE")
+        if not eq and flag == "--secret" and key in os.environ:
+            value = os.environ[key]
+        elif not eq:
+            raise UserError(f"{flag} {pair!r} is not KEY=VALUE" + (
+                f" (and {key} is not set in this shell)" if flag == "--secret" else ""))
+        check_env({key: value}, flag)
         env[key] = value
     return env
+
+
+def check_env(values: dict, flag: str) -> None:
+    """Environment variable names a shell and Slurm accept, and string values."""
+    for key, value in values.items():
+        if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
+            raise UserError(f"invalid {flag} name {key!r}: use letters, digits and _, not starting "
+                            "with a digit")
+        if not isinstance(value, str) or "\0" in value:  # (the value is not shown: it may be secret)
+            raise UserError(f"{flag} {key} must be a string without NUL characters")
+
+
+# field -> (accepted types, what to write); a list field's items must be str (or, for args,
+# env and secrets in a job.yaml, a number or boolean, taken as text)
+TYPES = {"name": ((str,), "a string (quote it)"), "nodes": ((int,), "a whole number"),
+         "accels": ((int,), "a whole number"), "max_restarts": ((int,), "a whole number"),
+         "datasets": ((list,), "a list of dataset names"), "env": ((dict,), "a mapping of NAME: value"),
+         "secrets": ((dict,), "a mapping of NAME: value"), "scheduler": ((str,), "local or slurm"),
+         "config": ((str, dict), "a TOML file path or a mapping of [sections]"),
+         "config_path": ((str,), "a path"), "args": ((list,), "a list of arguments"),
+         "script": ((str,), "a script path"), "slurm": ((dict,), "a mapping (partition, time, ...)")}
+SCALARS = (str, int, float, bool)
+
+
+def check_types(fields: dict, where: str = "") -> None:
+    """Each field of the right type: one line naming the field and what it must be."""
+    for key, value in fields.items():
+        if value is None or key not in TYPES:
+            continue
+        types, words = TYPES[key]
+        wrong = not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
+        items = value.values() if isinstance(value, dict) and key in ("env", "secrets") else \
+            value if isinstance(value, list) else ()
+        item_types = (str,) if key == "datasets" else SCALARS
+        bad = next((v for v in items if not isinstance(v, item_types)), None) if not wrong else None
+        if wrong or bad is not None:
+            got = value if wrong else bad
+            what = words if wrong else f"{words} (strings{'' if key == 'datasets' else ' or numbers'})"
+            shown = "" if key == "secrets" else f" {got!r}"  # a malformed secret is still a secret
+            raise UserError(f"{key}{where} must be {what}, got {type(got).__name__}{shown}")
 
 
 def read_config_file(path: str) -> str:
@@ -103,7 +157,7 @@ def read_config_file(path: str) -> str:
         raise UserError(f"cannot read config {path}: {e.strerror}") from None
 
 
-YAML_KEYS = {f.name for f in dataclasses.fields(JobSpec)}
+YAML_KEYS = {f.name for f in dataclasses.fields(JobSpec)} - {"config_path"}
 
 
 def from_yaml(path: str) -> dict:
@@ -123,6 +177,8 @@ def from_yaml(path: str) -> dict:
     for key in data:
         if key not in YAML_KEYS:
             raise UserError(f"unknown field {key!r} in {path}{closest(str(key), YAML_KEYS)}")
+    data = {k: v for k, v in data.items() if v is not None}
+    check_types(data, f" in {path}")
     base = Path(path).expanduser().resolve().parent
     if isinstance(data.get("config"), dict):
         from gptrain.config import Config, apply_option, dump_toml
@@ -132,18 +188,20 @@ def from_yaml(path: str) -> dict:
             if not isinstance(values, dict):
                 raise UserError(f"config.{section} in {path} must be a mapping")
             for key, value in values.items():
-                apply_option(cfg, f"{section}.{key}", value if isinstance(value, str) else _yaml_scalar(value))
-        data["config"] = dump_toml(cfg)
+                try:
+                    apply_option(cfg, f"{section}.{key}", value if isinstance(value, str) else _yaml_scalar(value))
+                except UserError as e:
+                    raise UserError(f"{path}: config: {e}") from None
+        data["config"], data["config_path"] = dump_toml(cfg), f"{path} (config:)"
     elif isinstance(data.get("config"), str):
         cfg_path = Path(data["config"]).expanduser()
-        data["config"] = read_config_file(str(cfg_path if cfg_path.is_absolute() else base / cfg_path))
+        cfg_path = cfg_path if cfg_path.is_absolute() else base / cfg_path
+        data["config"], data["config_path"] = read_config_file(str(cfg_path)), str(cfg_path)
     if isinstance(data.get("script"), str) and not Path(data["script"]).is_absolute():
         data["script"] = str(base / data["script"])
-    for key in ("datasets", "args"):
-        if key in data and not isinstance(data[key], list):
-            raise UserError(f"{key} in {path} must be a list")
     data["args"] = [str(a) for a in data.get("args", [])]
-    data["env"] = {str(k): str(v) for k, v in (data.get("env") or {}).items()}
+    for key in ("env", "secrets"):
+        data[key] = {k: str(v) for k, v in (data.get(key) or {}).items()}
     return data
 
 

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from gptrain.jobs import local, store
+from gptrain.jobs import local, secrets, store
 from gptrain.jobs.logs import failure_summary
 from gptrain.jobs.spec import JobSpec
 
@@ -123,7 +123,7 @@ class Supervisor:
         spec, logs = self.spec, self.dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         kind, _ = local.local_slots()
-        env = {**os.environ, **spec.env, **dataset_env(spec), "GPTRAIN_JOB": self.name,
+        env = {**os.environ, **spec.env, **secrets.load(self.name), **dataset_env(spec), "GPTRAIN_JOB": self.name,
                "GPTRAIN_ATTEMPT": str(attempt), "GPTRAIN_OUTPUT_DIR": str(self.dir),
                "GPTRAIN_CHECKPOINT_DIR": str(self.dir / "checkpoints"), "PYTHONUNBUFFERED": "1"}
         (self.dir / "checkpoints").mkdir(exist_ok=True)
@@ -244,6 +244,7 @@ def _killpg(pid: int, sig) -> None:
 
 
 def main() -> None:
+    os.umask(0o077)  # the job's files (logs, checkpoints) are the user's alone, as in the CLI
     Supervisor(sys.argv[1]).run()
 
 

@@ -1,4 +1,4 @@
-"""What every architecture shares: the config, attention kernels, and the causal-LM shell.
+"""What every architecture shares: attention kernels and the causal-LM shell.
 
     transformer.wte -> (positions) -> transformer.h.0 .. h.{L-1} -> transformer.ln_f -> lm_head
 
@@ -12,66 +12,13 @@ architectures exist. No parallelism in here (distributed/parallelize.py adds tha
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from gptrain.errors import UserError
-
-
-@dataclass
-class GPTConfig:
-    block_size: int = 1024
-    vocab_size: int = 50257
-    n_layer: int = 12
-    n_head: int = 12
-    n_embd: int = 768
-    dropout: float = 0.0
-    bias: bool = True
-    layer_norm_eps: float = 1e-5
-    attn_implementation: str = "sdpa"
-    pad_vocab_multiple: int = 64
-    # Llama family (models/llama.py); GPT-2 ignores these
-    arch: str = "gpt2"
-    n_kv_head: int | None = None  # grouped-query attention: key/value heads (default n_head)
-    intermediate_size: int | None = None  # MLP width (default 4 * n_embd)
-    rope_theta: float = 10000.0
-    tie_embeddings: bool = True  # lm_head shares wte's weight (GPT-2); Llama-2 keeps its own
-
-    @property
-    def padded_vocab_size(self) -> int:
-        m = self.pad_vocab_multiple
-        return self.vocab_size if m <= 0 else (self.vocab_size + m - 1) // m * m
-
-    @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
-
-    @property
-    def kv_heads(self) -> int:
-        return self.n_kv_head or self.n_head
-
-    @property
-    def ffn_size(self) -> int:
-        return self.intermediate_size or 4 * self.n_embd
-
-    def validate(self) -> None:
-        from gptrain.models.registry import spec_of
-
-        spec_of(self.arch)  # an architecture gptrain has
-        if self.n_embd % self.n_head:
-            raise UserError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
-        if self.n_head % self.kv_heads:
-            raise UserError(f"n_head={self.n_head} must be a multiple of n_kv_head={self.kv_heads}")
-        if self.arch == "llama" and self.head_dim % 2:
-            raise UserError(f"rotary embeddings need an even head size, got {self.head_dim}")
-        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
-            if getattr(self, name) < 1:
-                raise UserError(f"model {name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
+from gptrain.models.registry import GPTConfig  # the shape, torch-free for fast config checks
 
 
 CAUSAL = "causal"

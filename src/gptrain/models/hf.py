@@ -61,7 +61,7 @@ def config_from_hf(hf: dict, **overrides):
 
 
 def llama_config_from_hf(hf: dict):
-    from gptrain.models.base import GPTConfig
+    from gptrain.models.registry import GPTConfig
 
     rope = hf.get("rope_parameters") or {}  # transformers 5 keeps rope_theta in here
     scaling = hf.get("rope_scaling") or ({} if rope.get("rope_type", "default") == "default" else rope)
@@ -86,7 +86,7 @@ def llama_config_from_hf(hf: dict):
 
 
 def gpt2_config_from_hf(hf: dict):
-    from gptrain.models.base import GPTConfig
+    from gptrain.models.registry import GPTConfig
 
     if hf.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
         raise UserError(f"activation {hf['activation_function']!r} is not supported (GPT-2 uses gelu_new)")

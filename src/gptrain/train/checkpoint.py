@@ -181,7 +181,7 @@ def load_rng(path) -> None:
 def load_for_inference(path, device="cpu", **overrides):
     """(GPT in eval mode, tokenizer) from a checkpoint directory or training output directory."""
     from gptrain import tokenizers
-    from gptrain.models.base import GPTConfig
+    from gptrain.models.registry import GPTConfig
     from gptrain.models.registry import build
 
     path = resolve(path)

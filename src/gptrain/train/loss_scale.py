@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import torch
 
-from gptrain.errors import UserError
-
 
 class LossScaler:
     def __init__(self, scale: float = 2.0**16, growth: float = 2.0, backoff: float = 0.5,
@@ -32,15 +30,8 @@ class LossScaler:
 
     @classmethod
     def from_config(cls, tc) -> "LossScaler":
-        """From train.loss_scale (0: dynamic, else a fixed scale) and the train.loss_scale_* keys."""
-        checks = ((tc.loss_scale >= 0, "train.loss_scale must be 0 (dynamic) or a positive scale"),
-                  (tc.loss_scale_initial > 0, "train.loss_scale_initial must be positive"),
-                  (tc.loss_scale_window >= 1, "train.loss_scale_window must be at least 1"),
-                  (tc.loss_scale_hysteresis >= 1, "train.loss_scale_hysteresis must be at least 1"),
-                  (tc.loss_scale_min > 0, "train.loss_scale_min must be positive"))
-        for ok, message in checks:
-            if not ok:
-                raise UserError(message)
+        """From train.loss_scale (0: dynamic, else a fixed scale) and the train.loss_scale_* keys
+        (their bounds are checked with the rest of the config: config.check)."""
         if tc.loss_scale > 0:
             return cls(scale=float(tc.loss_scale), dynamic=False)
         return cls(scale=max(float(tc.loss_scale_initial), tc.loss_scale_min),
