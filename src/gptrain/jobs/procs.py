@@ -21,6 +21,7 @@ from pathlib import Path
 RUN_ID_ENV = "GPTRAIN_RUN_ID"
 _PR_SET_PDEATHSIG = 1
 _boot_id: str | None = None
+HAVE_PROC = os.path.isdir("/proc/self")  # without it (not Linux): pids only, as best we can
 
 
 def boot_id() -> str:
@@ -43,6 +44,8 @@ def _stat(pid: int) -> list[str] | None:
 
 def identity(pid: int) -> list | None:
     """[pid, start time, boot id] of a live process, or None."""
+    if not HAVE_PROC:
+        return [pid, 0, boot_id()] if _exists(pid) else None
     fields = _stat(pid)
     if fields is None:
         return None
@@ -56,8 +59,20 @@ def alive(ident) -> bool:
     pid, start, boot = ident
     if boot != boot_id():
         return False
+    if not HAVE_PROC:
+        return _exists(pid)
     fields = _stat(pid)
     return fields is not None and int(fields[19]) == start and fields[0] not in ("Z", "X")
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
 
 
 def kill(ident, sig=signal.SIGKILL) -> bool:
@@ -74,6 +89,8 @@ def kill(ident, sig=signal.SIGKILL) -> bool:
 def children(pids: set[int]) -> list[int]:
     """The pids whose parent is one of `pids`."""
     found = []
+    if not HAVE_PROC:
+        return found
     for stat in Path("/proc").glob("[0-9]*/stat"):
         fields = _stat(int(stat.parent.name))
         if fields and int(fields[1]) in pids:
@@ -86,6 +103,8 @@ def tagged(run_id: str) -> list[list]:
     only used once a job's supervisor is found dead)."""
     needle = f"{RUN_ID_ENV}={run_id}".encode()
     found = []
+    if not HAVE_PROC:
+        return found
     me = os.getpid()
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) == me:

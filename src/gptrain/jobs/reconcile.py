@@ -15,7 +15,7 @@ import sqlite3
 import time
 
 from gptrain.db import out_of_space
-from gptrain.jobs import local, procs, store
+from gptrain.jobs import procs, store
 
 GRACE_S = 10.0  # a row may wait this long for its supervisor to be recorded (submit -> Popen)
 
@@ -38,6 +38,8 @@ def reconcile(skip: str | None = None) -> dict[str, dict]:
         except sqlite3.OperationalError as e:
             if not out_of_space(e):
                 raise
+            from gptrain.jobs import local
+
             state = "stopped" if (local.job_dir(row["name"]) / "stop-request").exists() else "failed"
             unrecorded[row["name"]] = {"state": state, "error": f"{_how_it_died(_ident(row))} "
                                        "(not recorded yet: no space left on device)"}
@@ -56,6 +58,8 @@ def supervisor_alive(row: dict) -> bool | None:
 def _check(row: dict) -> None:
     if supervisor_alive(row) is not False:
         return
+    from gptrain.jobs import local  # only now: `gptrain jobs` stays light
+
     name, ident = row["name"], _ident(row)
     procs.kill_run(row["run_id"])  # workers left behind (they die with it, unless just forked)
     how = _how_it_died(ident)
