@@ -165,3 +165,31 @@ def test_stop_before_the_supervisor_is_ready_still_stops_the_job(tmp_path, monke
     assert r.returncode == 0, r.stderr
     assert wait_for("early", timeout=30)["state"] == "stopped"
     assert "stopped" in ok("jobs")
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_torchrun_agent_takes_its_workers(dataset):
+    """torchrun starts workers in sessions of their own: killing the agent used to leave them
+    training while the supervisor recorded the attempt as over."""
+    from gptrain.jobs.local import job_dir
+
+    ok("run", "headless", "--dataset", dataset, "--accels", "2", "--", "--train.max_steps=100000",
+       "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)
+    wait_until(lambda: len(job_processes("headless")) >= 4 and "step" in _text(job_dir("headless") / "logs" / "rank-0.log"),
+               120, "the job never ran")
+    sup = job("headless")["supervisor_pid"]
+    agent = next(p for p in job_processes("headless") if _parent(p) == sup)
+    workers = {p for p in job_processes("headless") if _parent(p) == agent}
+    assert len(workers) == 2
+    os.kill(agent, signal.SIGKILL)
+    j = wait_for("headless", timeout=60)
+    assert j["state"] == "failed", j
+    wait_until(lambda: not (workers & job_processes("headless")), 10, "workers outlived their agent")
+
+
+def _parent(pid) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(") ", 1)[1].split()[1])
+    except OSError:
+        return -1

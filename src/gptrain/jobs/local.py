@@ -75,13 +75,20 @@ def start_supervisor(name: str) -> None:
     try:
         proc = subprocess.Popen([sys.executable, "-m", "gptrain.jobs.supervisor", name],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                close_fds=True, env={**os.environ, "GPTRAIN_HOME": str(home())})
+                                close_fds=True, env=supervisor_env())
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
         log.close()
     ident = procs.identity(proc.pid)
     if ident:
         store.record_supervisor(name, ident)
+
+
+def supervisor_env() -> dict:
+    """The CLI's environment, without the tag of a job it may itself run in (procs.RUN_ID_ENV):
+    a supervisor started from inside a job is not one of that job's processes."""
+    env = {k: v for k, v in os.environ.items() if k != procs.RUN_ID_ENV}
+    return {**env, "GPTRAIN_HOME": str(home())}
 
 
 def resume(name: str) -> None:

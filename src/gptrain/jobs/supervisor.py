@@ -205,6 +205,7 @@ class Supervisor:
             store.set_state(self.name, "running", f"attempt {attempt}: {self.spec.nodes} node(s) x "
                             f"{self.spec.accels} process(es)")
             code = self.wait()
+            procs.kill_run(self.run_id)  # nothing of this attempt outlives it (workers' children)
             self.sync_checkpoints()
             if self.stop_requested:
                 store.set_state(self.name, "stopped", "stopped on request", exit_code=code)
