@@ -76,14 +76,25 @@ def _exists(pid: int) -> bool:
 
 
 def kill(ident, sig=signal.SIGKILL) -> bool:
-    """Signal the recorded process only if it is still that process; True if signalled."""
-    if not alive(ident):
-        return False
+    """Signal the recorded process only if it is still that process; True if signalled. With a
+    pidfd (Linux >= 5.3) the check and the signal are about the same process, race-free."""
     try:
-        os.kill(ident[0], sig)
+        fd = os.pidfd_open(ident[0]) if ident and hasattr(os, "pidfd_open") else None
+    except OSError:
+        return False  # no such process
+    try:
+        if not alive(ident):
+            return False
+        if fd is not None:
+            signal.pidfd_send_signal(fd, sig)
+        else:
+            os.kill(ident[0], sig)
         return True
     except ProcessLookupError:
         return False
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def children(pids: set[int]) -> list[int]:
