@@ -158,6 +158,21 @@ def scan_checkpoints(job: str) -> list[dict]:
     return found
 
 
+DISK_FULL_BYTES = 2 << 20  # less free than this where a job writes: its disk is full
+
+
+def disk_full(job: str) -> str | None:
+    """'no space left on device on the disk holding DIR (N KiB free)' when it is full, else None."""
+    d = job_dir(job)
+    try:
+        st = os.statvfs(d if d.is_dir() else home())
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    return f"no space left on device on the disk holding {d} ({free // 1024} KiB free)" \
+        if free < DISK_FULL_BYTES else None
+
+
 def latest_checkpoint(job: str) -> str | None:
     """The name of the newest complete checkpoint of a job (what its trainer resumes from)."""
     from gptrain.train.checkpoint_files import find_latest

@@ -67,8 +67,12 @@ def _check(row: dict) -> None:
     restarts, max_restarts = row["restarts"], spec.get("max_restarts", 0)
     latest = local.latest_checkpoint(name)
     where = f"from {latest}" if latest else "from the start (no checkpoint yet)"
+    full = local.disk_full(name)  # a new supervisor would die the same way
     if (local.job_dir(name) / "stop-request").exists():
         store.end_orphan(name, row["supervisor"], "stopped", f"stopped ({how})")
+    elif full:
+        store.end_orphan(name, row["supervisor"], "failed", f"{how}; {full}: free some space, "
+                         f"then `gptrain resume {name}` continues {where}")
     elif row["started"] and row["state"] != "stopping" and restarts < max_restarts:
         msg = f"{how}; restart {restarts + 1} of {max_restarts} {where} by a new supervisor"
         if store.requeue_orphan(name, row["supervisor"], restarts + 1, msg):

@@ -29,7 +29,6 @@ from gptrain.jobs.spec import JobSpec
 
 POLL_S = 0.5
 SYNC_EVERY_S = 2.0
-DISK_FULL_BYTES = 2 << 20  # less free than this where the job writes: the disk is full
 
 
 def free_port() -> int:
@@ -226,11 +225,11 @@ class Supervisor:
     def no_restart_reason(self, code: int, error: str) -> str | None:
         """Why a restart would fail the same way (a full disk, a user error), or None."""
         logs = self.dir / "logs"
-        st = os.statvfs(self.dir)
-        free = st.f_bavail * st.f_frsize
-        if free < DISK_FULL_BYTES or NO_SPACE in error.lower() or mentions_no_space(logs):
-            return (f"{NO_SPACE} on the disk holding {self.dir} ({free // 1024} KiB free); free "
-                    f"some space, then `gptrain resume {self.name}` ({error})")
+        full = local.disk_full(self.name)
+        if full is None and (NO_SPACE in error.lower() or mentions_no_space(logs)):
+            full = f"{NO_SPACE} on the disk holding {self.dir}"
+        if full:
+            return f"{full}; free some space, then `gptrain resume {self.name}` ({error})"
         if failed_rank(logs, code)[1] == 2:
             return f"{error} (a user error: not restarted; fix it and submit again)"
         return None
