@@ -2,10 +2,15 @@
 
 Tables: jobs, events and checkpoints (jobs/store.py), datasets (data/store.py). Connections
 wait up to a minute for the write lock, so many CLI calls can run at once.
+
+A full disk: reads fall back to a read-only connection (WAL needs to write its -shm file even to
+read), and a write that fails for lack of space frees a small reserve file kept beside the
+database and tries once more, so the last word of a job (failed: no space left) is recorded.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from contextlib import contextmanager
 
@@ -29,7 +34,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     error TEXT,
     supervisor_pid INTEGER,
     slots TEXT,
-    external_id TEXT
+    external_id TEXT,
+    supervisor TEXT,
+    run_id TEXT
 );
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -62,6 +69,12 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 """
 
 
+# Columns added after the first release: (table, column, type), added to older databases.
+MIGRATIONS = (("jobs", "supervisor", "TEXT"), ("jobs", "run_id", "TEXT"))
+RESERVE = ".disk-reserve"
+RESERVE_BYTES = 1 << 20
+
+
 def db_path():
     return home() / "gptrain.db"
 
@@ -70,31 +83,109 @@ def connect() -> sqlite3.Connection:
     path = db_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=60, isolation_level=None)
-    conn.row_factory = sqlite3.Row
-    conn.execute("PRAGMA busy_timeout = 60000")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    conn.executescript(SCHEMA)
+    try:
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA busy_timeout = 60000")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.executescript(SCHEMA)
+        for table, column, kind in MIGRATIONS:
+            if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    except BaseException:
+        conn.close()
+        raise
+    _keep_reserve(path.parent)
     return conn
+
+
+def connect_readonly() -> sqlite3.Connection:
+    """For reads when a normal connection cannot be had (a full disk): read-only, and if even
+    that needs a write (WAL's -shm), immutable (the database file as it is)."""
+    last = None
+    for mode in ("mode=ro", "immutable=1"):
+        conn = sqlite3.connect(f"file:{db_path()}?{mode}", uri=True, timeout=60, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        try:
+            conn.execute("SELECT 1 FROM jobs LIMIT 1").fetchall()
+            return conn
+        except sqlite3.OperationalError as e:
+            conn.close()
+            last = e
+    raise last
+
+
+def out_of_space(e: Exception) -> bool:
+    """A write failed for lack of disk space (SQLITE_FULL, or an I/O error on a full disk)."""
+    name = getattr(e, "sqlite_errorname", "") or ""
+    return isinstance(e, sqlite3.OperationalError) and (
+        name.startswith(("SQLITE_FULL", "SQLITE_IOERR")) or "disk" in str(e))
+
+
+def _keep_reserve(root) -> None:
+    """Keep RESERVE_BYTES set aside beside the database while the disk has room to spare."""
+    reserve = os.path.join(root, RESERVE)
+    if os.path.exists(reserve):
+        return
+    try:
+        st = os.statvfs(root)
+        if st.f_bavail * st.f_frsize < 8 * RESERVE_BYTES:
+            return
+        fd = os.open(reserve, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return
+    try:
+        os.posix_fallocate(fd, 0, RESERVE_BYTES)
+    except OSError:
+        os.unlink(reserve)
+    finally:
+        os.close(fd)
+
+
+def _free_reserve(only_if_low: bool = False) -> bool:
+    root = db_path().parent
+    try:
+        if only_if_low:
+            st = os.statvfs(root)
+            if st.f_bavail * st.f_frsize >= RESERVE_BYTES // 2:
+                return False
+        os.unlink(root / RESERVE)
+        return True
+    except OSError:
+        return False
 
 
 @contextmanager
 def transaction():
-    """One IMMEDIATE transaction: the write lock is taken up front, so readers never upgrade."""
-    conn = connect()
+    """One IMMEDIATE transaction: the write lock is taken up front, so readers never upgrade.
+    On a (nearly) full disk the reserve is freed first, so the write can land."""
+    _free_reserve(only_if_low=True)
     try:
+        conn = connect()
         conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as e:
+        if not (out_of_space(e) and _free_reserve()):
+            raise
+        conn = connect()
+        conn.execute("BEGIN IMMEDIATE")
+    try:
         yield conn
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
     finally:
         conn.close()
 
 
 def fetch_all(sql: str, params=()) -> list[dict]:
-    conn = connect()
+    try:
+        conn = connect()
+    except sqlite3.OperationalError as e:
+        if not out_of_space(e):
+            raise
+        conn = connect_readonly()
     try:
         return [dict(r) for r in conn.execute(sql, params)]
     finally:

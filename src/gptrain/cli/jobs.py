@@ -1,4 +1,4 @@
-"""`gptrain run | jobs | inspect | logs | stop | rm | checkpoints | checkpoint fetch | fetch`."""
+"""`gptrain run | jobs | inspect | logs | stop | resume | rm | checkpoints | checkpoint fetch | fetch`."""
 
 from __future__ import annotations
 
@@ -60,6 +60,13 @@ def register(sub) -> None:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before the stop is forced")
     p.add_argument("--wait", action="store_true", help="return when the job has stopped")
     p.set_defaults(func=cmd_stop)
+
+    p = sub.add_parser("resume", help="run a failed or stopped job again from its latest checkpoint",
+                       description="Queue a failed or stopped local job again, same name and spec: "
+                       "the trainer continues from the latest checkpoint in the job's directory.")
+    p.add_argument("name")
+    p.add_argument("--follow", action="store_true", help="stream rank 0's log until the job ends")
+    p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("rm", help="delete a finished job and its files")
     p.add_argument("name")
@@ -188,7 +195,11 @@ def cmd_jobs(args, extra) -> int:
     from gptrain.cli.data import _table
     from gptrain.jobs import store
 
-    jobs = [_refresh(j["name"]) if j["scheduler"] == "slurm" else j for j in store.list_jobs()]
+    from gptrain.jobs.reconcile import reconcile
+
+    unrecorded = reconcile()
+    jobs = [_refresh(j["name"]) if j["scheduler"] == "slurm" else {**j, **unrecorded.get(j["name"], {})}
+            for j in store.list_jobs()]
     if args.json:
         print(json.dumps([{k: v for k, v in j.items() if k != "spec"} for j in jobs], indent=2))
         return 0
@@ -215,10 +226,17 @@ def _job_report(name: str) -> dict:
 
 
 def _sync(name: str) -> None:
+    import sqlite3
+
+    from gptrain.db import out_of_space
     from gptrain.jobs import local, store
 
     if local.job_dir(name).is_dir():
-        store.sync_checkpoints(name, local.scan_checkpoints(name))
+        try:
+            store.sync_checkpoints(name, local.scan_checkpoints(name))
+        except sqlite3.OperationalError as e:
+            if not out_of_space(e):
+                raise  # a full disk: list what was recorded
 
 
 def _ts(t) -> str:
@@ -297,10 +315,16 @@ def _log_path(name: str, rank: int):
 
 
 def _refresh(name: str) -> dict:
-    """The job, with a Slurm job's state first brought up to date from Slurm."""
+    """The job, with its state first brought up to date: from Slurm, or for a local job by
+    reconciling (a dead supervisor's job is ended or handed to a new supervisor)."""
     from gptrain.jobs import store
 
     job = store.get_job(name)
+    if job["scheduler"] == "local" and job["state"] in store.ACTIVE:
+        from gptrain.jobs.reconcile import reconcile
+
+        unrecorded = reconcile()
+        job = {**store.get_job(name), **unrecorded.get(name, {})}
     if job["scheduler"] == "slurm":
         from gptrain.jobs import slurm
 
@@ -336,9 +360,8 @@ def _follow(name: str, rank: int) -> int:
 
 def cmd_logs(args, extra) -> int:
     from gptrain.errors import UserError
-    from gptrain.jobs import store
 
-    job = store.get_job(args.name)
+    job = _refresh(args.name)
     if args.rank < 0 or args.rank >= job["nodes"] * job["accels"]:
         raise UserError(f"job {args.name} has ranks 0..{job['nodes'] * job['accels'] - 1}")
     if args.follow:
@@ -373,6 +396,14 @@ def cmd_stop(args, extra) -> int:
         state = store.get_job(args.name)["state"]
     print(f"job {args.name}: {state}")
     return 0
+
+
+def cmd_resume(args, extra) -> int:
+    from gptrain.jobs import local
+
+    local.resume(args.name)
+    print(f"resumed job {args.name}; watch it with `gptrain logs {args.name} --follow`")
+    return _follow(args.name, rank=0) if args.follow else 0
 
 
 def cmd_rm(args, extra) -> int:

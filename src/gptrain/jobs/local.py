@@ -2,7 +2,9 @@
 
 `submit` records the job and starts `python -m gptrain.jobs.supervisor NAME` in a new session
 (it outlives the CLI and the terminal). The supervisor waits for accelerator slots, runs
-torchrun, restarts on failure, and records every transition (jobs/supervisor.py).
+torchrun, restarts on failure, and records every transition (jobs/supervisor.py). A job whose
+supervisor died is ended or handed to a new supervisor by jobs/reconcile.py; `resume` queues a
+failed or stopped job again, to continue from its latest checkpoint.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from gptrain.errors import UserError
 from gptrain.home import home
-from gptrain.jobs import secrets, store
+from gptrain.jobs import procs, secrets, store
 from gptrain.jobs.spec import JobSpec
 
 
@@ -48,7 +50,10 @@ def user_setting(section: str, key: str):
 
 
 def submit(spec: JobSpec) -> None:
+    from gptrain.jobs.reconcile import reconcile
+
     spec.validate()
+    reconcile()  # slots held by jobs whose supervisor died are freed before this one queues
     kind, total = local_slots()
     need = spec.nodes * spec.accels
     if need > total:
@@ -59,39 +64,69 @@ def submit(spec: JobSpec) -> None:
     d = job_dir(spec.name)
     (d / "logs").mkdir(parents=True, exist_ok=True)
     (d / "job.json").write_text(json.dumps(spec.to_dict(), indent=2))
-    log = open(d / "supervisor.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "gptrain.jobs.supervisor", spec.name],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                            close_fds=True, env={**os.environ, "GPTRAIN_HOME": str(home())})
-    store.update(spec.name, supervisor_pid=proc.pid)
+    start_supervisor(spec.name)
 
 
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
+def start_supervisor(name: str) -> None:
+    """Start the detached supervisor of a queued job and record who it is. SIGTERM is blocked
+    across the start (the child inherits the mask), so a `stop` that lands before the supervisor
+    installed its handler stays pending instead of killing it silently."""
+    log = open(job_dir(name) / "supervisor.log", "ab")
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
-    except OSError:
-        return True
+        proc = subprocess.Popen([sys.executable, "-m", "gptrain.jobs.supervisor", name],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                close_fds=True, env=supervisor_env())
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        log.close()
+    ident = procs.identity(proc.pid)
+    if ident:
+        store.record_supervisor(name, ident)
+
+
+def supervisor_env() -> dict:
+    """The CLI's environment, without the tag of a job it may itself run in (procs.RUN_ID_ENV):
+    a supervisor started from inside a job is not one of that job's processes."""
+    env = {k: v for k, v in os.environ.items() if k != procs.RUN_ID_ENV}
+    return {**env, "GPTRAIN_HOME": str(home())}
+
+
+def resume(name: str) -> None:
+    """Queue a failed or stopped job again under a new supervisor: same name, same spec; the
+    trainer continues from the latest checkpoint in the job's directory."""
+    from gptrain.jobs.reconcile import reconcile
+
+    reconcile()
+    job = store.get_job(name)
+    if job["scheduler"] != "local":
+        raise UserError(f"job {name} runs on {job['scheduler']}; resume works for local jobs")
+    d = job_dir(name)
+    if not d.is_dir():
+        raise UserError(f"job {name} has no directory {d} any more; submit it again with `gptrain run`")
+    latest = latest_checkpoint(name)
+    store.reopen(name, f"continues from {latest}" if latest else "starts again (no checkpoint yet)")
+    (d / "stop-request").unlink(missing_ok=True)
+    start_supervisor(name)
 
 
 def stop(name: str, timeout: float) -> str:
-    """Ask a job to stop: graceful (checkpoint, then exit), forced after `timeout` seconds."""
-    job = store.get_job(name)
-    if job["state"] in store.TERMINAL:
-        return job["state"]
+    """Ask a job to stop: graceful (checkpoint, then exit), forced after `timeout` seconds. The
+    request is written first: a supervisor still starting reads it when it is ready."""
+    from gptrain.jobs.reconcile import reconcile, supervisor_alive
+
+    reconcile()
+    if store.get_job(name)["state"] in store.TERMINAL:
+        return store.get_job(name)["state"]
     (job_dir(name) / "stop-request").write_text(json.dumps({"timeout": timeout}))
-    if pid_alive(job["supervisor_pid"]):
-        os.kill(job["supervisor_pid"], signal.SIGTERM)
+    job = store.get_job(name)  # read after the request is on disk: no start slips between
+    ident = json.loads(job["supervisor"]) if job["supervisor"] else None
+    if ident and procs.kill(ident, signal.SIGTERM):
         return "stopping"
-    store.set_state(name, "stopped", "stopped (its supervisor was not running)")
-    return "stopped"
+    if ident is None and supervisor_alive(job) is None:
+        return "stopping"  # not recorded yet: it reads the request at start (or is reconciled)
+    reconcile()  # its supervisor is gone: ended "stopped" now that the request is on disk
+    return store.get_job(name)["state"]
 
 
 def checkpoint_id(job: str, name: str) -> str:
@@ -122,6 +157,29 @@ def scan_checkpoints(job: str) -> list[dict]:
             entry["step"] = int(digits[-1]) if digits else None
         found.append(entry)
     return found
+
+
+DISK_FULL_BYTES = 2 << 20  # less free than this where a job writes: its disk is full
+
+
+def disk_full(job: str) -> str | None:
+    """'no space left on device on the disk holding DIR (N KiB free)' when it is full, else None."""
+    d = job_dir(job)
+    try:
+        st = os.statvfs(d if d.is_dir() else home())
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    return f"no space left on device on the disk holding {d} ({free // 1024} KiB free)" \
+        if free < DISK_FULL_BYTES else None
+
+
+def latest_checkpoint(job: str) -> str | None:
+    """The name of the newest complete checkpoint of a job (what its trainer resumes from)."""
+    from gptrain.train.checkpoint_files import find_latest
+
+    latest = find_latest(job_dir(job))
+    return latest.name if latest else None
 
 
 def _size(p: Path) -> int:

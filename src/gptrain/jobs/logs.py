@@ -10,11 +10,26 @@ import signal
 from pathlib import Path
 
 ATTEMPT_MARK = "--- gptrain: attempt"
+NO_SPACE = "no space left on device"
 _ERROR_LINE = re.compile(r"^(gptrain: error: .*|([A-Za-z_][\w.]*)?(Error|Exception)\b.*|.*\bError: .*)$")
 
 
 def last_attempt(path: Path) -> str:
     return path.read_text(errors="replace").split(ATTEMPT_MARK)[-1]
+
+
+def failed_rank(logs: Path, code: int) -> tuple[int | None, int]:
+    """(the first failing rank, its exit code) as torchrun reports them, else (None, code)."""
+    for agent_log in sorted(logs.glob("agent-node*.log")):
+        m = re.search(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", last_attempt(agent_log))
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    return None, code
+
+
+def mentions_no_space(logs: Path) -> bool:
+    """A rank's or agent's last attempt ran out of disk space (ENOSPC)."""
+    return any(NO_SPACE in last_attempt(p).lower() for p in sorted(logs.glob("*.log")))
 
 
 def failure_summary(logs: Path, code: int) -> str:
@@ -26,12 +41,7 @@ def failure_summary(logs: Path, code: int) -> str:
 
 
 def _failure_summary(logs: Path, code: int) -> str:
-    rank, exitcode = None, code
-    for agent_log in sorted(logs.glob("agent-node*.log")):
-        m = re.search(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", last_attempt(agent_log))
-        if m:
-            rank, exitcode = int(m.group(1)), int(m.group(2))
-            break
+    rank, exitcode = failed_rank(logs, code)
     ranks = [rank] if rank is not None else sorted(int(p.stem.split("-")[1]) for p in logs.glob("rank-*.log"))
     for r in ranks:
         path = logs / f"rank-{r}.log"

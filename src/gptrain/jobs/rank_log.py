@@ -4,6 +4,8 @@
 
 The global RANK is known only once torchrun has started the worker, so the redirection happens
 here, then the real program replaces this process (same pid, so signals reach it directly).
+Before that, the worker asks to die with its torchrun agent (torchrun starts workers in their
+own session, so without this a killed agent or supervisor would leave them training on).
 """
 
 import os
@@ -14,6 +16,7 @@ import time
 def main() -> None:
     log_dir, sep, *entry = sys.argv[1:]
     assert sep == "--" and entry, "usage: rank_log LOG_DIR -- PROGRAM ARGS..."
+    _die_with_agent()
     rank = os.environ.get("RANK", "0")
     fd = os.open(os.path.join(log_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     attempt = os.environ.get("GPTRAIN_ATTEMPT", "0")
@@ -22,6 +25,23 @@ def main() -> None:
     os.dup2(fd, 2)
     os.close(fd)
     os.execvp(entry[0], entry)
+
+
+def _die_with_agent() -> None:
+    """PR_SET_PDEATHSIG to the agent; exit now if the agent already died (we were reparented)."""
+    from gptrain.jobs.procs import die_with_parent
+
+    if not os.path.isdir("/proc"):
+        return  # not Linux: no parent-death signal to ask for
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/cmdline", "rb") as f:
+            launched_by_torchrun = b"torch" in f.read()
+    except OSError:
+        launched_by_torchrun = False
+    if not launched_by_torchrun:
+        os._exit(137)
+    die_with_parent(parent)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """The job store: jobs (one row per job, its state and resources), events (the lifecycle,
 timestamped) and checkpoints (what each job has written), in $GPTRAIN_HOME/gptrain.db.
 
+The whole job state machine is here: every transition, local slot claims, and the compare-and-set
+writes the reconciler (jobs/reconcile.py) uses to end or hand over a job whose supervisor died.
 Every write is one short IMMEDIATE transaction (gptrain/db.py), so concurrent CLI calls wait
 on the busy timeout instead of failing.
 """
@@ -88,7 +90,11 @@ def checkpoint_by_id(ckpt_id: str) -> dict:
 
 
 def sync_checkpoints(job: str, found: list[dict]) -> None:
-    """Make the job's checkpoint rows match what is on disk (new ones added, pruned ones gone)."""
+    """Make the job's checkpoint rows match what is on disk (new ones added, pruned ones gone);
+    nothing is written when they already match (reads stay reads, even on a full disk)."""
+    known = {r["name"] for r in fetch_all("SELECT name FROM checkpoints WHERE job = ?", (job,))}
+    if known == {c["name"] for c in found}:
+        return
     with transaction() as conn:
         known = {r["name"] for r in conn.execute("SELECT name FROM checkpoints WHERE job = ?", (job,))}
         names = {c["name"] for c in found}
@@ -100,6 +106,99 @@ def sync_checkpoints(job: str, found: list[dict]) -> None:
                 add_event(conn, job, "checkpoint", f"{c['name']} ({c['id']})")
         for gone in known - names:
             conn.execute("DELETE FROM checkpoints WHERE job = ? AND name = ?", (job, gone))
+
+
+# ---- local scheduler: supervisors, slots, orphans --------------------------------------------
+
+def record_supervisor(name: str, ident: list, run_id: str | None = None) -> bool:
+    """The supervisor (pid, start time, boot id) owning a queued job; False if the job is no
+    longer queued or another live supervisor was recorded since (then this one must leave)."""
+    with transaction() as conn:
+        row = conn.execute("SELECT state, supervisor FROM jobs WHERE name = ?", (name,)).fetchone()
+        if row is None or row["state"] != "queued":
+            return False
+        if row["supervisor"] and json.loads(row["supervisor"])[:2] != ident[:2] and run_id is not None:
+            return False
+        sets = {"supervisor": json.dumps(ident), "supervisor_pid": ident[0]}
+        if run_id is not None:
+            sets["run_id"] = run_id
+        conn.execute(f"UPDATE jobs SET {', '.join(f'{k} = ?' for k in sets)}, updated = ? WHERE name = ?",
+                     (*sets.values(), time.time(), name))
+        return True
+
+
+def active_local() -> list[dict]:
+    """The local jobs not yet ended (few rows: the reconciler reads /proc for each)."""
+    return fetch_all("SELECT name, state, created, updated, started, restarts, spec, supervisor, "
+                     "supervisor_pid, run_id FROM jobs WHERE scheduler = 'local' AND state IN "
+                     f"({','.join('?' * len(ACTIVE))}) ORDER BY seq", ACTIVE)
+
+
+def claim_slots(name: str, kind: str, total: int, need: int) -> list[int] | None:
+    """Move a queued job to starting with `need` free slots, if it is first in line and they
+    are free: the slots; [] to wait; None when the job is no longer queued (ended meanwhile)."""
+    with transaction() as conn:
+        rows = conn.execute("SELECT name, state, slots FROM jobs WHERE scheduler = 'local' AND state "
+                            f"IN ({','.join('?' * len(ACTIVE))}) ORDER BY seq", ACTIVE).fetchall()
+        if not any(r["name"] == name and r["state"] == "queued" for r in rows):
+            return None
+        used = {s for r in rows if r["state"] != "queued" and r["slots"] for s in json.loads(r["slots"])}
+        queued = [r["name"] for r in rows if r["state"] == "queued"]
+        free = [i for i in range(total) if i not in used]
+        if queued[0] != name or len(free) < need:
+            return []
+        slots = free[:need]
+        conn.execute("UPDATE jobs SET state = 'starting', slots = ?, updated = ? WHERE name = ?",
+                     (json.dumps(slots), time.time(), name))
+        add_event(conn, name, "starting", f"{kind} slots {slots}")
+        return slots
+
+
+def _owned_by(conn, name: str, supervisor: str | None) -> bool:
+    """The job is still active and still recorded with this supervisor (compare-and-set)."""
+    row = conn.execute("SELECT state, supervisor FROM jobs WHERE name = ?", (name,)).fetchone()
+    return row is not None and row["state"] in ACTIVE and row["supervisor"] == supervisor
+
+
+def end_orphan(name: str, supervisor: str | None, state: str, message: str) -> bool:
+    """End a job whose supervisor is gone (slots freed); False if someone else got there first."""
+    now = time.time()
+    with transaction() as conn:
+        if not _owned_by(conn, name, supervisor):
+            return False
+        conn.execute("UPDATE jobs SET state = ?, error = ?, slots = NULL, ended = ?, updated = ? "
+                     "WHERE name = ?", (state, message if state == "failed" else None, now, now, name))
+        add_event(conn, name, state, message)
+        return True
+
+
+def requeue_orphan(name: str, supervisor: str | None, restarts: int, message: str) -> bool:
+    """Hand a job whose supervisor died to a new one: queued again at its place in line, slots
+    freed, one restart used; False if someone else got there first."""
+    with transaction() as conn:
+        if not _owned_by(conn, name, supervisor):
+            return False
+        conn.execute("UPDATE jobs SET state = 'queued', slots = NULL, supervisor = NULL, "
+                     "supervisor_pid = NULL, restarts = ?, updated = ? WHERE name = ?",
+                     (restarts, time.time(), name))
+        add_event(conn, name, "restarting", message)
+        return True
+
+
+def reopen(name: str, message: str) -> None:
+    """A failed or stopped job queued again (`gptrain resume`), at the end of the line."""
+    with transaction() as conn:
+        row = conn.execute("SELECT state FROM jobs WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise UserError(f"no job named {name!r}; see `gptrain jobs`")
+        if row["state"] not in ("failed", "stopped"):
+            raise UserError(f"job {name} is {row['state']}; only a failed or stopped job can be resumed")
+        seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
+        conn.execute("UPDATE jobs SET state = 'queued', seq = ?, slots = NULL, supervisor = NULL, "
+                     "supervisor_pid = NULL, ended = NULL, error = NULL, exit_code = NULL, restarts = 0, "
+                     "updated = ? WHERE name = ?", (seq, time.time(), name))
+        add_event(conn, name, "resumed", message)
+        add_event(conn, name, "queued")
 
 
 def delete_job(name: str) -> None:

@@ -19,10 +19,12 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
-from gptrain.jobs import local, secrets, store
-from gptrain.jobs.logs import failure_summary
+from gptrain.jobs import local, procs, secrets, store
+from gptrain.jobs.logs import NO_SPACE, failed_rank, failure_summary, mentions_no_space
+from gptrain.jobs.reconcile import reconcile
 from gptrain.jobs.spec import JobSpec
 
 POLL_S = 0.5
@@ -80,42 +82,28 @@ class Supervisor:
         self.agents: list[subprocess.Popen] = []
         self.signaled: set[int] = set()  # workers already asked to stop (once each)
         self.last_sync = 0.0
+        self.run_id = uuid.uuid4().hex
 
     # ---- slots -------------------------------------------------------------------------------
 
     def wait_for_slots(self) -> list[int] | None:
-        """Block until this job is first in line and its slots are free; None if stopped."""
+        """Block until this job is first in line and its slots are free; None if stopped (or
+        ended meanwhile). Jobs whose supervisor died are reconciled first, freeing their slots."""
         kind, total = local.local_slots()
         need = self.spec.nodes * self.spec.accels
-        while not self.stop_requested:
-            with store.transaction() as conn:
-                rows = [dict(r) for r in conn.execute(
-                    "SELECT name, seq, state, slots, supervisor_pid FROM jobs WHERE scheduler = 'local' "
-                    f"AND state IN ({','.join('?' * len(store.ACTIVE))}) ORDER BY seq", store.ACTIVE)]
-                self._reap_orphans(conn, rows)
-                used = {s for r in rows if r["state"] != "queued" and r["slots"] for s in json.loads(r["slots"])}
-                queued = [r for r in rows if r["state"] == "queued"]
-                if queued and queued[0]["name"] == self.name:
-                    free = [i for i in range(total) if i not in used]
-                    if len(free) >= need:
-                        slots = free[:need]
-                        conn.execute("UPDATE jobs SET state = 'starting', slots = ?, updated = ? "
-                                     "WHERE name = ?", (json.dumps(slots), time.time(), self.name))
-                        store.add_event(conn, self.name, "starting", f"{kind} slots {slots}")
-                        return slots
+        while not self._stop_asked():
+            reconcile(skip=self.name)
+            slots = store.claim_slots(self.name, kind, total, need)
+            if slots != []:
+                return slots
             time.sleep(POLL_S)
         return None
 
-    def _reap_orphans(self, conn, rows) -> None:
-        """Jobs whose supervisor died without a last word: mark them failed, free their slots."""
-        for r in rows:
-            if r["name"] != self.name and r["supervisor_pid"] and not local.pid_alive(r["supervisor_pid"]):
-                conn.execute("UPDATE jobs SET state = 'failed', error = ?, ended = ?, updated = ? "
-                             "WHERE name = ?", ("its supervisor exited unexpectedly", time.time(),
-                                                time.time(), r["name"]))
-                store.add_event(conn, r["name"], "failed", "its supervisor exited unexpectedly")
-                r["state"] = "failed"
-        rows[:] = [r for r in rows if r["state"] != "failed"]
+    def _stop_asked(self) -> bool:
+        """A SIGTERM, or a stop request written before this supervisor could be signalled."""
+        if not self.stop_requested and (self.dir / "stop-request").exists():
+            self.stop_requested = True
+        return self.stop_requested
 
     # ---- one attempt -------------------------------------------------------------------------
 
@@ -126,6 +114,7 @@ class Supervisor:
         env = {**os.environ, **spec.env, **secrets.load(self.name), **dataset_env(spec), "GPTRAIN_JOB": self.name,
                "GPTRAIN_ATTEMPT": str(attempt), "GPTRAIN_OUTPUT_DIR": str(self.dir),
                "GPTRAIN_CHECKPOINT_DIR": str(self.dir / "checkpoints"), "PYTHONUNBUFFERED": "1"}
+        env[procs.RUN_ID_ENV] = self.run_id  # every process of the job carries it (reconcile.py)
         (self.dir / "checkpoints").mkdir(exist_ok=True)
         write_config(spec, self.dir)
         entry = entry_command(spec, self.dir)
@@ -150,8 +139,10 @@ class Supervisor:
             out = open(logs / f"agent-node{node}.log", "ab")
             out.write(f"--- gptrain: attempt {attempt}, node {node}: {' '.join(cmd)}\n".encode())
             out.flush()
+            # the agent dies with this supervisor, and its workers with it (jobs/rank_log.py)
             self.agents.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                                env=node_env, cwd=self.dir, start_new_session=True))
+                                                env=node_env, cwd=self.dir, start_new_session=True,
+                                                preexec_fn=procs.parent_preexec()))
 
     def wait(self) -> int:
         """Watch the agents until all exit; returns the attempt's exit code (first failure)."""
@@ -162,7 +153,7 @@ class Supervisor:
                 return next((c for c in codes if c != 0), 0)
             if any(c not in (None, 0) for c in codes) and stop_deadline is None:
                 stop_deadline = time.time() + 30  # a failed node: give the others 30 s to notice
-            if self.stop_requested:
+            if self._stop_asked():
                 if stop_deadline is None:
                     store.set_state(self.name, "stopping", "stop requested: workers save a checkpoint and exit")
                     stop_deadline = time.time() + self._stop_timeout()
@@ -183,14 +174,8 @@ class Supervisor:
     def _signal_workers(self, sig) -> None:
         """The workers are the children of each torchrun agent: signal them, not the agent, so
         they can save and exit 0 while the agent simply sees them finish."""
-        agent_pids = {a.pid for a in self.agents}
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(") ", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            pid = int(stat.parent.name)
-            if int(fields[1]) in agent_pids and pid not in self.signaled:
+        for pid in procs.children({a.pid for a in self.agents}):
+            if pid not in self.signaled:
                 self.signaled.add(pid)
                 try:
                     os.kill(pid, sig)
@@ -205,17 +190,21 @@ class Supervisor:
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self._on_sigterm)
-        store.update(self.name, supervisor_pid=os.getpid())
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by start_supervisor
+        if not store.record_supervisor(self.name, procs.identity(os.getpid()), self.run_id):
+            return  # ended, or taken over by another supervisor, before this one started
         slots = self.wait_for_slots()
         if slots is None:
-            store.set_state(self.name, "stopped", "stopped while queued")
+            if store.get_job(self.name)["state"] == "queued":
+                store.set_state(self.name, "stopped", "stopped while queued")
             return
-        attempt = 0
+        attempt = self.job["restarts"]  # > 0 when this supervisor took over from a dead one
         while True:
             self.launch(attempt, slots)
             store.set_state(self.name, "running", f"attempt {attempt}: {self.spec.nodes} node(s) x "
                             f"{self.spec.accels} process(es)")
             code = self.wait()
+            procs.kill_run(self.run_id)  # nothing of this attempt outlives it (workers' children)
             self.sync_checkpoints()
             if self.stop_requested:
                 store.set_state(self.name, "stopped", "stopped on request", exit_code=code)
@@ -224,13 +213,26 @@ class Supervisor:
                 store.set_state(self.name, "succeeded", exit_code=0)
                 return
             error = failure_summary(self.dir / "logs", code)
-            if attempt < self.spec.max_restarts:
+            final = self.no_restart_reason(code, error)
+            if final is None and attempt < self.spec.max_restarts:
                 attempt += 1
                 store.set_state(self.name, "restarting", f"attempt {attempt - 1} failed ({error}); "
                                 f"restart {attempt} of {self.spec.max_restarts}", restarts=attempt)
                 continue
-            store.set_state(self.name, "failed", error, exit_code=code, error=error)
+            store.set_state(self.name, "failed", final or error, exit_code=code, error=final or error)
             return
+
+    def no_restart_reason(self, code: int, error: str) -> str | None:
+        """Why a restart would fail the same way (a full disk, a user error), or None."""
+        logs = self.dir / "logs"
+        full = local.disk_full(self.name)
+        if full is None and (NO_SPACE in error.lower() or mentions_no_space(logs)):
+            full = f"{NO_SPACE} on the disk holding {self.dir}"
+        if full:
+            return f"{full}; free some space, then `gptrain resume {self.name}` ({error})"
+        if failed_rank(logs, code)[1] == 2:
+            return f"{error} (a user error: not restarted; fix it and submit again)"
+        return None
 
     def _on_sigterm(self, signum, frame) -> None:
         self.stop_requested = True  # acted on (and recorded) by the polling loops
@@ -245,7 +247,14 @@ def _killpg(pid: int, sig) -> None:
 
 def main() -> None:
     os.umask(0o077)  # the job's files (logs, checkpoints) are the user's alone, as in the CLI
-    Supervisor(sys.argv[1]).run()
+    sup = Supervisor(sys.argv[1])
+    try:
+        sup.run()
+    except Exception as e:  # record the last word; the reconciler covers a supervisor that cannot
+        for a in sup.agents:
+            _killpg(a.pid, signal.SIGKILL)
+        store.set_state(sup.name, "failed", f"the supervisor failed: {e!r}", error=f"the supervisor failed: {e!r}")
+        raise
 
 
 if __name__ == "__main__":
