@@ -144,7 +144,11 @@ def hf_reference(data, tmp_path_factory):
     ("gpt2", "tp", 2, 8, ["--parallel.tp=2", "--parallel.dp_shard=1"]),
     ("gpt2", "pp-1f1b", 2, 8, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=1f1b"]),
     ("gpt2", "fsdp+tp", 4, 4, ["--parallel.tp=2", "--parallel.dp_shard=2"]),
+    ("gpt2", "hsdp", 4, 2, ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"]),
+    ("gpt2", "pp-gpipe", 2, 8, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=gpipe"]),
+    ("gpt2", "pp+fsdp", 4, 4, ["--parallel.pp=2", "--parallel.dp_shard=2", "--parallel.pp_microbatches=2"]),
     ("llama", "fsdp", 2, 4, ["--parallel.dp_shard=2"]),
+    ("llama", "tp", 2, 8, ["--parallel.tp=2", "--parallel.dp_shard=1"]),
     ("llama", "pp+tp", 4, 8, ["--parallel.pp=2", "--parallel.tp=2", "--parallel.dp_shard=1"]),
 ])
 def test_layouts_from_hf_weights_match_single_process(data, hf_reference, tiny_hf_gpt2, tiny_hf_llama,

@@ -118,3 +118,11 @@ def test_config_errors_name_the_users_file(tmp_path, isolated_home):
     (tmp_path / "inline.yaml").write_text("name: bad\nconfig: {train: {lr: fast}}\n")
     refused(run_cli("run", "-f", tmp_path / "inline.yaml"), str(tmp_path / "inline.yaml"), "train.lr")
     nothing_recorded(isolated_home)
+
+
+def test_output_dir_given_to_a_job_is_refused_in_one_line(isolated_home, tmp_path):
+    """The job's folder holds its checkpoints, metrics and logs; a flag that moves them elsewhere
+    was silently overridden."""
+    r = run_cli("run", "out", "--", "--output_dir", str(tmp_path / "elsewhere"), "--data.path=x")
+    assert r.returncode == 2 and "--output_dir" in r.stderr and "own folder" in r.stderr
+    assert r.stderr.count("\n") == 1 and not (isolated_home / "jobs" / "out").exists()

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from tests.conftest import run_cli
 from tests.helpers import http_server, make_dataset, write_corpus
 from tests.integration.test_jobs import ok
 from tests.workflows.conftest import assert_workflow_outcome, metrics
@@ -97,11 +98,17 @@ def test_seed3_fmengine_llama_pipeline(jobs_home, tiny_hf_llama, tmp_path):
         "train_micro_batch_size_per_gpu": 2, "train_batch_size": 4, "gradient_clipping": 1.0,
         "bf16": {"enabled": False}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
         "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 2}}}))
-    ok("run", "fmengine", "--accels", "2", "--", "--init_ckpt", tiny_hf_llama, "--data_path", data,
-       "--max_seq_len", "32", "--train_steps", "8", "--eval_steps", "4", "--save_steps", "4",
-       "--log_steps", "1", "--pipe_parallel_size", "2", "--model_parallel_size", "1",
-       "--use_flash_attn", "false", "--deepspeed_config", ds, "--report_to", "none")
+    (tmp_path / "pretrained").symlink_to(tiny_hf_llama)
+    # as typed in the project's folder: every path relative to where `gptrain run` is called
+    r = run_cli("run", "fmengine", "--accels", "2", "--", "--init_ckpt", "pretrained",
+                "--data_path", data.name, "--max_seq_len", "32", "--train_steps", "8", "--eval_steps", "4",
+                "--save_steps", "4", "--log_steps", "1", "--pipe_parallel_size", "2",
+                "--model_parallel_size", "1", "--use_flash_attn", "false", "--deepspeed_config", ds.name,
+                "--report_to", "none", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
     assert_workflow_outcome("fmengine", tmp_path)
+    config = json.loads(ok("inspect", "fmengine", "--json"))["config"]
+    assert f'init_from = "{tiny_hf_llama}"' in config and f'path = "{data}"' in config
 
 
 def test_seed4_fsdp_gpt2_from_hf_weights(jobs_home, tiny_hf_gpt2, tmp_path):

@@ -78,8 +78,24 @@ class JobSpec:
                 raise UserError(f"script {self.script} does not exist")
             self.script = str(p.resolve())
         else:
-            self.trainer_config()  # a bad flag or config is refused now, not when the job runs
+            self.resolve_trainer_config()
         return self
+
+    def resolve_trainer_config(self) -> None:
+        """Parse the trainer config now, so a bad flag or value is refused before anything is
+        recorded, and keep it resolved: the config file and the flags become one TOML whose
+        relative paths are made absolute against the directory the job is submitted from. The
+        workers start in the job's folder on every scheduler and read exactly these files."""
+        from gptrain.config import dump_toml
+
+        given = output_dir_flag(self.args)
+        if given:
+            raise UserError(f"{given}: a job writes its checkpoints, metrics and logs into its own "
+                            f"folder ($GPTRAIN_HOME/jobs/{self.name}); drop the flag and get them "
+                            f"with `gptrain checkpoints {self.name}` or `gptrain fetch {self.name}`")
+        cfg = self.trainer_config()
+        absolute_paths(cfg, Path.cwd())
+        self.config, self.config_path, self.args = dump_toml(cfg), None, []
 
     def trainer_config(self):
         """The trainer Config this job will run with (trainer jobs only); errors name the
@@ -90,6 +106,38 @@ class JobSpec:
         if self.config is not None:
             load_toml(self.config_path or "the job's config", cfg, text=self.config)
         return parse_train_args(list(self.args), cfg)
+
+
+# Trainer settings that name files or directories (besides datasets by name, hub ids and URLs).
+PATH_KEYS = ("data.path", "data.tokenizer", "model.init_from", "checkpoint.resume_from", "checkpoint.remote")
+BUILTIN_TOKENIZERS = ("gpt2", "char", "byte")
+
+
+def absolute_paths(cfg, base: Path) -> None:
+    """Make every relative path setting of cfg that exists under `base` absolute. A bare word
+    that is a pushed dataset's name stays a name (data/store.py's rule), and so does anything
+    that does not exist there (a hub id, a checkpoint ID or job name, "auto")."""
+    from gptrain.data.store import is_path, registered
+
+    for key in PATH_KEYS:
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if not isinstance(value, str) or not value or "://" in value or value in BUILTIN_TOKENIZERS:
+            continue
+        p = base / Path(value).expanduser()
+        if p.exists() and (key != "data.path" or is_path(value) or not registered(value)):
+            setattr(getattr(cfg, section), name, str(p.resolve()))
+
+
+def output_dir_flag(args: list[str]) -> str | None:
+    """The flag among a job's trainer flags that sets train.output_dir, if any."""
+    from gptrain.config import ALIASES
+
+    for token in args:
+        name = token[2:].partition("=")[0].replace("-", "_") if token.startswith("--") else ""
+        if name == "train.output_dir" or ALIASES.get(name, ("",))[0] == "train.output_dir":
+            return token
+    return None
 
 
 def parse_env(pairs: list[str], flag: str = "--env") -> dict[str, str]:
