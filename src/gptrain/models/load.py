@@ -25,10 +25,12 @@ def pick_device(name: str = "auto") -> str:
 def tokenizer_of_dir(model_dir: Path):
     """The tokenizer saved beside a model, or None."""
     from gptrain import tokenizers
+    from gptrain.files import read_json, reading
 
     spec_file = model_dir / "gptrain_tokenizer.json"
     if spec_file.is_file():
-        return tokenizers.from_spec(json.loads(spec_file.read_text()))
+        with reading(spec_file, "tokenizer spec"):
+            return tokenizers.from_spec(read_json(spec_file, "tokenizer spec"))
     vocab = model_dir / "vocab.json"
     if vocab.is_file() and (model_dir / "merges.txt").is_file():
         ours = tokenizers.ASSETS

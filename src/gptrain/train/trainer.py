@@ -82,8 +82,10 @@ class Trainer:
         if num_blocks(len(train_tokens), T, cfg.data.max_train_samples) < self.dims.dp:
             raise UserError(f"the training split has fewer blocks of {T} tokens than data-parallel "
                             f"ranks ({self.dims.dp}); use more data or a smaller model.block_size")
+        self.vocab_size = meta["vocab_size"]
         self.loader = BlockLoader(train_tokens, T, tc.batch_size, self.dp_rank, self.dims.dp,
-                                  seed=tc.seed, max_blocks=cfg.data.max_train_samples)
+                                  seed=tc.seed, max_blocks=cfg.data.max_train_samples,
+                                  vocab_size=self.vocab_size, source=f"dataset {self.data_dir}")
         has_val = meta["splits"].get("val", {}).get("tokens", 0) > T
         self.val_tokens = open_split(self.data_dir, "val") if has_val else None
         self.steps_per_epoch = max(1, self.loader.batches_per_epoch() // tc.grad_accum_steps)
@@ -319,7 +321,8 @@ class Trainer:
         for part in self.parts:
             part.eval()
         batches = eval_batches(self.val_tokens, self.model_cfg.block_size, self.cfg.train.eval_batch_size,
-                               self.dp_rank, self.dims.dp, self.cfg.data.max_eval_samples)
+                               self.dp_rank, self.dims.dp, self.cfg.data.max_eval_samples,
+                               self.vocab_size, f"dataset {self.data_dir}")
         if self.schedule is not None:  # every microbatch split needs full batches
             batches = (b for b in batches if len(b[0]) == self.cfg.train.eval_batch_size)
         result = evaluate(self._logits, batches, self.env.device, copies=self.dims.tp)
