@@ -32,13 +32,14 @@ def check_plain_name(name, where) -> str:
 def reading(path, what: str = "file"):
     """Turn any error decoding `path` (or interpreting what was decoded) into one UserError.
 
-    A UserError raised inside keeps its message; a full disk or other OS error on the way is
-    reported with the file's name too.
+    A UserError raised inside keeps its message, prefixed with the file when it does not name it.
     """
     try:
         yield
-    except UserError:
-        raise
+    except UserError as e:
+        if str(path) in str(e):
+            raise
+        raise UserError(f"{what} {path}: {e}") from None
     except FileNotFoundError:
         raise UserError(f"{what} {path} is missing") from None
     except Exception as e:  # decoders raise many types: JSONDecodeError, SafetensorError, KeyError...

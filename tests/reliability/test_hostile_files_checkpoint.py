@@ -160,3 +160,52 @@ def test_the_allowlist_reads_the_metadata_dcp_writes(trained):
     data, ckpt = trained
     r = run_cli("generate", ckpt, "--prompt", "the", "--max-new-tokens", "3", "--seed", "0")
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+# ---- corrupt files: one line naming the file, exit 2 -------------------------------------------
+
+def _corrupt(path, how):
+    data = path.read_bytes()
+    path.write_bytes({"truncated": data[: len(data) // 2], "garbage": b"\x00garbage\xff" * 50,
+                      "empty": b"", "not-an-object": b"[1, 2]", "no-fields": b"{}"}[how])
+
+
+@pytest.mark.parametrize("file, how", [(".metadata", "truncated"), (".metadata", "garbage"),
+                                       (".metadata", "empty"), ("__0_0.distcp", "truncated"),
+                                       ("trainer_state.json", "garbage"),
+                                       ("trainer_state.json", "not-an-object"),
+                                       ("trainer_state.json", "no-fields")])
+def test_corrupt_checkpoint_file_is_one_line_naming_it(trained, tmp_path, file, how):
+    data, ckpt = trained
+    bad = _copy(ckpt, tmp_path / "bad" / "step-000002")
+    _corrupt(bad / file, how)
+    for args in (["generate", bad, "--prompt", "the"],
+                 _train_args(data, tmp_path / "new-run", f"--model.init_from={bad}")):
+        _refused(run_cli(*args), tmp_path / "none", str(bad / file))
+
+
+@pytest.fixture
+def hf_copy(tiny_hf_gpt2, tmp_path):
+    return _copy(tiny_hf_gpt2, tmp_path / "hf-model")
+
+
+@pytest.mark.parametrize("file, how", [("model.safetensors", "garbage"), ("model.safetensors", "truncated"),
+                                       ("config.json", "garbage"), ("config.json", "no-fields")])
+def test_corrupt_hf_model_file_is_one_line_naming_it(trained, hf_copy, tmp_path, file, how):
+    data, _ = trained
+    _corrupt(hf_copy / file, how)
+    gpt2_data = tmp_path / "unused"
+    for args in (["generate", hf_copy, "--prompt", "the"], ["export", hf_copy, "--out", tmp_path / "x"],
+                 _train_args(data, tmp_path / "new-run", f"--model.init_from={hf_copy}")):
+        _refused(run_cli(*args), gpt2_data, str(hf_copy / file))
+    assert not (tmp_path / "x").exists()
+
+
+def test_pickled_code_in_pytorch_model_bin_never_runs(hf_copy, tmp_path):
+    import pickle
+
+    marker = tmp_path / "pwned"
+    (hf_copy / "model.safetensors").unlink()
+    (hf_copy / "pytorch_model.bin").write_bytes(  # a legacy (non-zip) torch.save file is a pickle
+        b"\x80\x02" + b"cos\nsystem\n" + pickle.dumps(f"touch {marker}", 2)[2:-1] + b"\x85R.")
+    _refused(run_cli("generate", hf_copy, "--prompt", "the"), marker, str(hf_copy / "pytorch_model.bin"))
