@@ -182,7 +182,7 @@ def _save_failed(e: BaseException, tmp: Path) -> BaseException:
     if _rank() == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp.parent / ".latest.tmp").unlink(missing_ok=True)
-    return dcp_error(e, tmp) or e
+    return dcp_error(e, tmp.parent / tmp.name.removeprefix(".tmp-")) or e
 
 
 def save(output_dir, step: int, tensors: dict, trainer_state: dict, keep_last: int | None,
