@@ -209,3 +209,17 @@ def test_pickled_code_in_pytorch_model_bin_never_runs(hf_copy, tmp_path):
     (hf_copy / "pytorch_model.bin").write_bytes(  # a legacy (non-zip) torch.save file is a pickle
         b"\x80\x02" + b"cos\nsystem\n" + pickle.dumps(f"touch {marker}", 2)[2:-1] + b"\x85R.")
     _refused(run_cli("generate", hf_copy, "--prompt", "the"), marker, str(hf_copy / "pytorch_model.bin"))
+
+
+def test_remote_latest_naming_a_path_outside_is_refused(trained, tmp_path):
+    """checkpoint.remote: REMOTE/latest is read from object storage; a name like ../../stash
+    would be fetched and renamed to OUTPUT/checkpoints/../../stash, outside the output directory."""
+    data, ckpt = trained
+    bucket = tmp_path / "bucket" / "run"
+    bucket.mkdir(parents=True)
+    _copy(ckpt, tmp_path / "stash")  # REMOTE/../../stash
+    (bucket / "latest").write_text("../../stash")
+    out = tmp_path / "a" / "b" / "new-run"
+    r = run_cli(*_train_args(data, out, f"--checkpoint.remote=file://{bucket}"))
+    assert not (tmp_path / "a" / "b" / "stash").exists(), "a remote name reached outside the output"
+    _refused(r, tmp_path / "none", "latest")
