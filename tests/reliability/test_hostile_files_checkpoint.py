@@ -167,11 +167,13 @@ def test_the_allowlist_reads_the_metadata_dcp_writes(trained):
 def _corrupt(path, how):
     data = path.read_bytes()
     path.write_bytes({"truncated": data[: len(data) // 2], "garbage": b"\x00garbage\xff" * 50,
+                      "scrambled": bytes((b * 7 + 13) % 256 for b in data),
                       "empty": b"", "not-an-object": b"[1, 2]", "no-fields": b"{}"}[how])
 
 
 @pytest.mark.parametrize("file, how", [(".metadata", "truncated"), (".metadata", "garbage"),
                                        (".metadata", "empty"), ("__0_0.distcp", "truncated"),
+                                       ("__0_0.distcp", "scrambled"),
                                        ("trainer_state.json", "garbage"),
                                        ("trainer_state.json", "not-an-object"),
                                        ("trainer_state.json", "no-fields")])
@@ -179,9 +181,10 @@ def test_corrupt_checkpoint_file_is_one_line_naming_it(trained, tmp_path, file, 
     data, ckpt = trained
     bad = _copy(ckpt, tmp_path / "bad" / "step-000002")
     _corrupt(bad / file, how)
+    named = bad if how == "scrambled" else bad / file  # DCP does not say which tensor file failed
     for args in (["generate", bad, "--prompt", "the"],
                  _train_args(data, tmp_path / "new-run", f"--model.init_from={bad}")):
-        _refused(run_cli(*args), tmp_path / "none", str(bad / file))
+        _refused(run_cli(*args), tmp_path / "none", str(named))
 
 
 @pytest.fixture

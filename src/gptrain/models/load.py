@@ -35,7 +35,7 @@ def tokenizer_of_dir(model_dir: Path):
     if vocab.is_file() and (model_dir / "merges.txt").is_file():
         ours = tokenizers.ASSETS
         if (model_dir / "merges.txt").read_bytes() == (ours / "gpt2_merges.txt").read_bytes() and \
-                json.loads(vocab.read_text()) == json.loads((ours / "gpt2_vocab.json").read_text()):
+                read_json(vocab, "tokenizer vocabulary") == json.loads((ours / "gpt2_vocab.json").read_text()):
             return tokenizers.GPT2Tokenizer()  # the GPT-2 vocabulary: use the fast tiktoken path
     if any((model_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
         return tokenizers.HFTokenizer(str(model_dir))

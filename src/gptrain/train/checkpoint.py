@@ -239,11 +239,13 @@ def load_tensors(path, tensors: dict) -> None:
         warnings.filterwarnings("ignore", message=".*assuming the intent is to")
         try:
             dcp.load(tensors, storage_reader=reader)
-        except CheckpointException as e:
-            err = dcp_error(e, path)
-            if err is None:
-                raise
-            raise err from None
+        except CheckpointException as e:  # DCP wraps every failure: garbage tensors, wrong shapes
+            causes = [exc for exc, _ in e.failures.values()]
+            detail = "; ".join(dict.fromkeys(f"{type(c).__name__}: {str(c).strip().splitlines()[0][:150]}"
+                                             for c in causes if str(c).strip()))
+            raise dcp_error(e, path) or UserError(
+                f"cannot load checkpoint {path}: its tensor files are corrupt or do not match this "
+                f"model ({detail})") from None
 
 
 def load_rng(path) -> None:
