@@ -101,6 +101,17 @@ def test_code_in_checkpoint_metadata_never_runs_by_job_name_id_or_fetch(evil, tm
     assert not (tmp_path / "hf").exists()
 
 
+def test_metadata_rewriting_a_metadata_class_is_refused(trained, tmp_path):
+    """BUILD with a slot state on an allowed class itself would set that class's attributes in
+    the reading process (here Metadata.planted = 1)."""
+    data, ckpt = trained
+    bad = _copy(ckpt, tmp_path / "build" / "step-000002")
+    (bad / ".metadata").write_bytes(
+        b"\x80\x04" + _short("torch.distributed.checkpoint.metadata") + _short("Metadata") + b"\x93" +
+        b"N}" + _short("planted") + b"K\x01s" + b"\x86b.")  # (None, {'planted': 1}) BUILD
+    _refused(run_cli("generate", bad, "--prompt", "the"), tmp_path / "none", "sets the state")
+
+
 def test_metadata_naming_bytes_entries_is_refused(trained, tmp_path):
     """DCP reads a BytesStorageMetadata entry with torch.load(weights_only=False): a .metadata
     that declares one, pointing at a pickle in a .distcp file, must be refused before that."""

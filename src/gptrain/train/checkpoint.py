@@ -52,13 +52,25 @@ METADATA_GLOBALS = frozenset({
 })
 
 
-class _MetadataUnpickler(pickle.Unpickler):
+class _MetadataUnpickler(pickle._Unpickler):  # the Python unpickler: its BUILD can be checked
+    dispatch = dict(pickle._Unpickler.dispatch)
+
     def find_class(self, module, name):
         # exact pairs only: protocol 4 would resolve a dotted name ("os.system") through a module
         if (module, name) not in METADATA_GLOBALS:
             raise pickle.UnpicklingError(f"it refers to {module}.{name}, which is not a checkpoint "
                                          "metadata class (refused: a checkpoint is never code)")
         return super().find_class(module, name)
+
+    def load_build(self):
+        # BUILD fills in an instance; on a class itself it would rewrite that class's attributes
+        if isinstance(self.stack[-2], type) or not type(self.stack[-2]).__module__.startswith(
+                "torch.distributed.checkpoint"):
+            raise pickle.UnpicklingError(f"it sets the state of {type(self.stack[-2]).__name__} "
+                                         "objects, which DCP metadata never does")
+        super().load_build()
+
+    dispatch[pickle.BUILD[0]] = load_build
 
 
 def read_metadata(path):
