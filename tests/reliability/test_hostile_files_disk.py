@@ -92,6 +92,15 @@ def test_checkpoint_on_a_full_disk(small_disk, prepared):
     _no_checkpoint(out)
 
 
+def test_training_output_on_a_full_disk(small_disk, prepared):
+    """Not even config.toml fits: the line names the output directory."""
+    out = small_disk / "run"
+    out.mkdir()
+    _fill(small_disk, 0)
+    _full(run_cli("train", *_train_args(prepared, out)), out)
+    _no_checkpoint(out)
+
+
 @pytest.mark.slow
 def test_checkpoint_on_a_full_disk_under_torchrun(small_disk, prepared):
     """Every rank ends with the one line and exit 2 (torchrun itself then exits non-zero)."""

@@ -27,7 +27,7 @@ from gptrain.data.loader import BlockLoader, eval_batches, num_blocks
 from gptrain.distributed import pipeline
 from gptrain.distributed.mesh import ParallelDims, init_distributed
 from gptrain.distributed.parallelize import check_layout, parallelize
-from gptrain.errors import UserError
+from gptrain.errors import UserError, disk_full
 from gptrain.models.gpt2 import cross_entropy
 from gptrain.train import checkpoint as ckpt
 from gptrain.train import stop
@@ -43,6 +43,11 @@ def train(cfg: Config) -> dict:
     env = init_distributed(cfg.train.device)
     try:
         return Trainer(cfg, env).run()
+    except OSError as e:  # metrics, config.toml...: a full disk names the output directory
+        full = disk_full(e, Path(cfg.train.output_dir).expanduser())
+        if full is None:
+            raise
+        raise full from None
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
