@@ -8,13 +8,14 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from gptrain.errors import UserError
+from gptrain.errors import UserError, disk_full
 
 
 @contextmanager
 def new_directory(out, what: str = "output"):
     """Yield a hidden temporary directory beside `out`; it is renamed to `out` when the block
-    succeeds and removed when it fails. `out` must not exist, or be an empty directory."""
+    succeeds and removed when it fails (a full disk is reported as a UserError naming `out`).
+    `out` must not exist, or be an empty directory."""
     out = Path(out).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{what} {out} already exists; choose a new directory")
@@ -27,8 +28,11 @@ def new_directory(out, what: str = "output"):
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        full = disk_full(e, out)
+        if full is not None:
+            raise full from None
         raise
 
 

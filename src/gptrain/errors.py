@@ -15,3 +15,24 @@ def closest(name: str, options) -> str:
 
     match = difflib.get_close_matches(name, list(options), n=1, cutoff=0.5)
     return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def disk_full(error: BaseException, path=None) -> UserError | None:
+    """A one-line UserError for a full disk or an exhausted quota while writing `path` (else the
+    file the OS named), or None when `error` is something else. Looks through the exceptions
+    that `error` was raised from: torch's zip writer, for one, turns ENOSPC into a RuntimeError."""
+    import errno
+
+    seen = 0
+    while error is not None and seen < 8:
+        code = error.errno if isinstance(error, OSError) else None
+        for rust_code in (errno.ENOSPC, errno.EDQUOT):  # safetensors puts the OS error in its text
+            if code is None and f"(os error {rust_code})" in str(error):
+                code = rust_code
+        if code in (errno.ENOSPC, errno.EDQUOT):
+            # what the caller was writing; else the OS's names (for a copy, filename2 is the target)
+            where = path or getattr(error, "filename2", None) or getattr(error, "filename", None) or "a file"
+            what = "no space left on device" if code == errno.ENOSPC else "disk quota exceeded"
+            return UserError(f"{what} writing {where}: free space on that disk and retry")
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None

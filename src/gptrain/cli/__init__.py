@@ -41,7 +41,7 @@ def private_home() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gptrain.errors import UserError
+    from gptrain.errors import UserError, disk_full
 
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
@@ -59,8 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"gptrain: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return 0
+    except OSError as e:  # a full disk anywhere: one line; writers have removed their partial files
+        full = disk_full(e)
+        if full is None:
+            raise
+        print(f"gptrain: error: {full}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("gptrain: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0

@@ -47,7 +47,7 @@ def register(sub) -> None:
 
     p = dsub.add_parser("inspect", help="show a dataset's meta and a decoded sample")
     p.add_argument("name", help="dataset name or directory")
-    p.add_argument("--verify", action="store_true", help="check every file's sha256")
+    p.add_argument("--verify", action="store_true", help="check every file's sha256 and that its token ids are below vocab_size")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
 

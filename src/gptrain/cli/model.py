@@ -101,7 +101,8 @@ def cmd_eval(args, extra) -> int:
         raise UserError(f"dataset {args.dataset} was tokenized with {meta['tokenizer_name']}, "
                         f"not with the model's tokenizer ({tokenizer.name})")
     tokens = open_split(data_dir, args.split)
-    batches = eval_batches(tokens, model.config.block_size, args.batch_size, max_blocks=args.max_blocks)
+    batches = eval_batches(tokens, model.config.block_size, args.batch_size, max_blocks=args.max_blocks,
+                           vocab_size=meta["vocab_size"], source=f"dataset {data_dir}")
     result = evaluate(lambda x, y: model(x), batches, device)
     if not result:
         raise UserError(f"the {args.split} split has fewer than {model.config.block_size + 1} tokens")

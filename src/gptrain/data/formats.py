@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from gptrain.errors import UserError
+from gptrain.files import check_plain_name, read_json
 
 FORMAT = "gptrain-tokens"
 VERSION = 1
@@ -40,22 +41,74 @@ def is_prepared_dir(path) -> bool:
     return (Path(path) / "meta.json").is_file()
 
 
-def read_meta(path) -> dict:
-    path = Path(path)
-    try:
-        meta = json.loads((path / "meta.json").read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path} is not a prepared dataset (no meta.json); make one with "
-                        "`gptrain data prepare`") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}/meta.json is not valid JSON ({e}); prepare the dataset again") from None
-    if meta.get("format") != FORMAT or meta.get("version", 0) > VERSION:
-        raise UserError(f"{path}/meta.json is not a gptrain token dataset of a known version")
+def check_meta(meta, where) -> dict:
+    """The one check of a dataset's meta.json, on every read and before every write: the fields
+    gptrain uses are there with the right types, and every token file it names is a plain
+    file name inside the dataset directory (never a path that reaches outside it)."""
+    def bad(what):
+        raise UserError(f"{where} {what}; it is corrupt or was not written by gptrain: "
+                        "prepare the dataset again")
+
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        bad(f"is not a {FORMAT} dataset description")
+    if not isinstance(meta.get("version"), int) or meta["version"] > VERSION:
+        bad("has an unknown format version")
+    if meta.get("dtype") not in ("uint16", "uint32"):
+        bad(f"has dtype {meta.get('dtype')!r} (expected uint16 or uint32)")
+    vocab = meta.get("vocab_size")
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or not 0 < vocab <= np.iinfo(meta["dtype"]).max + 1:
+        bad(f"has vocab_size {vocab!r}, not a positive size that fits {meta['dtype']}")
+    if not isinstance(meta.get("tokenizer"), dict) or not isinstance(meta.get("tokenizer_name"), str):
+        bad("lacks its tokenizer")
+    splits = meta.get("splits")
+    if not isinstance(splits, dict) or not isinstance(splits.get("train"), dict):
+        bad("lacks its splits")
+    for name, info in splits.items():
+        if not isinstance(info, dict) or not isinstance(info.get("files"), list) or \
+                not _count(info.get("tokens")) or not _count(info.get("documents")):
+            bad(f"has a malformed {name!r} split")
+        for f in info["files"]:
+            if not isinstance(f, dict) or not _count(f.get("tokens")) or not isinstance(f.get("sha256"), str):
+                bad(f"has a malformed file entry in split {name!r}")
+            check_plain_name(f.get("name"), where)
     return meta
 
 
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def read_meta(path) -> dict:
+    path = Path(path)
+    if not (path / "meta.json").is_file():
+        raise UserError(f"{path} is not a prepared dataset (no meta.json); make one with "
+                        "`gptrain data prepare`")
+    return check_meta(read_json(path / "meta.json", "dataset description"), path / "meta.json")
+
+
+def write_meta(out_dir: Path, meta: dict) -> None:
+    """meta.json of a dataset being written (checked like every meta.json that is read)."""
+    check_meta(meta, "the new meta.json")
+    (Path(out_dir) / "meta.json").write_text(json.dumps(meta, indent=2))
+
+
+def max_token(fp: Path, dtype: str) -> int:
+    """The largest token id in a token file (-1 when it is empty), read in blocks."""
+    tokens = np.memmap(fp, dtype=dtype, mode="r") if fp.stat().st_size else np.zeros(0, dtype)
+    block = 1 << 24
+    return max((int(tokens[i: i + block].max()) for i in range(0, len(tokens), block)), default=-1)
+
+
+def check_token_ids(fp, largest: int, vocab_size: int) -> None:
+    if largest >= vocab_size:
+        raise UserError(f"token file {fp} holds token id {largest}, outside the dataset's "
+                        f"vocab_size {vocab_size} in meta.json: the files do not match their "
+                        "tokenizer; prepare the dataset again")
+
+
 def verify(path, checksums: bool = True) -> None:
-    """Check every token file's size (and sha256) against meta.json; UserError on a mismatch."""
+    """Check every token file's size against meta.json; with `checksums`, also its sha256 and
+    that its token ids are below vocab_size. UserError on a mismatch."""
     path = Path(path)
     meta = read_meta(path)
     itemsize = np.dtype(meta["dtype"]).itemsize
@@ -70,6 +123,8 @@ def verify(path, checksums: bool = True) -> None:
             if checksums and sha256_file(fp) != f["sha256"]:
                 raise UserError(f"token file {fp} fails its sha256 check: it is corrupted; "
                                 "prepare or push the dataset again")
+            if checksums:
+                check_token_ids(fp, max_token(fp, meta["dtype"]), meta["vocab_size"])
 
 
 def open_split(path, split: str) -> np.ndarray:

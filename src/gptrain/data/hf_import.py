@@ -8,13 +8,12 @@ cut from one stream, so concatenating them restores it.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
 
 from gptrain.atomic import build_once, new_directory
-from gptrain.data.formats import FORMAT, VERSION, token_dtype
+from gptrain.data.formats import FORMAT, VERSION, token_dtype, write_meta
 from gptrain.errors import UserError
 
 SPLIT_NAMES = {"train": "train", "validation": "val", "valid": "val", "val": "val", "test": "test"}
@@ -60,7 +59,7 @@ def import_hf(src: str, out: str, tokenizer: str = "gpt2") -> dict:
                 "tokenizer_name": tok.name, "vocab_size": tok.vocab_size, "eos_id": tok.eos_id,
                 "dtype": dtype, "splits": splits, "sources": [str(src_dir)],
                 "imported_from": "huggingface save_to_disk"}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+        write_meta(tmp, meta)
     return meta
 
 

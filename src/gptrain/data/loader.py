@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from gptrain.errors import UserError
+
 
 def num_blocks(n_tokens: int, block_size: int, limit: int | None = None) -> int:
     n = max(0, (n_tokens - 1) // block_size)
@@ -23,8 +25,10 @@ def num_blocks(n_tokens: int, block_size: int, limit: int | None = None) -> int:
 
 class BlockLoader:
     def __init__(self, tokens: np.ndarray, block_size: int, batch_size: int, rank: int = 0,
-                 world: int = 1, seed: int = 0, max_blocks: int | None = None):
+                 world: int = 1, seed: int = 0, max_blocks: int | None = None,
+                 vocab_size: int | None = None, source: str = "the dataset"):
         self.tokens, self.T, self.B = tokens, block_size, batch_size
+        self.vocab_size, self.source = vocab_size, source
         self.rank, self.world, self.seed = rank, world, seed
         self.n_blocks = num_blocks(len(tokens), block_size, max_blocks)
         if self.n_blocks < world:
@@ -63,6 +67,11 @@ class BlockLoader:
     def blocks(self, indices) -> torch.Tensor:
         starts = np.asarray(indices, dtype=np.int64) * self.T
         rows = np.stack([self.tokens[s: s + self.T + 1] for s in starts]).astype(np.int64)
+        if self.vocab_size is not None and rows.size and rows.max() >= self.vocab_size:
+            # a hostile or mismatched token file: the embedding would read past the vocabulary
+            raise UserError(f"{self.source} holds token id {int(rows.max())}, outside its vocab_size "
+                            f"{self.vocab_size} in meta.json; check it with `gptrain data inspect "
+                            "--verify` and prepare the dataset again")
         return torch.from_numpy(rows)
 
     def next_batch(self):
@@ -81,10 +90,12 @@ class BlockLoader:
 
 
 def eval_batches(tokens: np.ndarray, block_size: int, batch_size: int, rank: int = 0,
-                 world: int = 1, max_blocks: int | None = None):
+                 world: int = 1, max_blocks: int | None = None, vocab_size: int | None = None,
+                 source: str = "the dataset"):
     """The validation blocks in order, dealt to ranks like training batches (no shuffle)."""
     n = num_blocks(len(tokens), block_size, max_blocks)
-    loader = BlockLoader(tokens, block_size, batch_size, rank, world, max_blocks=n) if n >= world else None
+    loader = BlockLoader(tokens, block_size, batch_size, rank, world, max_blocks=n,
+                         vocab_size=vocab_size, source=source) if n >= world else None
     if loader is None:
         return
     order = np.arange(n)

@@ -9,7 +9,6 @@ sha256 computed as it goes). The output directory appears atomically when everyt
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import random
 import time
@@ -21,7 +20,7 @@ import numpy as np
 from gptrain import tokenizers
 from gptrain.atomic import new_directory
 from gptrain.data import sources as src_mod
-from gptrain.data.formats import FORMAT, VERSION, token_dtype
+from gptrain.data.formats import FORMAT, VERSION, token_dtype, write_meta
 from gptrain.errors import UserError
 
 TASK_CHARS = 1 << 20          # text per tokenization task
@@ -179,7 +178,7 @@ def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: st
         meta = _write_all(srcs, tok, tmp, text_field, hf_config, val_fraction, num_proc, seed,
                           shard_tokens, quiet)
         meta["sources"] = list(sources)
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+        write_meta(tmp, meta)
     return meta
 
 

@@ -1,7 +1,8 @@
 """Named datasets: files under $GPTRAIN_HOME/datasets/NAME, registered in gptrain.db.
 
-push copies and verifies into a hidden directory, renames it into place, then registers it;
-rm unregisters first, then deletes. A name is usable exactly when it is registered and its
+push checks meta.json (plain file names only, data/formats.py), copies and verifies into a
+hidden directory (removed again on any failure, a full disk included), renames it into place,
+then registers it; rm unregisters first, then deletes. A name is usable exactly when it is registered and its
 files are complete.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from gptrain import db
 from gptrain.data.formats import is_prepared_dir, read_meta, verify
-from gptrain.errors import UserError
+from gptrain.errors import UserError, disk_full
 from gptrain.home import check_name, home
 
 
@@ -102,8 +103,11 @@ def push(name: str, src: str) -> Path:
             conn.execute("INSERT INTO datasets (name, path, tokenizer, tokens, bytes, created) "
                          "VALUES (?, ?, ?, ?, ?, ?)", (name, str(dest), meta["tokenizer_name"], tokens,
                                                        size, time.time()))
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        full = disk_full(e, dest)
+        if full is not None:
+            raise full from None
         raise
     return dest
 

@@ -137,7 +137,8 @@ def scan_checkpoints(job: str) -> list[dict]:
     """The complete checkpoints in a job's checkpoint directory (built-in trainer or script)."""
     import re
 
-    from gptrain.train.checkpoint_files import STATE_FILE, is_checkpoint_dir
+    from gptrain.errors import UserError
+    from gptrain.train.checkpoint_files import is_checkpoint_dir, read_state
 
     root = job_dir(job) / "checkpoints"
     found = []
@@ -148,8 +149,11 @@ def scan_checkpoints(job: str) -> list[dict]:
             continue
         entry = {"id": checkpoint_id(job, p.name), "name": p.name, "path": str(p), "step": None,
                  "train_loss": None, "eval_loss": None, "time": p.stat().st_mtime, "size": _size(p)}
-        if is_checkpoint_dir(p):
-            state = json.loads((p / STATE_FILE).read_text())
+        try:
+            state = read_state(p) if is_checkpoint_dir(p) else None
+        except UserError:  # listed, step from its name: using it says what is wrong with it
+            state = None
+        if state is not None:
             entry.update(step=state["step"], train_loss=state.get("train_loss"),
                          eval_loss=state.get("eval_loss"), time=state.get("saved_at", entry["time"]))
         else:

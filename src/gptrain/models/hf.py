@@ -126,19 +126,22 @@ def config_to_hf(cfg) -> dict:
 
 
 def read_state_dict(model_dir: Path) -> dict:
-    """Tensors of a HF checkpoint: safetensors (single or sharded), else a weights-only .bin."""
-    from safetensors.torch import load_file
+    """Tensors of a HF checkpoint: safetensors (single or sharded), else a weights-only .bin
+    (a checkpoint is data, never code); UserError naming the file when one is corrupt."""
+    from gptrain.files import check_plain_name, read_json, read_safetensors, read_torch_weights
 
     if (model_dir / "model.safetensors").is_file():
-        return load_file(model_dir / "model.safetensors")
+        return read_safetensors(model_dir / "model.safetensors", "model weights")
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
+        weight_map = read_json(index, "weights index").get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise UserError(f"weights index {index} has no weight_map; the model directory is corrupt")
         sd = {}
-        for shard in sorted(set(json.loads(index.read_text())["weight_map"].values())):
-            sd.update(load_file(model_dir / shard))
+        for shard in sorted(set(weight_map.values())):
+            sd.update(read_safetensors(model_dir / check_plain_name(shard, index), "model weights"))
         return sd
-    # weights_only: a checkpoint is data, never code.
-    return torch.load(model_dir / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    return read_torch_weights(model_dir / "pytorch_model.bin", "model weights")
 
 
 def _qkv_rows(t, n_head, to_hf: bool):
@@ -214,8 +217,12 @@ def load_hf(name_or_path: str, **overrides):
     """
     from gptrain.models.registry import build
 
+    from gptrain.files import read_json, reading
+
     model_dir = resolve(name_or_path)
-    cfg = config_from_hf(json.loads((model_dir / "config.json").read_text()), **overrides)
+    config_file = model_dir / "config.json"
+    with reading(config_file, "model config"):  # a missing or mistyped field names the file
+        cfg = config_from_hf(read_json(config_file, "model config"), **overrides)
     with torch.device("meta"):
         model = build(cfg)
     model.to_empty(device="cpu")

@@ -25,15 +25,17 @@ def pick_device(name: str = "auto") -> str:
 def tokenizer_of_dir(model_dir: Path):
     """The tokenizer saved beside a model, or None."""
     from gptrain import tokenizers
+    from gptrain.files import read_json, reading
 
     spec_file = model_dir / "gptrain_tokenizer.json"
     if spec_file.is_file():
-        return tokenizers.from_spec(json.loads(spec_file.read_text()))
+        with reading(spec_file, "tokenizer spec"):
+            return tokenizers.from_spec(read_json(spec_file, "tokenizer spec"))
     vocab = model_dir / "vocab.json"
     if vocab.is_file() and (model_dir / "merges.txt").is_file():
         ours = tokenizers.ASSETS
         if (model_dir / "merges.txt").read_bytes() == (ours / "gpt2_merges.txt").read_bytes() and \
-                json.loads(vocab.read_text()) == json.loads((ours / "gpt2_vocab.json").read_text()):
+                read_json(vocab, "tokenizer vocabulary") == json.loads((ours / "gpt2_vocab.json").read_text()):
             return tokenizers.GPT2Tokenizer()  # the GPT-2 vocabulary: use the fast tiktoken path
     if any((model_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
         return tokenizers.HFTokenizer(str(model_dir))

@@ -6,10 +6,10 @@ names the newest complete one (train/checkpoint.py writes them).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from gptrain.errors import UserError
+from gptrain.files import is_plain_name, read_json
 
 STATE_FILE = "trainer_state.json"
 
@@ -20,7 +20,12 @@ def is_checkpoint_dir(path) -> bool:
 
 
 def read_state(path) -> dict:
-    return json.loads((Path(path) / STATE_FILE).read_text())
+    """trainer_state.json of a checkpoint (UserError naming it when it is corrupt)."""
+    state = read_json(Path(path) / STATE_FILE, "checkpoint state")
+    if not isinstance(state.get("step"), int):
+        raise UserError(f"checkpoint state {Path(path) / STATE_FILE} has no integer 'step'; "
+                        "it is corrupt: use another checkpoint")
+    return state
 
 
 def find_latest(output_dir) -> Path | None:
@@ -28,9 +33,9 @@ def find_latest(output_dir) -> Path | None:
     ckpt_root = Path(output_dir) / "checkpoints"
     pointer = ckpt_root / "latest"
     if pointer.is_file():
-        candidate = ckpt_root / pointer.read_text().strip()
-        if is_checkpoint_dir(candidate):
-            return candidate
+        name = pointer.read_text(errors="replace").strip()
+        if is_plain_name(name) and is_checkpoint_dir(ckpt_root / name):  # never a path outside
+            return ckpt_root / name
     done = sorted(p for p in ckpt_root.glob("step-*") if is_checkpoint_dir(p))
     return done[-1] if done else None
 

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from gptrain.errors import UserError
+from gptrain.files import is_plain_name
 from gptrain.train.checkpoint_files import is_checkpoint_dir
 
 
@@ -41,7 +42,11 @@ def latest_name(url: str) -> str | None:
     pointer = f"{root}/latest"
     if not fs.exists(pointer):
         return None
-    return fs.cat_file(pointer).decode().strip() or None
+    name = fs.cat_file(pointer).decode(errors="replace").strip()
+    if name and not (name.startswith("step-") and is_plain_name(name)):  # never a path elsewhere
+        raise UserError(f"{url}/latest names {name[:100]!r}, which is not a checkpoint of this run "
+                        "(step-N); fix or remove it")
+    return name or None
 
 
 def upload(local: Path, url: str, keep_last: int | None) -> None:
@@ -72,6 +77,10 @@ def download(url: str, name: str, output_dir: Path) -> Path:
     src = f"{root}/{name}"
     for path in fs.find(src):
         rel = path[len(src.rstrip("/")) + 1:] if path.startswith(src) else path.rsplit("/", 1)[-1]
+        if not all(is_plain_name(part) for part in rel.split("/")):
+            shutil.rmtree(tmp)
+            raise UserError(f"{url}/{name} holds a file named {rel!r} that reaches outside the "
+                            "checkpoint; it was not written by gptrain")
         target = tmp / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         fs.get_file(path, str(target))

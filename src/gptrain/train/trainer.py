@@ -27,7 +27,7 @@ from gptrain.data.loader import BlockLoader, eval_batches, num_blocks
 from gptrain.distributed import pipeline
 from gptrain.distributed.mesh import init_distributed
 from gptrain.distributed.parallelize import check_layout, parallelize
-from gptrain.errors import UserError
+from gptrain.errors import UserError, disk_full
 from gptrain.models.base import cross_entropy
 from gptrain.train import checkpoint as ckpt
 from gptrain.train import plan as run_plan
@@ -44,6 +44,11 @@ def train(cfg: Config) -> dict:
     env = init_distributed(cfg.train.device)
     try:
         return Trainer(cfg, env).run()
+    except OSError as e:  # metrics, config.toml...: a full disk names the output directory
+        full = disk_full(e, Path(cfg.train.output_dir).expanduser())
+        if full is None:
+            raise
+        raise full from None
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -82,8 +87,10 @@ class Trainer:
         if num_blocks(len(train_tokens), T, cfg.data.max_train_samples) < self.dims.dp:
             raise UserError(f"the training split has fewer blocks of {T} tokens than data-parallel "
                             f"ranks ({self.dims.dp}); use more data or a smaller model.block_size")
+        self.vocab_size = meta["vocab_size"]
         self.loader = BlockLoader(train_tokens, T, tc.batch_size, self.dp_rank, self.dims.dp,
-                                  seed=tc.seed, max_blocks=cfg.data.max_train_samples)
+                                  seed=tc.seed, max_blocks=cfg.data.max_train_samples,
+                                  vocab_size=self.vocab_size, source=f"dataset {self.data_dir}")
         self.val_tokens = self._val_split(meta, T)
         batches_per_step = tc.grad_accum_steps
         self.steps_per_epoch = max(1, math.ceil(self.loader.batches_per_epoch() / batches_per_step))
@@ -322,7 +329,8 @@ class Trainer:
         for part in self.parts:
             part.eval()
         batches = eval_batches(self.val_tokens, self.model_cfg.block_size, self.cfg.train.eval_batch_size,
-                               self.dp_rank, self.dims.dp, self.cfg.data.max_eval_samples)
+                               self.dp_rank, self.dims.dp, self.cfg.data.max_eval_samples,
+                               self.vocab_size, f"dataset {self.data_dir}")
         if self.schedule is not None:  # every microbatch split needs full batches
             batches = (b for b in batches if len(b[0]) == self.cfg.train.eval_batch_size)
         result = evaluate(self._logits, batches, self.env.device, copies=self.dims.tp)

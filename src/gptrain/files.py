@@ -1,0 +1,73 @@
+"""Reading files that someone else wrote (checkpoints, datasets, model directories).
+
+Any file may be truncated, garbage or hostile. The readers here turn every way of failing to
+decode one into a single UserError that names the file, and file names taken from such files
+must be plain base names, so that nothing they list reaches outside their own directory.
+No heavy imports at module level: the CLI's listing commands use this.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+
+from gptrain.errors import UserError
+
+
+def is_plain_name(name) -> bool:
+    """A file name with no directory part: not empty, '.', '..', absolute, or holding '/', '\\' or NUL."""
+    return (isinstance(name, str) and name not in ("", ".", "..")
+            and not any(c in name for c in "/\\\0"))
+
+
+def check_plain_name(name, where) -> str:
+    if not is_plain_name(name):
+        raise UserError(f"{where} names the file {name!r}, which is not a plain file name in its "
+                        "own directory; the file was not written by gptrain or was tampered with")
+    return name
+
+
+@contextmanager
+def reading(path, what: str = "file"):
+    """Turn any error decoding `path` (or interpreting what was decoded) into one UserError.
+
+    A UserError raised inside keeps its message, prefixed with the file when it does not name it.
+    """
+    try:
+        yield
+    except UserError as e:
+        if str(path) in str(e):
+            raise
+        raise UserError(f"{what} {path}: {e}") from None
+    except FileNotFoundError:
+        raise UserError(f"{what} {path} is missing") from None
+    except Exception as e:  # decoders raise many types: JSONDecodeError, SafetensorError, KeyError...
+        detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise UserError(f"{what} {path} is corrupt or not what gptrain expects "
+                        f"({type(e).__name__}{': ' + detail if detail else ''})") from None
+
+
+def read_json(path, what: str = "file") -> dict:
+    """A JSON object from `path`; UserError naming the file when it is missing, not JSON or not an object."""
+    with reading(path, what):
+        data = json.loads(Path(path).read_text())
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def read_safetensors(path, what: str = "safetensors file") -> dict:
+    """The tensors of a safetensors file (never code); UserError naming it when it is corrupt."""
+    from safetensors.torch import load_file
+
+    with reading(path, what):
+        return load_file(path)
+
+
+def read_torch_weights(path, what: str = "weights file") -> dict:
+    """A torch.save file loaded with weights_only=True (tensors and plain containers only)."""
+    import torch
+
+    with reading(path, what):
+        return torch.load(path, map_location="cpu", weights_only=True)

@@ -1,0 +1,141 @@
+"""Hostile and corrupt dataset directories: meta.json may only name plain files beside it, must
+have the fields gptrain reads, and its vocab_size must cover the token ids; every command that
+reads one (push, inspect, train, eval) answers with one line and exit 2, writes nothing outside
+the store and registers nothing."""
+
+import hashlib
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_cli
+from tests.helpers import TINY, make_dataset
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("hostile-data"))
+
+
+def _refused(r, *needles):
+    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-3000:])
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gptrain: error:"), r.stderr[-3000:]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def _nothing_registered():
+    from gptrain.data.store import datasets_dir, list_all
+
+    assert list_all() == []
+    assert not datasets_dir().exists() or list(datasets_dir().iterdir()) == []
+
+
+def _edit_meta(d, edit):
+    meta = json.loads((d / "meta.json").read_text())
+    edit(meta)
+    (d / "meta.json").write_text(json.dumps(meta))
+
+
+def _train(data, tmp_path):
+    return run_cli("train", f"--data.path={data}", f"--train.output_dir={tmp_path / 'run'}",
+                   "--train.batch_size=2", "--train.max_steps=2", *TINY)
+
+
+@pytest.fixture
+def traversal(prepared, tmp_path, request):
+    """A dataset whose meta.json names a token file outside its directory (which exists, with the
+    right size and sha256, so nothing but the name is wrong). Returns (dir, escaped target)."""
+    src = tmp_path / "a" / "b" / "c" / "src"
+    shutil.copytree(prepared, src)
+    payload = b"#!/bi"[:4]  # 2 uint16 tokens
+    if request.param == "relative":
+        name = "../../../escaped.sh"  # from the store's hidden push directory: GPTRAIN_HOME/..
+        (src / name).write_bytes(payload)
+        target = tmp_path / "escaped.sh"
+    else:
+        name = str(tmp_path / "abs-escaped.sh")
+        target = tmp_path / "abs-escaped.sh.copy"  # not created either way: the check is the name
+        (tmp_path / "abs-escaped.sh").write_bytes(payload)
+    entry = {"name": name, "tokens": 2, "sha256": hashlib.sha256(payload).hexdigest()}
+    _edit_meta(src, lambda m: m["splits"]["train"]["files"].append(entry) or
+               m["splits"]["train"].update(tokens=m["splits"]["train"]["tokens"] + 2))
+    return src, target
+
+
+@pytest.mark.parametrize("traversal", ["relative", "absolute"], indirect=True)
+def test_token_file_names_outside_the_dataset_are_refused(traversal, tmp_path):
+    src, target = traversal
+    pushed = run_cli("data", "push", "ds", src)
+    assert not target.exists(), "push wrote outside the store"
+    _refused(pushed, "not a plain file name")
+    _nothing_registered()
+    _refused(run_cli("data", "inspect", src), "not a plain file name")
+    _refused(_train(src, tmp_path), "not a plain file name")
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("name", ["..", ".", "", "a\\b", "nul\x00.bin", "sub/train.bin"])
+def test_every_kind_of_non_plain_name_is_refused(prepared, name):
+    from gptrain.data.formats import check_meta
+    from gptrain.errors import UserError
+
+    meta = json.loads((prepared / "meta.json").read_text())
+    meta["splits"]["val"]["files"][0]["name"] = name
+    with pytest.raises(UserError, match="not a plain file name"):
+        check_meta(meta, "meta.json")
+
+
+BROKEN = {
+    "no splits": lambda m: m.pop("splits"),
+    "no dtype": lambda m: m.pop("dtype"),
+    "dtype float64": lambda m: m.update(dtype="float64"),
+    "vocab_size a string": lambda m: m.update(vocab_size="65"),
+    "files not a list": lambda m: m["splits"]["train"].update(files="train.bin"),
+    "file without tokens": lambda m: m["splits"]["train"]["files"][0].pop("tokens"),
+    "no tokenizer": lambda m: m.pop("tokenizer"),
+}
+
+
+@pytest.mark.parametrize("broken", list(BROKEN))
+def test_meta_json_lacking_fields_is_one_line(prepared, tmp_path, broken):
+    d = tmp_path / "broken"
+    shutil.copytree(prepared, d)
+    _edit_meta(d, BROKEN[broken])
+    _refused(run_cli("data", "push", "ds", d), str(d / "meta.json"))
+    _nothing_registered()
+    _refused(run_cli("data", "inspect", d), str(d / "meta.json"))
+
+
+def test_meta_json_that_is_not_json_is_one_line(prepared, tmp_path):
+    d = tmp_path / "garbage"
+    shutil.copytree(prepared, d)
+    (d / "meta.json").write_bytes(b"\xff\xfe{not json")
+    for args in (("data", "push", "ds", d), ("data", "inspect", d)):
+        _refused(run_cli(*args), str(d / "meta.json"))
+    _refused(_train(d, tmp_path), str(d / "meta.json"))
+
+
+@pytest.fixture
+def small_vocab(prepared, tmp_path):
+    """meta.json says vocab_size 5, the token files hold ids up to the char vocabulary."""
+    d = tmp_path / "small-vocab"
+    shutil.copytree(prepared, d)
+    assert np.fromfile(d / "train.bin", dtype=np.uint16).max() >= 5
+    _edit_meta(d, lambda m: m.update(vocab_size=5))
+    return d
+
+
+def test_vocab_smaller_than_token_ids_is_refused_on_push_and_verify(small_vocab):
+    _refused(run_cli("data", "push", "ds", small_vocab), "vocab_size 5", str(small_vocab / "train.bin"))
+    _nothing_registered()
+    _refused(run_cli("data", "inspect", small_vocab, "--verify"), "vocab_size 5")
+
+
+def test_vocab_smaller_than_token_ids_is_refused_when_training(small_vocab, tmp_path):
+    r = _train(small_vocab, tmp_path)
+    _refused(r, "vocab_size 5", str(small_vocab))
+    assert not (tmp_path / "run" / "checkpoints").exists()

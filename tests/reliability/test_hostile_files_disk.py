@@ -1,0 +1,117 @@
+"""A full disk while preparing, pushing or training: one line naming the path and saying the disk
+is full, exit 2, and nothing half-written that looks complete (no output directory, no registered
+dataset, no checkpoint, no leftover temporary directory).
+
+Uses a real 2 MiB tmpfs (mounting needs root; skipped otherwise), filled to a few KiB free."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.helpers import TINY, env, make_dataset, write_corpus
+
+FULL_LINE = "gptrain: error: no space left on device writing "
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("disk-data"))
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A mounted 2 MiB tmpfs (unmounted afterwards)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {r.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _fill(disk, free_bytes: int) -> None:
+    """Leave `free_bytes` free on the disk."""
+    st = os.statvfs(disk)
+    with open(disk / "filler", "wb") as f:
+        f.write(b"\0" * (st.f_bavail * st.f_frsize - free_bytes))
+
+
+def _full(r, path):
+    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-3000:])
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(FULL_LINE + str(path)), r.stderr[-3000:]
+    assert "free space on that disk and retry" in lines[0]
+
+
+def test_prepare_on_a_full_disk(small_disk, tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.txt", n_chars=200_000)  # 400 KB of uint16 tokens
+    _fill(small_disk, 64 * 1024)
+    out = small_disk / "data"
+    _full(run_cli("data", "prepare", corpus, "--out", out, "--tokenizer", "char"), out)
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]  # no output, no temp dir
+
+
+def test_push_on_a_full_disk(small_disk, prepared, monkeypatch):
+    from gptrain.data.store import list_all
+
+    home = small_disk / "home"
+    monkeypatch.setenv("GPTRAIN_HOME", str(home))
+    assert run_cli("data", "list").returncode == 0  # the store exists; the copy will not fit
+    _fill(small_disk, 32 * 1024)
+    _full(run_cli("data", "push", "wiki", prepared), home / "datasets" / "wiki")
+    assert list_all() == []
+    assert not (home / "datasets").exists() or list((home / "datasets").iterdir()) == []
+
+
+def _train_args(data, out, *extra):
+    return [f"--data.path={data}", f"--train.output_dir={out}", "--train.batch_size=2",
+            "--train.max_steps=2", "--train.do_eval=false", "--train.precision=fp32", *TINY, *extra]
+
+
+def _no_checkpoint(out):
+    from gptrain.train.checkpoint_files import find_latest
+
+    root = out / "checkpoints"
+    assert find_latest(out) is None
+    assert not root.exists() or sorted(p.name for p in root.iterdir()) == []  # no .tmp-step-N left
+
+
+def test_checkpoint_on_a_full_disk(small_disk, prepared):
+    """The model and optimizer (~300 KB) do not fit; config.toml and metrics.jsonl do."""
+    _fill(small_disk, 64 * 1024)
+    out = small_disk / "run"
+    r = run_cli("train", *_train_args(prepared, out))
+    _full(r, out / "checkpoints" / "step-000002")
+    _no_checkpoint(out)
+
+
+def test_training_output_on_a_full_disk(small_disk, prepared):
+    """Not even config.toml fits: the line names the output directory."""
+    out = small_disk / "run"
+    out.mkdir()
+    _fill(small_disk, 0)
+    _full(run_cli("train", *_train_args(prepared, out)), out)
+    _no_checkpoint(out)
+
+
+@pytest.mark.slow
+def test_checkpoint_on_a_full_disk_under_torchrun(small_disk, prepared):
+    """Every rank ends with the one line and exit 2 (torchrun itself then exits non-zero)."""
+    _fill(small_disk, 64 * 1024)
+    out = small_disk / "run"
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                        "-m", "gptrain", "train", *_train_args(prepared, out, "--parallel.dp_shard=2")],
+                       capture_output=True, text=True, env=env(), timeout=300)
+    assert r.returncode != 0
+    lines = [line for line in r.stderr.splitlines() if line.startswith("gptrain: error:")]
+    assert lines and all(line.startswith(FULL_LINE + str(out / "checkpoints" / "step-000002"))
+                         for line in lines), r.stderr[-3000:]
+    assert "exitcode  : 2" in r.stderr  # the rank that failed first, in torchrun's report
+    _no_checkpoint(out)
