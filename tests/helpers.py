@@ -23,6 +23,22 @@ def write_corpus(path: Path, n_chars: int = 60000, seed: int = 0) -> Path:
     return path
 
 
+def save_as_hf_blocks(prepared: Path, out: Path, block: int = 64) -> Path:
+    """A prepared dataset's tokens as the hosted tutorials ship them: a HF DatasetDict written by
+    save_to_disk, with input_ids (and labels) grouped into blocks, train and validation."""
+    import datasets
+
+    from gptrain.data.formats import open_split
+
+    parts = {}
+    for split, name in (("train", "train"), ("val", "validation")):
+        ids = open_split(prepared, split).tolist()
+        blocks = [ids[i:i + block] for i in range(0, len(ids) - block + 1, block)]
+        parts[name] = datasets.Dataset.from_dict({"input_ids": blocks, "labels": blocks})
+    datasets.DatasetDict(parts).save_to_disk(out)
+    return out
+
+
 def make_dataset(tmp: Path, tokenizer: str = "char") -> Path:
     from gptrain.data.prepare import prepare
 
@@ -83,3 +99,20 @@ def http_server(directory: Path):
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str):
+    """A small tmpfs mounted at `path` for the length of the block (to fill a disk for real);
+    the test is skipped, with the reason, where mounting is not permitted (not root)."""
+    import pytest
+
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"needs a small tmpfs to fill, and mounting one is not permitted here: {r.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)

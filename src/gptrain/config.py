@@ -408,31 +408,6 @@ def apply_option(cfg: Config, name: str, value) -> None:
     _set(cfg, name, "true" if value is None else value)
 
 
-def apply_global_batch(cfg: Config, dp: int, pp: int) -> None:
-    """Turn train.global_batch_size into accumulation steps for `dp` data-parallel replicas;
-    under pipeline parallel a step takes the replica's whole batch as microbatches of batch_size."""
-    tc, pc = cfg.train, cfg.parallel
-    if not tc.global_batch_size:
-        return
-    per_replica, rest = divmod(tc.global_batch_size, dp)
-    if rest or per_replica % tc.batch_size or per_replica == 0:
-        raise UserError(f"train.global_batch_size={tc.global_batch_size} is not train.batch_size "
-                        f"({tc.batch_size}) x {dp} data-parallel ranks x a whole number of steps")
-    accum = per_replica // tc.batch_size
-    if pp > 1:
-        if accum == 1 and pc.pp_microbatches:
-            return  # batch_size is already the replica's whole batch (a resolved config.toml)
-        if pc.pp_microbatches not in (None, accum):
-            raise UserError(f"parallel.pp_microbatches={pc.pp_microbatches} contradicts "
-                            f"train.global_batch_size (which makes {accum}); set only one")
-        tc.batch_size, pc.pp_microbatches = per_replica, accum
-    elif tc.grad_accum_steps not in (1, accum):
-        raise UserError(f"train.grad_accum_steps={tc.grad_accum_steps} contradicts "
-                        f"train.global_batch_size (which makes {accum}); set only one")
-    else:
-        tc.grad_accum_steps = accum
-
-
 def dump_toml(cfg: Config) -> str:
     """The config as TOML (fields that are None are left out: None is their default)."""
     lines = []
@@ -455,30 +430,3 @@ def _toml_value(value) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return json.dumps(value)
-
-
-def format_help() -> str:
-    """Every field with its default and doc, then the alias table: `gptrain train --help`."""
-    out = ["usage: gptrain train [CONFIG.toml] [--section.key=value ...] [HF-Trainer-style flags]",
-           "", "Train a GPT model in the foreground (alone or under torchrun).", ""]
-    for section, cls in SECTIONS.items():
-        out.append(f"[{section}]")
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-            tp = _base_type(hints[f.name])[0]
-            kind = getattr(tp, "__name__", str(tp))
-            choices = f.metadata.get("choices")
-            kind = "|".join(choices) if choices else kind
-            if any(f.metadata[k] is not None for k in ("ge", "gt", "lt", "le")):
-                kind += f" {_bounds(f.metadata)}"
-            out.append(f"  --{section}.{f.name} ({kind}, default {default!r})")
-            out.append(f"      {f.metadata['doc']}")
-        out.append("")
-    out.append("HF Trainer and FMEngine/DeepSpeed flags accepted as aliases:")
-    for name, (key, _) in ALIASES.items():
-        out.append(f"  --{name:<30} -> {key}")
-    for name in DEEPSPEED_FLAGS:
-        out.append(f"  --{name + ' FILE':<30} -> batch sizes, precision, optimizer, clipping, warmup "
-                   "of a DeepSpeed JSON")
-    return "\n".join(out)

@@ -40,6 +40,24 @@ def _args(data, out, rows, n_layer, preset="gpt2-tiny", precision="fp32"):
             f"--model.preset={preset}", f"--train.precision={precision}"]
 
 
+def assert_same_losses(run, ref, tol, label):
+    got, expected = losses(run), losses(ref)
+    assert sorted(got) == list(range(1, STEPS + 1))
+    for step in expected:
+        assert abs(got[step] - expected[step]) < tol, (label, step, got[step], expected[step])
+
+
+def final_weights(run, ref):
+    final = f"checkpoints/step-{STEPS:06d}"
+    return model_tensors(run / final), model_tensors(ref / final)
+
+
+def assert_same_weights(run, ref, label):
+    mine, theirs = final_weights(run, ref)
+    for key in theirs:
+        torch.testing.assert_close(mine[key], theirs[key], atol=TOL, rtol=0, msg=f"{label}: {key}")
+
+
 @pytest.fixture(scope="module")
 def reference(data, tmp_path_factory):
     """Single-process runs with 8 rows per step, made on first use per (preset, layers, precision)."""
@@ -75,14 +93,8 @@ def test_loss_and_weights_match_single_process(data, reference, tmp_path, name, 
     preset = "llama-tiny" if name.startswith("llama") else "gpt2-tiny"
     ref_dir = reference(preset, n_layer, "fp32")
     train(*_args(data, tmp_path, rows, n_layer, preset), *layout, nproc=nproc)
-    got, expected = losses(tmp_path), losses(ref_dir)
-    assert sorted(got) == list(range(1, STEPS + 1))
-    for step in expected:
-        assert abs(got[step] - expected[step]) < TOL, (name, step, got[step], expected[step])
-    final = f"checkpoints/step-{STEPS:06d}"
-    mine, ref = model_tensors(tmp_path / final), model_tensors(ref_dir / final)
-    for key in ref:
-        torch.testing.assert_close(mine[key], ref[key], atol=TOL, rtol=0, msg=f"{name}: {key}")
+    assert_same_losses(tmp_path, ref_dir, TOL, name)
+    assert_same_weights(tmp_path, ref_dir, name)
 
 
 @pytest.mark.parametrize("name, nproc, rows, n_layer, layout", [
@@ -95,12 +107,8 @@ def test_bf16_layouts_match_single_process_within_bf16_precision(data, reference
     ref_dir = reference("gpt2-tiny", n_layer, "bf16")
     r = train(*_args(data, tmp_path, rows, n_layer, precision="bf16"), *layout, nproc=nproc)
     assert "(bf16)" in r.stdout
-    got, expected = losses(tmp_path), losses(ref_dir)
-    assert sorted(got) == list(range(1, STEPS + 1))
-    for step in expected:
-        assert abs(got[step] - expected[step]) < BF16_U, (name, step, got[step], expected[step])
-    final = f"checkpoints/step-{STEPS:06d}"
-    mine, ref = model_tensors(tmp_path / final), model_tensors(ref_dir / final)
+    assert_same_losses(tmp_path, ref_dir, BF16_U, name)
+    mine, ref = final_weights(tmp_path, ref_dir)
     diff = torch.cat([(mine[k] - ref[k]).flatten() for k in ref])
     weights = torch.cat([ref[k].flatten() for k in ref])
     assert (diff.norm() / weights.norm()).item() < BF16_U, name
@@ -118,10 +126,7 @@ def test_layouts_across_an_epoch_end(data, reference, tmp_path, name, nproc, row
     short = "--data.max_train_samples=20"
     ref_dir = reference("gpt2-tiny", 4, "fp32", short)
     train(*_args(data, tmp_path, rows, 4), short, *layout, nproc=nproc)
-    got, expected = losses(tmp_path), losses(ref_dir)
-    assert sorted(got) == list(range(1, STEPS + 1))
-    for step in expected:
-        assert abs(got[step] - expected[step]) < TOL, (name, step, got[step], expected[step])
+    assert_same_losses(tmp_path, ref_dir, TOL, name)
 
 
 @pytest.fixture(scope="module")
@@ -157,11 +162,5 @@ def test_layouts_from_hf_weights_match_single_process(data, hf_reference, tiny_h
     model_dir = tiny_hf_gpt2 if model == "gpt2" else tiny_hf_llama
     ref_dir = hf_reference(model_dir)
     train(*_args(data, tmp_path, rows, 2), f"--model.init_from={model_dir}", *layout, nproc=nproc)
-    got, expected = losses(tmp_path), losses(ref_dir)
-    assert sorted(got) == list(range(1, STEPS + 1))
-    for step in expected:
-        assert abs(got[step] - expected[step]) < TOL, (model, name, step, got[step], expected[step])
-    final = f"checkpoints/step-{STEPS:06d}"
-    mine, ref = model_tensors(tmp_path / final), model_tensors(ref_dir / final)
-    for key in ref:
-        torch.testing.assert_close(mine[key], ref[key], atol=TOL, rtol=0, msg=f"{model} {name}: {key}")
+    assert_same_losses(tmp_path, ref_dir, TOL, f"{model} {name}")
+    assert_same_weights(tmp_path, ref_dir, f"{model} {name}")

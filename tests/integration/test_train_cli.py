@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.helpers import TINY, make_dataset, train
+from tests.helpers import TINY, make_dataset, save_as_hf_blocks, train
 
 
 @pytest.fixture(scope="module")
@@ -15,18 +15,7 @@ def gpt2_data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def hf_saved(gpt2_data, tmp_path_factory):
     """The same tokens as a HF DatasetDict.save_to_disk with grouped input_ids blocks."""
-    import datasets
-
-    from gptrain.data.formats import open_split
-
-    out = tmp_path_factory.mktemp("hfsaved") / "gpt2-tokenized-wikitext"
-    parts = {}
-    for split, name in (("train", "train"), ("val", "validation")):
-        ids = open_split(gpt2_data, split).tolist()
-        blocks = [ids[i:i + 64] for i in range(0, len(ids) - 63, 64)]
-        parts[name] = datasets.Dataset.from_dict({"input_ids": blocks, "labels": blocks})
-    datasets.DatasetDict(parts).save_to_disk(out)
-    return out
+    return save_as_hf_blocks(gpt2_data, tmp_path_factory.mktemp("hfsaved") / "gpt2-tokenized-wikitext")
 
 
 def tutorial_cmd(data_dir, model_dir, out, *extra):

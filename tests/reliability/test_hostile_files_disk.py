@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import run_cli
-from tests.helpers import TINY, env, make_dataset, write_corpus
+from tests.helpers import TINY, env, make_dataset, tmpfs, write_corpus
 
 FULL_LINE = "gptrain: error: no space left on device writing "
 
@@ -24,16 +24,8 @@ def prepared(tmp_path_factory):
 @pytest.fixture
 def small_disk(tmp_path):
     """A mounted 2 MiB tmpfs (unmounted afterwards)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {r.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", "2m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def _fill(disk, free_bytes: int) -> None:

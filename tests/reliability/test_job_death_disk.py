@@ -10,7 +10,8 @@ import time
 import pytest
 
 from tests.conftest import run_cli
-from tests.integration.test_jobs import job, ok, wait_for
+from tests.helpers import tmpfs
+from tests.integration.test_jobs import ok, wait_for
 from tests.reliability.test_job_death import _identity_of, _record
 
 FILL = ("import os, pathlib\n"
@@ -22,18 +23,10 @@ FILL = ("import os, pathlib\n"
 
 @pytest.fixture
 def small_disk(tmp_path, monkeypatch):
-    home = tmp_path / "small-home"
-    home.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(home)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"needs a small tmpfs and mounting one is not permitted here: {r.stderr.strip()}")
-    monkeypatch.setenv("GPTRAIN_HOME", str(home))
-    monkeypatch.setenv("GPTRAIN_LOCAL_SLOTS", "2")
-    try:
+    with tmpfs(tmp_path / "small-home", "48m") as home:
+        monkeypatch.setenv("GPTRAIN_HOME", str(home))
+        monkeypatch.setenv("GPTRAIN_LOCAL_SLOTS", "2")
         yield home
-    finally:
-        subprocess.run(["umount", "-l", str(home)], capture_output=True)
 
 
 def fill(path):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.conftest import run_cli
-from tests.helpers import http_server, make_dataset, write_corpus
+from tests.helpers import http_server, make_dataset, save_as_hf_blocks, write_corpus
 from tests.integration.test_jobs import ok
 from tests.workflows.conftest import assert_workflow_outcome, metrics
 
@@ -21,18 +21,7 @@ SHORT = ["--max_steps", "8", "--max_eval_samples", "8", "--report_to", "none"]
 def wikitext(jobs_home, tmp_path):
     """The hosted tutorial's dataset: GPT-2 token blocks saved by datasets.save_to_disk, pushed
     under the tutorial's name (imported into token files first)."""
-    import datasets
-
-    from gptrain.data.formats import open_split
-
-    gpt2_data = make_dataset(tmp_path, tokenizer="gpt2")
-    saved = tmp_path / "gpt2-tokenized-wikitext"
-    parts = {}
-    for split, name in (("train", "train"), ("val", "validation")):
-        ids = open_split(gpt2_data, split).tolist()
-        blocks = [ids[i:i + 64] for i in range(0, len(ids) - 63, 64)]
-        parts[name] = datasets.Dataset.from_dict({"input_ids": blocks, "labels": blocks})
-    datasets.DatasetDict(parts).save_to_disk(saved)
+    saved = save_as_hf_blocks(make_dataset(tmp_path, tokenizer="gpt2"), tmp_path / "gpt2-tokenized-wikitext")
     ok("data", "import", saved, "--out", tmp_path / "imported")
     ok("data", "push", "gpt2-tokenized-wikitext", tmp_path / "imported")
     return "gpt2-tokenized-wikitext"

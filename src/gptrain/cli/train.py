@@ -16,10 +16,42 @@ def cmd_train(args, extra) -> int:
     from gptrain import config
 
     if "-h" in extra or "--help" in extra:
-        print(config.format_help())
+        print(format_help())
         return 0
     cfg = config.parse_train_args(extra)
     from gptrain.train.trainer import train
 
     train(cfg)
     return 0
+
+
+def format_help() -> str:
+    """Every field with its default and doc, then the alias table: `gptrain train --help`."""
+    import dataclasses
+    import typing
+
+    from gptrain import config
+
+    out = ["usage: gptrain train [CONFIG.toml] [--section.key=value ...] [HF-Trainer-style flags]",
+           "", "Train a GPT model in the foreground (alone or under torchrun).", ""]
+    for section, cls in config.SECTIONS.items():
+        out.append(f"[{section}]")
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            tp = config._base_type(hints[f.name])[0]
+            kind = getattr(tp, "__name__", str(tp))
+            choices = f.metadata.get("choices")
+            kind = "|".join(choices) if choices else kind
+            if any(f.metadata[k] is not None for k in ("ge", "gt", "lt", "le")):
+                kind += f" {config._bounds(f.metadata)}"
+            out.append(f"  --{section}.{f.name} ({kind}, default {default!r})")
+            out.append(f"      {f.metadata['doc']}")
+        out.append("")
+    out.append("HF Trainer and FMEngine/DeepSpeed flags accepted as aliases:")
+    for name, (key, _) in config.ALIASES.items():
+        out.append(f"  --{name:<30} -> {key}")
+    for name in config.DEEPSPEED_FLAGS:
+        out.append(f"  --{name + ' FILE':<30} -> batch sizes, precision, optimizer, clipping, lr schedule "
+                   "of a DeepSpeed JSON")
+    return "\n".join(out)

@@ -1,0 +1,99 @@
+"""`gptrain checkpoints NAME | checkpoint fetch ID | fetch NAME`: what a job wrote, listed and copied out."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("checkpoints", help="list a job's checkpoints")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_checkpoints)
+
+    p = sub.add_parser("checkpoint", help="checkpoint actions")
+    csub = p.add_subparsers(dest="checkpoint_command", metavar="ACTION")
+    csub.required = True
+    f = csub.add_parser("fetch", help="copy a checkpoint out (native) or export it (hf)")
+    f.add_argument("id", metavar="ID")
+    f.add_argument("--destination", default=None, help="directory to create (default ./ID)")
+    f.add_argument("--format", choices=["native", "hf"], default="native")
+    f.set_defaults(func=cmd_checkpoint_fetch)
+
+    p = sub.add_parser("fetch", help="a job's outputs as a zip file")
+    p.add_argument("name")
+    p.add_argument("--destination", default=".", help="directory for NAME.zip")
+    p.set_defaults(func=cmd_fetch)
+
+
+def cmd_checkpoints(args, extra) -> int:
+    from gptrain.cli.data import _bytes, _table
+    from gptrain.cli.jobs import _refresh, _sync, _ts
+    from gptrain.jobs import store
+
+    _refresh(args.name)
+    _sync(args.name)
+    rows = store.checkpoints(args.name)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = [("ID", "NAME", "STEP", "TRAIN LOSS", "EVAL LOSS", "TIME", "SIZE")]
+    for c in rows:
+        table.append((c["id"], c["name"], c["step"] if c["step"] is not None else "-",
+                      f"{c['train_loss']:.4f}" if c["train_loss"] is not None else "-",
+                      f"{c['eval_loss']:.4f}" if c["eval_loss"] is not None else "-",
+                      _ts(c["time"]), _bytes(c["size"])))
+    _table(table)
+    return 0
+
+
+def cmd_checkpoint_fetch(args, extra) -> int:
+    import shutil
+    from pathlib import Path
+
+    from gptrain.errors import UserError
+    from gptrain.jobs import store
+
+    ckpt = store.checkpoint_by_id(args.id)
+    src = Path(ckpt["path"])
+    if not src.exists():
+        raise UserError(f"checkpoint {args.id} is no longer on disk (pruned by keep_last?)")
+    dest = Path(args.destination or args.id)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise UserError(f"destination {dest} exists and is not empty; choose another --destination")
+    if args.format == "hf":
+        from gptrain.models.hf import export_hf
+        from gptrain.train.checkpoint import load_for_inference
+
+        model, tok = load_for_inference(src)
+        export_hf(model, tok, dest)
+    else:
+        tmp = dest.parent / f".{dest.name}.fetch"
+        shutil.rmtree(tmp, ignore_errors=True)
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, tmp)
+        if dest.exists():
+            dest.rmdir()
+        tmp.rename(dest)
+    print(f"fetched checkpoint {args.id} ({ckpt['job']}/{ckpt['name']}) to {dest} ({args.format})")
+    return 0
+
+
+def cmd_fetch(args, extra) -> int:
+    import zipfile
+    from pathlib import Path
+
+    from gptrain.jobs import store
+    from gptrain.jobs.local import job_dir
+
+    store.get_job(args.name)
+    src = job_dir(args.name)
+    dest = Path(args.destination) / f"{args.name}.zip"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(".zip.part")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in sorted(src.rglob("*")):
+            if f.is_file() and not f.name.startswith(".tmp"):
+                z.write(f, f.relative_to(src.parent))
+    tmp.rename(dest)
+    print(f"wrote {dest}")
+    return 0
