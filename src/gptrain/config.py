@@ -320,25 +320,39 @@ def parse_train_args(argv: list[str], cfg: Config | None = None) -> Config:
     args = list(argv)
     if args and not args[0].startswith("-"):
         load_toml(args.pop(0), cfg)
-    i = 0
+    for name, value, _ in split_options(args):
+        apply_option(cfg, name, value)
+    return check(cfg)
+
+
+def split_options(args: list[str]) -> list[tuple[str, str | None, list[str]]]:
+    """[(option name, its value or None, the tokens it was written as)] of trainer flags."""
+    out, i = [], 0
     while i < len(args):
         token = args[i]
         if not token.startswith("--"):
             raise UserError(f"unexpected argument {token!r}: options look like --section.key=value")
         name, eq, value = token[2:].partition("=")
+        tokens = [token]
         if not eq:
             nxt = args[i + 1] if i + 1 < len(args) else None
             takes_no_value = _is_flag(name)
             if nxt is not None and not nxt.startswith("--") and not (
                     takes_no_value and nxt.lower() not in BOOL_WORDS):
                 value, i = nxt, i + 1
+                tokens.append(nxt)
             elif takes_no_value:
                 value = None
             else:
                 raise UserError(f"option --{name} needs a value")
-        apply_option(cfg, name.replace("-", "_") if "." not in name else name, value)
+        out.append((name.replace("-", "_") if "." not in name else name, value, tokens))
         i += 1
-    return check(cfg)
+    return out
+
+
+def canonical_key(name: str) -> str:
+    """section.key for an option name or alias (DeepSpeed flags stay as they are)."""
+    return ALIASES[name][0] if name in ALIASES else name
 
 
 def check(cfg: Config) -> Config:

@@ -50,3 +50,4 @@ def test_save_to_disk_dataset_is_imported_once_on_a_cold_cache(tmp_path, isolate
                          ).save_to_disk(tmp_path / "wikitext-tokenized")
     results = _all_at_once("hf", tmp_path / "wikitext-tokenized")
     assert len({r["out"] for r in results}) == 1 and {r["train"] for r in results} == {2900 * 64}
+

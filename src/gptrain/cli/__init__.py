@@ -36,9 +36,11 @@ def private_home() -> None:
     from gptrain.home import home
 
     os.umask(0o077)
-    if not home().exists():
+    try:
         home().mkdir(parents=True, mode=0o700)
-        os.chmod(home(), 0o700)
+    except FileExistsError:
+        return  # there already (maybe made a moment ago by another rank of the same job)
+    os.chmod(home(), 0o700)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -83,19 +83,28 @@ class JobSpec:
 
     def resolve_trainer_config(self) -> None:
         """Parse the trainer config now, so a bad flag or value is refused before anything is
-        recorded, and keep it resolved: the config file and the flags become one TOML whose
-        relative paths are made absolute against the directory the job is submitted from. The
-        workers start in the job's folder on every scheduler and read exactly these files."""
-        from gptrain.config import dump_toml
+        recorded, and resolve its paths: every relative path among the flags and in the config
+        file is made absolute against the directory the job is submitted from, so the workers
+        (which start in the job's folder, on every scheduler) read the files the user meant."""
+        from gptrain.config import DEEPSPEED_FLAGS, Config, canonical_key, dump_toml, load_toml, split_options
 
-        given = output_dir_flag(self.args)
-        if given:
-            raise UserError(f"{given}: a job writes its checkpoints, metrics and logs into its own "
-                            f"folder ($GPTRAIN_HOME/jobs/{self.name}); drop the flag and get them "
-                            f"with `gptrain checkpoints {self.name}` or `gptrain fetch {self.name}`")
-        cfg = self.trainer_config()
-        absolute_paths(cfg, Path.cwd())
-        self.config, self.config_path, self.args = dump_toml(cfg), None, []
+        base = Path.cwd()
+        self.trainer_config()
+        args = []
+        for name, value, tokens in split_options(self.args):
+            if canonical_key(name) == "train.output_dir":
+                raise UserError(f"{' '.join(tokens)}: a job writes its checkpoints, metrics and logs "
+                                f"into its own folder ($GPTRAIN_HOME/jobs/{self.name}); drop the flag and "
+                                f"get them with `gptrain checkpoints {self.name}` or `gptrain fetch {self.name}`")
+            key = canonical_key(name)
+            names_a_file = key in PATH_KEYS or name in DEEPSPEED_FLAGS
+            resolved = absolute_path(key, value, base) if names_a_file and value else value
+            args += tokens if resolved == value else [f"--{name}={resolved}"]
+        self.args = args
+        if self.config is not None:
+            cfg = load_toml(self.config_path or "the job's config", Config(), text=self.config)
+            if absolute_paths(cfg, base):
+                self.config = dump_toml(cfg)
 
     def trainer_config(self):
         """The trainer Config this job will run with (trainer jobs only); errors name the
@@ -113,31 +122,30 @@ PATH_KEYS = ("data.path", "data.tokenizer", "model.init_from", "checkpoint.resum
 BUILTIN_TOKENIZERS = ("gpt2", "char", "byte")
 
 
-def absolute_paths(cfg, base: Path) -> None:
-    """Make every relative path setting of cfg that exists under `base` absolute. A bare word
-    that is a pushed dataset's name stays a name (data/store.py's rule), and so does anything
-    that does not exist there (a hub id, a checkpoint ID or job name, "auto")."""
+def absolute_path(key: str, value: str, base: Path) -> str:
+    """`value` of the path setting `key` made absolute when it is a relative path that exists
+    under `base`. A bare word that is a pushed dataset's name stays a name (data/store.py's rule),
+    and so does anything that does not exist there (a hub id, a checkpoint ID, "auto", a URL)."""
     from gptrain.data.store import is_path, registered
 
+    if "://" in value or value in BUILTIN_TOKENIZERS:
+        return value
+    p = base / Path(value).expanduser()
+    if p.exists() and (key != "data.path" or is_path(value) or not registered(value)):
+        return str(p.resolve())
+    return value
+
+
+def absolute_paths(cfg, base: Path) -> bool:
+    """absolute_path on every path setting of a Config; whether anything changed."""
+    changed = False
     for key in PATH_KEYS:
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
-        if not isinstance(value, str) or not value or "://" in value or value in BUILTIN_TOKENIZERS:
-            continue
-        p = base / Path(value).expanduser()
-        if p.exists() and (key != "data.path" or is_path(value) or not registered(value)):
-            setattr(getattr(cfg, section), name, str(p.resolve()))
-
-
-def output_dir_flag(args: list[str]) -> str | None:
-    """The flag among a job's trainer flags that sets train.output_dir, if any."""
-    from gptrain.config import ALIASES
-
-    for token in args:
-        name = token[2:].partition("=")[0].replace("-", "_") if token.startswith("--") else ""
-        if name == "train.output_dir" or ALIASES.get(name, ("",))[0] == "train.output_dir":
-            return token
-    return None
+        if isinstance(value, str) and value and absolute_path(key, value, base) != value:
+            setattr(getattr(cfg, section), name, absolute_path(key, value, base))
+            changed = True
+    return changed
 
 
 def parse_env(pairs: list[str], flag: str = "--env") -> dict[str, str]:
