@@ -15,6 +15,7 @@ from tests.workflows.conftest import assert_workflow_outcome, metrics
 pytestmark = pytest.mark.slow  # real jobs: detached supervisors, torchrun, 2 processes each
 
 SHORT = ["--max_steps", "8", "--max_eval_samples", "8", "--report_to", "none"]
+LAYOUTS = pytest.mark.parametrize("nodes, accels", [(2, 1), (1, 2)], ids=["2x1", "1x2"])
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ def _tutorial_flags(model_dir, *extra):
             "--learning_rate", "1e-3", "--block_size", "32", *SHORT, *extra]
 
 
-@pytest.mark.parametrize("nodes, accels", [(2, 1), (1, 2)], ids=["2x1", "1x2"])
+@LAYOUTS
 def test_seed0_hosted_ddp_tutorial(wikitext, tiny_hf_gpt2, tmp_path, nodes, accels):
     """Seed 0: fine-tune HF GPT-2 on the pushed wikitext blocks, HF Trainer flags, 2 processes."""
     ok("run", "fcs-experiments-simple-ddp", "--dataset", wikitext, "--nodes", nodes, "--accels", accels,
@@ -44,26 +45,28 @@ def test_seed0_hosted_ddp_tutorial(wikitext, tiny_hf_gpt2, tmp_path, nodes, acce
     assert [e["kind"] for e in events][:4] == ["submitted", "queued", "starting", "running"]
 
 
-def test_seed1_attention_and_dtype_flags(wikitext, tiny_hf_gpt2, tmp_path):
+@LAYOUTS
+def test_seed1_attention_and_dtype_flags(wikitext, tiny_hf_gpt2, tmp_path, nodes, accels):
     """Seed 1: the same job with --attn_implementation and --torch_dtype (flash_attention_2 needs
     a GPU; on CPU the sdpa kernel in bf16 is the same command shape)."""
-    ok("run", "flash", "--dataset", wikitext, "--accels", "2", "--",
+    ok("run", "flash", "--dataset", wikitext, "--nodes", nodes, "--accels", accels, "--",
        *_tutorial_flags(tiny_hf_gpt2, "--attn_implementation", "sdpa", "--torch_dtype", "bfloat16"))
     assert_workflow_outcome("flash", tmp_path)
     assert 'precision = "bf16"' in json.loads(ok("inspect", "flash", "--json"))["config"]
 
 
-def test_seed2_mingpt_yaml_with_http_data_and_bucket_snapshots(jobs_home, tmp_path):
+@LAYOUTS
+def test_seed2_mingpt_yaml_with_http_data_and_bucket_snapshots(jobs_home, tmp_path, nodes, accels):
     """Seed 2: minGPT's DDP job from a YAML file: data read over http, snapshots to a bucket
-    path, two nodes x one process; a rerun resumes from the bucket's newest snapshot."""
+    path, on two processes."""
     (tmp_path / "www").mkdir()
     write_corpus(tmp_path / "www" / "input.txt", 60000)
     bucket = tmp_path / "bucket"
     with http_server(tmp_path / "www") as url:
         (tmp_path / "mingpt.yaml").write_text(f"""
 name: mingpt
-nodes: 2
-accels: 1
+nodes: {nodes}
+accels: {accels}
 config:
   data: {{path: "{url}/input.txt", tokenizer: char}}
   model: {{n_layer: 2, n_head: 2, n_embd: 32, block_size: 32}}
@@ -76,7 +79,8 @@ config:
     assert (bucket / "mingpt" / "snapshots" / "latest").is_file()
 
 
-def test_seed3_fmengine_llama_pipeline(jobs_home, tiny_hf_llama, tmp_path):
+@LAYOUTS
+def test_seed3_fmengine_llama_pipeline(jobs_home, tiny_hf_llama, tmp_path, nodes, accels):
     """Seed 3: FMEngine's command: Llama from a checkpoint, JSONL data, DeepSpeed JSON, two
     pipeline stages."""
     text = write_corpus(tmp_path / "corpus.txt", n_chars=40000).read_text()
@@ -89,7 +93,7 @@ def test_seed3_fmengine_llama_pipeline(jobs_home, tiny_hf_llama, tmp_path):
         "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 2}}}))
     (tmp_path / "pretrained").symlink_to(tiny_hf_llama)
     # as typed in the project's folder: every path relative to where `gptrain run` is called
-    r = run_cli("run", "fmengine", "--accels", "2", "--", "--init_ckpt", "pretrained",
+    r = run_cli("run", "fmengine", "--nodes", nodes, "--accels", accels, "--", "--init_ckpt", "pretrained",
                 "--data_path", data.name, "--max_seq_len", "32", "--train_steps", "8", "--eval_steps", "4",
                 "--save_steps", "4", "--log_steps", "1", "--pipe_parallel_size", "2",
                 "--model_parallel_size", "1", "--use_flash_attn", "false", "--deepspeed_config", ds.name,
@@ -100,11 +104,13 @@ def test_seed3_fmengine_llama_pipeline(jobs_home, tiny_hf_llama, tmp_path):
     assert f'init_from = "{tiny_hf_llama}"' in config and f'path = "{data}"' in config
 
 
-def test_seed4_fsdp_gpt2_from_hf_weights(jobs_home, tiny_hf_gpt2, tmp_path):
+@LAYOUTS
+def test_seed4_fsdp_gpt2_from_hf_weights(jobs_home, tiny_hf_gpt2, tmp_path, nodes, accels):
     """Seed 4: GPT-2 from HF weights (--hf_model), FSDP with activation checkpointing per block,
     TensorBoard metrics, data in a flat uint16 token file."""
     data = make_dataset(tmp_path, tokenizer="gpt2")
-    ok("run", "gpt2-fsdp", "--accels", "2", "--", f"--hf_model={tiny_hf_gpt2}", f"--data.path={data}",
+    ok("run", "gpt2-fsdp", "--nodes", nodes, "--accels", accels, "--", f"--hf_model={tiny_hf_gpt2}",
+       f"--data.path={data}",
        "--parallel.dp_shard=2", "--train.activation_checkpointing=full", "--train.max_steps=8",
        "--train.batch_size=2", "--train.lr=1e-3", "--model.block_size=32", "--train.eval_every=4",
        "--checkpoint.every=4", "--data.max_eval_samples=8", "--metrics.log_every=1",
