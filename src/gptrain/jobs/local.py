@@ -116,8 +116,9 @@ def stop(name: str, timeout: float) -> str:
     from gptrain.jobs.reconcile import reconcile, supervisor_alive
 
     reconcile()
-    if store.get_job(name)["state"] in store.TERMINAL:
-        return store.get_job(name)["state"]
+    state = store.get_job(name)["state"]
+    if state in store.TERMINAL:
+        return state
     (job_dir(name) / "stop-request").write_text(json.dumps({"timeout": timeout}))
     job = store.get_job(name)  # read after the request is on disk: no start slips between
     ident = json.loads(job["supervisor"]) if job["supervisor"] else None
@@ -166,7 +167,7 @@ def scan_checkpoints(job: str) -> list[dict]:
 DISK_FULL_BYTES = 2 << 20  # less free than this where a job writes: its disk is full
 
 
-def disk_full(job: str) -> str | None:
+def full_disk_of(job: str) -> str | None:
     """'no space left on device on the disk holding DIR (N KiB free)' when it is full, else None."""
     d = job_dir(job)
     try:

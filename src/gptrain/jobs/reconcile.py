@@ -67,7 +67,7 @@ def _check(row: dict) -> None:
     restarts, max_restarts = row["restarts"], spec.get("max_restarts", 0)
     latest = local.latest_checkpoint(name)
     where = f"from {latest}" if latest else "from the start (no checkpoint yet)"
-    full = local.disk_full(name)  # a new supervisor would die the same way
+    full = local.full_disk_of(name)  # a new supervisor would die the same way
     if (local.job_dir(name) / "stop-request").exists():
         store.end_orphan(name, row["supervisor"], "stopped", f"stopped ({how})")
     elif full:

@@ -225,7 +225,7 @@ class Supervisor:
     def no_restart_reason(self, code: int, error: str) -> str | None:
         """Why a restart would fail the same way (a full disk, a user error), or None."""
         logs = self.dir / "logs"
-        full = local.disk_full(self.name)
+        full = local.full_disk_of(self.name)
         if full is None and (NO_SPACE in error.lower() or mentions_no_space(logs)):
             full = f"{NO_SPACE} on the disk holding {self.dir}"
         if full:

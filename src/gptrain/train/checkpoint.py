@@ -192,8 +192,7 @@ def _save_failed(e: BaseException, tmp: Path) -> BaseException:
     """What to raise when writing a checkpoint failed: its partial directory is removed (it was
     never a checkpoint: only a renamed one is), and a full disk becomes one UserError."""
     if _rank() == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        (tmp.parent / ".latest.tmp").unlink(missing_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # (a half-written `latest` removes itself)
     return dcp_error(e, tmp.parent / tmp.name.removeprefix(".tmp-")) or e
 
 
@@ -228,9 +227,9 @@ def save(output_dir, step: int, tensors: dict, trainer_state: dict, keep_last: i
 
 
 def _write_latest(root: Path, name: str) -> None:
-    tmp = root / ".latest.tmp"
-    tmp.write_text(name + "\n")
-    os.replace(tmp, root / "latest")
+    from gptrain.atomic import write_text_atomic
+
+    write_text_atomic(root / "latest", name + "\n")
 
 
 def _prune(root: Path, keep_last: int | None) -> None:
@@ -274,8 +273,7 @@ def load_for_inference(path, device="cpu", **overrides):
     """(GPT in eval mode, tokenizer) from a checkpoint directory or training output directory."""
     from gptrain import tokenizers
     from gptrain.files import reading
-    from gptrain.models.registry import GPTConfig
-    from gptrain.models.registry import build
+    from gptrain.models.registry import GPTConfig, build
 
     path = resolve(path)
     state = read_state(path)

@@ -6,8 +6,9 @@ pipeline parallel.
 
 Order of work: resolve the plan (precision, batch, degrees: train/plan.py) -> build the plain
 model -> check the layout -> cut it into pipeline stages (if pp > 1) -> parallelize each part ->
-optimizers -> resume (model, optimizer, loader position, RNG) -> loop (accumulate, clip, step, log, eval, checkpoint). A SIGTERM makes every rank stop at
-the same step and save a checkpoint first.
+optimizers -> resume (model, optimizer, loader position, RNG) -> loop (accumulate, clip, step,
+log, eval, checkpoint). A SIGTERM makes every rank stop at the same step and save a checkpoint
+first.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class Trainer:
         meta = read_meta(self.data_dir)
         self.tokenizer_spec = meta["tokenizer"]
         self.plan = run_plan.resolve(cfg, env.device.type, env.world)
-        self.precision, self.dims = self.plan.precision, self.plan.dims
+        self.dims = self.plan.dims
         plain = build_model(cfg, meta["vocab_size"])
         plain.fused_loss = tc.fused_loss
         self.model_cfg = plain.config
@@ -81,21 +82,20 @@ class Trainer:
         self.dp_rank = self.dims.dp_rank(self.mesh)
         self._build_parts(plain)
         self.optims = [build_optimizer(p, tc, env.device) for p in self.parts]
-        self.scaler = LossScaler.from_config(cfg.train) if self.precision == "fp16" else None
+        self.scaler = LossScaler.from_config(cfg.train) if self.plan.precision == "fp16" else None
         T = self.model_cfg.block_size
         train_tokens = open_split(self.data_dir, "train")
         if num_blocks(len(train_tokens), T, cfg.data.max_train_samples) < self.dims.dp:
             raise UserError(f"the training split has fewer blocks of {T} tokens than data-parallel "
                             f"ranks ({self.dims.dp}); use more data or a smaller model.block_size")
         self.vocab_size = meta["vocab_size"]
-        self.loader = BlockLoader(train_tokens, T, tc.batch_size, self.dp_rank, self.dims.dp,
+        self.loader = BlockLoader(train_tokens, T, self.plan.batch_size, self.dp_rank, self.dims.dp,
                                   seed=tc.seed, max_blocks=cfg.data.max_train_samples,
                                   vocab_size=self.vocab_size, source=f"dataset {self.data_dir}")
         self.val_tokens = self._val_split(meta, T)
-        batches_per_step = tc.grad_accum_steps
-        self.steps_per_epoch = max(1, math.ceil(self.loader.batches_per_epoch() / batches_per_step))
-        self.total_steps = tc.max_steps if tc.max_steps > 0 else max(1, math.ceil(
-            tc.epochs * self.loader.batches_per_epoch() / batches_per_step))
+        batches_per_epoch = self.loader.batches_per_epoch() / self.plan.grad_accum_steps
+        self.steps_per_epoch = max(1, math.ceil(batches_per_epoch))
+        self.total_steps = tc.max_steps if tc.max_steps > 0 else max(1, math.ceil(tc.epochs * batches_per_epoch))
         self.step = 0
         self.last = {"train_loss": None, "eval_loss": None}
         self._step_loss = None
@@ -251,7 +251,7 @@ class Trainer:
 
     def _forward_backward(self) -> torch.Tensor:
         """Gradients of one optimizer step; returns the mean loss (on every rank)."""
-        tc, device = self.cfg.train, self.env.device
+        device = self.env.device
         if self.schedule is not None:
             x, y = (t.to(device) for t in self.loader.next_batch())
             losses: list = []
@@ -263,14 +263,15 @@ class Trainer:
             pipeline.sync_tied_grads(self.parts, self.embedding_group)
             return pipeline.share_from_last(loss, self.parts, self.pp_group)
         loss_sum = torch.zeros((), device=device)
-        for micro in range(tc.grad_accum_steps):
+        accum = self.plan.grad_accum_steps
+        for micro in range(accum):
             x, y = (t.to(device, non_blocking=True) for t in self.loader.next_batch())
-            with self._grad_sync(micro == tc.grad_accum_steps - 1), self.autocast():
+            with self._grad_sync(micro == accum - 1), self.autocast():
                 _, loss = self.parts[0](x, y)
-            scaled = loss / tc.grad_accum_steps
+            scaled = loss / accum
             (self.scaler.scale_loss(scaled) if self.scaler else scaled).backward()
             loss_sum += loss.detach()
-        return loss_sum / tc.grad_accum_steps
+        return loss_sum / accum
 
     def train_step(self):
         """One optimizer step; returns (mean loss or None when skipped, lr)."""
@@ -368,11 +369,11 @@ class Trainer:
         torch.manual_seed(tc.seed + env.rank)
         self.maybe_resume()
         stop.install()
-        tokens_per_step = tc.batch_size * tc.grad_accum_steps * self.model_cfg.block_size * self.dims.dp
+        tokens_per_step = self.plan.rows_per_step * self.model_cfg.block_size
         flops_tok = flops_per_token(self.model_cfg, self.n_params)
-        peak = peak_flops(env.device, self.cfg.metrics.peak_flops, self.precision) * env.world
+        peak = peak_flops(env.device, self.cfg.metrics.peak_flops, self.plan.precision) * env.world
         self.log_main(f"training {self.n_params / 1e6:.2f}M parameters on {env.world} x "
-                      f"{env.device.type} ({self.precision}), {self.total_steps} steps, "
+                      f"{env.device.type} ({self.plan.precision}), {self.total_steps} steps, "
                       f"{tokens_per_step:,} tokens/step")
         window_start, window_steps, run_start = time.perf_counter(), 0, time.perf_counter()
         status = "completed"
