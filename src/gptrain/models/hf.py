@@ -61,7 +61,7 @@ def config_from_hf(hf: dict, **overrides):
 
 
 def llama_config_from_hf(hf: dict):
-    from gptrain.models.registry import GPTConfig
+    from gptrain.models.registry import LlamaConfig
 
     rope = hf.get("rope_parameters") or {}  # transformers 5 keeps rope_theta in here
     scaling = hf.get("rope_scaling") or ({} if rope.get("rope_type", "default") == "default" else rope)
@@ -76,13 +76,13 @@ def llama_config_from_hf(hf: dict):
     if hf.get("head_dim") not in (None, width // heads):
         raise UserError(f"head_dim {hf['head_dim']} other than hidden_size / num_attention_heads "
                         "is not supported")
-    return GPTConfig(arch="llama", block_size=hf["max_position_embeddings"], vocab_size=hf["vocab_size"],
-                     n_layer=hf["num_hidden_layers"], n_head=heads,
-                     n_kv_head=hf.get("num_key_value_heads") or heads, n_embd=width,
-                     intermediate_size=hf["intermediate_size"],
-                     rope_theta=float(hf.get("rope_theta") or rope.get("rope_theta", 10000.0)),
-                     layer_norm_eps=hf.get("rms_norm_eps", 1e-6), bias=False,
-                     tie_embeddings=bool(hf.get("tie_word_embeddings", False)))
+    return LlamaConfig(block_size=hf["max_position_embeddings"], vocab_size=hf["vocab_size"],
+                       n_layer=hf["num_hidden_layers"], n_head=heads,
+                       n_kv_head=hf.get("num_key_value_heads") or heads, n_embd=width,
+                       intermediate_size=hf["intermediate_size"],
+                       rope_theta=float(hf.get("rope_theta") or rope.get("rope_theta", 10000.0)),
+                       layer_norm_eps=hf.get("rms_norm_eps", 1e-6), bias=False,
+                       tie_embeddings=bool(hf.get("tie_word_embeddings", False)))
 
 
 def gpt2_config_from_hf(hf: dict):

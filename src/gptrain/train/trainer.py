@@ -14,7 +14,6 @@ first.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import time
 from pathlib import Path
@@ -163,7 +162,7 @@ class Trainer:
         state = {
             "step": self.step, "total_steps": self.total_steps, "loader": self.loader.state_dict(),
             "train_loss": self.last["train_loss"], "eval_loss": self.last["eval_loss"],
-            "model_config": dataclasses.asdict(self.model_cfg), "tokenizer": self.tokenizer_spec,
+            "model_config": self.model_cfg.to_dict(), "tokenizer": self.tokenizer_spec,
             "config": self.cfg.to_dict(), "dataset": str(self.data_dir), "world_size": self.env.world,
             "scaler": self.scaler.state_dict() if self.scaler else None,
         }
