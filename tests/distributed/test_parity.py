@@ -158,23 +158,23 @@ def hf_reference(data, tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("model, name, nproc, rows, n_layer, layout", [
-    ("gpt2", "fsdp", 2, 4, 2, ["--parallel.dp_shard=2"]),
-    ("gpt2", "ddp", 2, 4, 2, ["--parallel.dp_replicate=2", "--parallel.dp_shard=1"]),
-    ("gpt2", "tp", 2, 8, 2, ["--parallel.tp=2", "--parallel.dp_shard=1"]),
-    ("gpt2", "pp-1f1b", 2, 8, 2, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=1f1b"]),
-    ("gpt2", "fsdp+tp", 4, 4, 2, ["--parallel.tp=2", "--parallel.dp_shard=2"]),
-    ("gpt2", "hsdp", 4, 2, 2, ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"]),
-    ("gpt2", "pp-gpipe", 2, 8, 2, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=gpipe"]),
-    ("gpt2", "pp-interleaved", 2, 8, 4, ["--parallel.pp=2", "--parallel.dp_shard=1",
-                                         "--parallel.pp_schedule=interleaved_1f1b"]),
-    ("gpt2", "pp+fsdp", 4, 4, 2, ["--parallel.pp=2", "--parallel.dp_shard=2", "--parallel.pp_microbatches=2"]),
-    ("llama", "fsdp", 2, 4, 2, ["--parallel.dp_shard=2"]),
-    ("llama", "tp", 2, 8, 2, ["--parallel.tp=2", "--parallel.dp_shard=1"]),
-    ("llama", "pp+tp", 4, 8, 2, ["--parallel.pp=2", "--parallel.tp=2", "--parallel.dp_shard=1"]),
-    ("llama", "pp-interleaved", 2, 8, 4, ["--parallel.pp=2", "--parallel.dp_shard=1",
-                                          "--parallel.pp_schedule=interleaved_1f1b"]),
-])
+HF_LAYOUTS = [  # (name, processes, rows per rank, layers, flags)
+    ("ddp", 2, 4, 2, ["--parallel.dp_replicate=2", "--parallel.dp_shard=1"]),
+    ("fsdp", 2, 4, 2, ["--parallel.dp_shard=2"]),
+    ("hsdp", 4, 2, 2, ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"]),
+    ("tp", 2, 8, 2, ["--parallel.tp=2", "--parallel.dp_shard=1"]),
+    ("fsdp+tp", 4, 4, 2, ["--parallel.tp=2", "--parallel.dp_shard=2"]),
+    ("pp-gpipe", 2, 8, 2, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=gpipe"]),
+    ("pp-1f1b", 2, 8, 2, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=1f1b"]),
+    ("pp-interleaved", 2, 8, 4, ["--parallel.pp=2", "--parallel.dp_shard=1",
+                                 "--parallel.pp_schedule=interleaved_1f1b"]),
+    ("pp+fsdp", 4, 4, 2, ["--parallel.pp=2", "--parallel.dp_shard=2", "--parallel.pp_microbatches=2"]),
+    ("pp+tp", 4, 8, 2, ["--parallel.pp=2", "--parallel.tp=2", "--parallel.dp_shard=1"]),
+]
+
+
+@pytest.mark.parametrize("model", ["gpt2", "llama"])
+@pytest.mark.parametrize("name, nproc, rows, n_layer, layout", HF_LAYOUTS, ids=[r[0] for r in HF_LAYOUTS])
 def test_layouts_from_hf_weights_match_single_process(data, hf_model, hf_reference, tmp_path, model,
                                                       name, nproc, rows, n_layer, layout):
     """Fine-tuning HF weights (GPT-2's Conv1D weights are stored transposed) under each layout
