@@ -70,7 +70,8 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 
 
 # Columns added after the first release: (table, column, type), added to older databases.
-MIGRATIONS = (("jobs", "supervisor", "TEXT"), ("jobs", "run_id", "TEXT"))
+MIGRATIONS = (("jobs", "supervisor", "TEXT"), ("jobs", "run_id", "TEXT"), ("checkpoints", "kind", "TEXT"),
+              ("checkpoints", "mtime", "REAL"), ("datasets", "kind", "TEXT"))
 RESERVE = ".disk-reserve"
 RESERVE_BYTES = 1 << 20
 

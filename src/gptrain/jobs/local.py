@@ -9,7 +9,6 @@ failed or stopped job again, to continue from its latest checkpoint.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -130,38 +129,13 @@ def stop(name: str, timeout: float) -> str:
     return store.get_job(name)["state"]
 
 
-def checkpoint_id(job: str, name: str) -> str:
-    return hashlib.sha1(f"{job}/{name}".encode()).hexdigest()[:12]
-
-
 def scan_checkpoints(job: str) -> list[dict]:
-    """The complete checkpoints in a job's checkpoint directory (built-in trainer or script)."""
-    import re
+    """The checkpoints a job wrote, built-in trainer or script (jobs/found.py), with the rows
+    recorded before passed along so unchanged files are not read again."""
+    from gptrain.jobs import found
 
-    from gptrain.errors import UserError
-    from gptrain.train.checkpoint_files import is_checkpoint_dir, read_state
-
-    root = job_dir(job) / "checkpoints"
-    found = []
-    if not root.is_dir():
-        return found
-    for p in sorted(root.iterdir()):
-        if p.name.startswith(".") or p.name == "latest":
-            continue
-        entry = {"id": checkpoint_id(job, p.name), "name": p.name, "path": str(p), "step": None,
-                 "train_loss": None, "eval_loss": None, "time": p.stat().st_mtime, "size": _size(p)}
-        try:
-            state = read_state(p) if is_checkpoint_dir(p) else None
-        except UserError:  # listed, step from its name: using it says what is wrong with it
-            state = None
-        if state is not None:
-            entry.update(step=state["step"], train_loss=state.get("train_loss"),
-                         eval_loss=state.get("eval_loss"), time=state.get("saved_at", entry["time"]))
-        else:
-            digits = re.findall(r"\d+", p.name)
-            entry["step"] = int(digits[-1]) if digits else None
-        found.append(entry)
-    return found
+    known = {r["name"]: r for r in store.checkpoints(job)}
+    return found.scan(job_dir(job), known)
 
 
 DISK_FULL_BYTES = 2 << 20  # less free than this where a job writes: its disk is full
@@ -180,14 +154,8 @@ def full_disk_of(job: str) -> str | None:
 
 
 def latest_checkpoint(job: str) -> str | None:
-    """The name of the newest complete checkpoint of a job (what its trainer resumes from)."""
-    from gptrain.train.checkpoint_files import find_latest
+    """The name of the newest checkpoint of a job (what it resumes from)."""
+    from gptrain.jobs import found
 
-    latest = find_latest(job_dir(job))
-    return latest.name if latest else None
-
-
-def _size(p: Path) -> int:
-    if p.is_file():
-        return p.stat().st_size
-    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    row = found.newest(scan_checkpoints(job))
+    return row["name"] if row else None

@@ -63,6 +63,10 @@ def build_model(cfg: Config, vocab_size: int):
     src = Path(mc.init_from).expanduser()
     if src.is_dir() and (ckpt.is_checkpoint_dir(src) or ckpt.find_latest(src)):
         model, _ = ckpt.load_for_inference(src, "cpu", **overrides)
+    elif src.is_file():  # a nanoGPT ckpt.pt
+        from gptrain.models.nanogpt import load_nanogpt
+
+        model, _ = load_nanogpt(src, **overrides)
     else:
         from gptrain.models.hf import load_hf
 

@@ -203,9 +203,7 @@ class Trainer:
             if self.cfg.checkpoint.remote:
                 path = self._fetch_remote(path)
         else:
-            from gptrain.models.load import resolve_ref
-
-            path = ckpt.resolve(resolve_ref(where))  # a directory, checkpoint ID or job name
+            path = ckpt.resolve(where)  # a directory (names were resolved by gptrain/refs.py)
         if path is None:
             return
         state = ckpt.read_state(path)
