@@ -137,29 +137,11 @@ def _is_file(path: str) -> bool:
 # ---- reading jobs ---------------------------------------------------------------------------
 
 def _latest_metrics(name: str) -> dict:
-    """The last train and eval records of a job's metrics.jsonl (read from the end)."""
+    """The last train and eval records of a job, built-in trainer or script (jobs/progress.py)."""
+    from gptrain.jobs import progress
     from gptrain.jobs.local import job_dir
 
-    path = job_dir(name) / "metrics.jsonl"
-    out: dict = {}
-    if not path.is_file():
-        return out
-    with open(path, "rb") as f:
-        f.seek(0, 2)
-        f.seek(max(0, f.tell() - 65536))
-        lines = f.read().decode(errors="replace").splitlines()
-    for line in reversed(lines):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        for prefix in ("train", "eval"):
-            if prefix not in out and f"{prefix}/loss" in rec:
-                out[prefix] = {"step": rec["step"], **{k.split("/", 1)[1]: v for k, v in rec.items()
-                                                       if k.startswith(prefix + "/")}}
-        if len(out) == 2:
-            break
-    return out
+    return progress.latest(job_dir(name))
 
 
 def _age(t: float | None) -> str:

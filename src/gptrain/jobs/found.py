@@ -51,7 +51,7 @@ def is_hf_dir(path) -> bool:
 def is_hf_trainer_dir(path) -> bool:
     """A complete HF Trainer checkpoint-N: trainer_state.json beside a HF model's files."""
     p = Path(path)
-    return (p / "trainer_state.json").is_file() and is_hf_dir(p) and "global_step" in _json(p / "trainer_state.json")
+    return (p / "trainer_state.json").is_file() and is_hf_dir(p) and "global_step" in json_or_empty(p / "trainer_state.json")
 
 
 def kind_of(path) -> str | None:
@@ -170,7 +170,7 @@ def _read_meta(p: Path) -> dict:
 def hf_trainer_progress(state_file) -> dict:
     """step, train_loss, eval_loss from a HF Trainer trainer_state.json (its log_history's last
     'loss' and 'eval_loss'); {} when it is not readable."""
-    state = _json(state_file)
+    state = json_or_empty(state_file)
     out = {}
     if isinstance(state.get("global_step"), int):
         out["step"] = state["global_step"]
@@ -207,7 +207,7 @@ def _num(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else None
 
 
-def _json(path) -> dict:
+def json_or_empty(path) -> dict:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError):
