@@ -157,3 +157,26 @@ def test_generate_on_a_job_whose_checkpoints_gptrain_cannot_load_says_so(jobs_en
     assert "model_step_7.safetensors" in ok("checkpoints", "opaque")
     r = run_cli("generate", "opaque")
     assert r.returncode == 2 and "no checkpoint yet" not in r.stderr and "cannot load" in r.stderr, r.stderr
+
+
+def test_save_to_disk_dataset_pushed_as_is_is_read_by_a_script(jobs_env, tmp_path):
+    """The hosted tutorials' flow: a tokenized DatasetDict.save_to_disk folder, pushed as it is,
+    loaded by the job's script with load_from_disk($GPTRAIN_DATASET_DIR) on every rank."""
+    from tests.helpers import make_dataset, save_as_hf_blocks
+
+    saved = save_as_hf_blocks(make_dataset(tmp_path), tmp_path / "tokenized")
+    ok("data", "push", "tok", saved)
+    s = script(tmp_path, "load.py", """
+        import os
+        from datasets import load_from_disk
+        ds = load_from_disk(os.environ["GPTRAIN_DATASET_DIR"])
+        print("rank", os.environ["RANK"], "train rows", len(ds["train"]), "first", ds["train"][0]["input_ids"][:3])
+        """)
+    ok("run", "reads", "--dataset", "tok", "--accels", "2", "--", s)
+    assert wait_for("reads")["state"] == "succeeded"
+    import datasets
+
+    want = datasets.load_from_disk(str(saved))["train"]
+    for rank in (0, 1):
+        log = ok("logs", "reads", "--rank", str(rank))
+        assert f"rank {rank} train rows {len(want)} first {want[0]['input_ids'][:3]}" in log, log

@@ -20,7 +20,7 @@ import numpy as np
 from gptrain import tokenizers
 from gptrain.atomic import new_directory
 from gptrain.data import sources as src_mod
-from gptrain.data.formats import FORMAT, VERSION, token_dtype, write_meta
+from gptrain.data.formats import FORMAT, VERSION, token_dtype, write_meta, write_nanogpt_meta
 from gptrain.errors import UserError
 
 TASK_CHARS = 1 << 20          # text per tokenization task
@@ -179,6 +179,8 @@ def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: st
                           shard_tokens, quiet)
         meta["sources"] = list(sources)
         write_meta(tmp, meta)
+        if tok.name == "char":
+            write_nanogpt_meta(tmp, tok.chars)
     return meta
 
 
