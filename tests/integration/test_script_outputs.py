@@ -113,6 +113,12 @@ def test_hf_trainer_script_checkpoints_listed_generated_and_fetched(jobs_env, tm
         out = ok("generate", ref, "--prompt", "Hello", "--max-new-tokens", "4", "--tokenizer", "gpt2",
                  "--temperature", "0")
         assert out.startswith("Hello")
+    from tests.helpers import make_dataset
+
+    data = make_dataset(tmp_path, tokenizer="gpt2")
+    result = json.loads(ok("eval", by_name["output/checkpoint-4"]["id"], "--dataset", data, "--json",
+                           "--batch-size", "2", "--max-blocks", "4"))
+    assert result["loss"] > 0
     # fetch --format hf of an HF Trainer checkpoint: the same weights, readable by transformers
     dest = tmp_path / "fetched" / "c2"
     ok("checkpoint", "fetch", by_name["output/checkpoint-2"]["id"], "--format", "hf", "--destination", dest)

@@ -150,3 +150,11 @@ def test_nanogpt_checkpoint_matches_its_own_forward(tmp_path, vocab):
     got = got[0] if isinstance(got, tuple) else got
     assert got.shape[-1] == (50257 if vocab == 50304 else vocab)  # nanoGPT's padding rows dropped
     torch.testing.assert_close(got, want[..., :got.shape[-1]], atol=1e-4, rtol=1e-4)
+    # `gptrain export` of it: transformers computes the same
+    from transformers import GPT2LMHeadModel
+
+    r = run_cli("export", path, "--out", tmp_path / "hf")
+    assert r.returncode == 0, r.stderr
+    with torch.no_grad():
+        theirs = GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()(idx).logits
+    torch.testing.assert_close(theirs, want[..., :theirs.shape[-1]], atol=1e-4, rtol=1e-4)

@@ -35,6 +35,8 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "") -> Path:
 
 def _model_tokenizer(init_from: str) -> str:
     """The tokenizer of the weights a run starts from: a HF directory's own, else gpt2."""
+    if init_from and Path(init_from).expanduser().is_file():
+        return "gpt2"  # a nanoGPT ckpt.pt: GPT-2's vocabulary (models/nanogpt.py)
     if init_from:
         from gptrain.models.hf import is_hf_dir, resolve
 
