@@ -64,6 +64,24 @@ def test_failure_reason_is_the_root_cause_ranks_error(jobs_env, tmp_path, with_d
                          "'/nonexistent/data/train.bin'", j["error"]
 
 
+def test_a_rank_killed_outright_is_the_reason_not_the_others_errors(jobs_env, tmp_path):
+    """Rank 0 is killed (SIGKILL, as the out-of-memory killer does); rank 1, blocked in a
+    collective, may log a connection error before it is torn down: the reason is rank 0's kill."""
+    s = script(tmp_path, "oom.py", """
+        import os, signal, time
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        if os.environ["RANK"] == "0":
+            time.sleep(1)
+            os.kill(os.getpid(), signal.SIGKILL)
+        dist.all_reduce(torch.ones(1))
+        time.sleep(120)
+        """)
+    ok("run", "oom", "--accels", "2", "--", s)
+    j = wait_for("oom")
+    assert j["state"] == "failed" and j["error"] == "rank 0 was killed by SIGKILL", j["error"]
+
+
 def test_metrics_jsonl_of_a_script_shown_by_jobs_and_inspect(jobs_env, tmp_path):
     s = script(tmp_path, "m.py", OUT + textwrap.dedent("""
         import json
@@ -155,8 +173,9 @@ def test_nanogpt_style_script_checkpoint_listed_and_generated(jobs_env, tmp_path
 def test_generate_on_a_job_whose_checkpoints_gptrain_cannot_load_says_so(jobs_env, tmp_path):
     s = script(tmp_path, "w.py", """
         import os, pathlib
-        (pathlib.Path(os.environ["GPTRAIN_CHECKPOINT_DIR"]) / "model_step_7.safetensors").parent.mkdir(parents=True, exist_ok=True)
-        (pathlib.Path(os.environ["GPTRAIN_CHECKPOINT_DIR"]) / "model_step_7.safetensors").write_bytes(b"x")
+        ck = pathlib.Path(os.environ["GPTRAIN_CHECKPOINT_DIR"])
+        ck.mkdir(parents=True, exist_ok=True)
+        (ck / "model_step_7.safetensors").write_bytes(b"x")
         """)
     ok("run", "opaque", "--", s)
     assert wait_for("opaque")["state"] == "succeeded"

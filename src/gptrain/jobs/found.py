@@ -51,7 +51,8 @@ def is_hf_dir(path) -> bool:
 def is_hf_trainer_dir(path) -> bool:
     """A complete HF Trainer checkpoint-N: trainer_state.json beside a HF model's files."""
     p = Path(path)
-    return (p / "trainer_state.json").is_file() and is_hf_dir(p) and "global_step" in json_or_empty(p / "trainer_state.json")
+    state = p / "trainer_state.json"
+    return state.is_file() and is_hf_dir(p) and "global_step" in json_or_empty(state)
 
 
 def kind_of(path) -> str | None:
@@ -102,10 +103,13 @@ def latest(job_dir) -> Path | None:
 
 
 def newest(rows: list[dict]) -> dict | None:
-    """The row with the highest step (the newest among equal or unknown steps), or None."""
+    """The row with the highest step, or None. At equal (or unknown) steps a checkpoint proper
+    comes before a root that is itself a model (an HF Trainer's final save_model/save_state
+    into output/ has the last checkpoint-N's step, but not its optimizer state), then the newest."""
     if not rows:
         return None
-    return max(rows, key=lambda r: (r["step"] if r["step"] is not None else -1, r["time"]))
+    return max(rows, key=lambda r: (r["step"] if r["step"] is not None else -1, r["name"] not in ROOTS,
+                                    r["time"]))
 
 
 def _walk(job: str, folder: Path, prefix: str, depth: int, known: dict, rows: list,

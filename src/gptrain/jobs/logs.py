@@ -62,8 +62,11 @@ def failure_summary(logs: Path, code: int) -> str:
 
 def _failure_summary(logs: Path, code: int) -> str:
     rank, exitcode = failed_rank(logs, code)
+    # the root cause's own error; when it was torn down by SIGTERM (or is unknown), another
+    # rank's that failed meanwhile; a root cause killed otherwise (SIGKILL: out of memory?) is that
     others = sorted(int(p.stem.split("-")[1]) for p in logs.glob("rank-*.log"))
-    # the root cause's own error first; a rank killed by a signal had none: then another's
+    if rank is not None and exitcode != -signal.SIGTERM:
+        others = []
     for r in ([rank] if rank is not None else []) + [r for r in others if r != rank]:
         path = logs / f"rank-{r}.log"
         errors = error_lines(path) if path.is_file() else []
