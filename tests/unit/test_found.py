@@ -59,16 +59,19 @@ def test_each_kind_one_row_right_steps_no_bogus_rows(tmp_path, tiny_hf_gpt2):
     (out / "checkpoint-60" / "optimizer.pt").write_bytes(b"x")
     for f in tiny_hf_gpt2.iterdir():  # save_model(output_dir): the output dir is the final model
         shutil.copy2(f, out / f.name)
-    for junk in ("tokenizer.json", "vocab.json", "merges.txt", "training_args.json", "train.log", "notes.txt"):
+    for junk in ("tokenizer.json", "vocab.json", "merges.txt", "training_args.json", "train.log", "notes.txt",
+                 "training_args.bin", "optimizer.pt", "rng_state_1.pth"):
         (out / junk).write_text("{}")
+    (out / "epoch_2.pt").write_bytes(b"weights beside the final model")
     nanogpt_ckpt(ck / "out-shakespeare" / "ckpt.pt", iter_num=250, val=1.25)
     (ck / "epoch_7.pth").write_bytes(b"not a pickle")
     (ck / "weights.safetensors").write_bytes(b"x")
     (ck / "run.log").write_text("loss 1.0\n")
     rows = {r["name"]: r for r in found.scan(job)}
-    assert set(rows) == {"output", "output/checkpoint-20", "output/checkpoint-40",
+    assert set(rows) == {"output", "output/checkpoint-20", "output/checkpoint-40", "output/epoch_2.pt",
                          "out-shakespeare/ckpt.pt", "epoch_7.pth", "weights.safetensors"}, sorted(rows)
     assert rows["output"]["kind"] == "hf-model" and rows["output"]["step"] is None
+    assert rows["output"]["size"] < 2 * rows["output/checkpoint-20"]["size"]  # not its checkpoints too
     c40 = rows["output/checkpoint-40"]
     assert (c40["kind"], c40["step"], c40["train_loss"], c40["eval_loss"]) == ("hf-trainer", 40, 1.75, 1.9)
     assert rows["output/checkpoint-20"]["train_loss"] == 2.5

@@ -33,6 +33,9 @@ ROOTS = ("checkpoints", "output")
 WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
 HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
               "pytorch_model.bin.index.json")
+HF_SHARD = re.compile(r"(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)")
+# a Trainer's side files, never a model: its pickled arguments, optimizer, scheduler, RNG states
+NOT_WEIGHTS = re.compile(r"training_args\.bin|optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth")
 HF_STEP_DIR = re.compile(r"checkpoint-(\d+)")
 OURS_STEP_DIR = re.compile(r"step-(\d+)")
 MAX_DEPTH = 3  # output/run/checkpoint-N is found; deeper trees are not walked
@@ -129,7 +132,8 @@ def _walk(job: str, folder: Path, prefix: str, depth: int, known: dict, rows: li
                 continue  # a checkpoint still being written (or broken): not one yet
             elif depth < MAX_DEPTH:
                 _walk(job, p, name + "/", depth + 1, known, rows)
-        elif p.is_file() and p.name.endswith(WEIGHT_SUFFIXES) and not dirs_only:
+        elif p.is_file() and p.name.endswith(WEIGHT_SUFFIXES) and not NOT_WEIGHTS.fullmatch(p.name) \
+                and not (dirs_only and (p.name in HF_WEIGHTS or HF_SHARD.fullmatch(p.name))):
             rows.append(_row(job, p, name, known))
 
 
@@ -220,17 +224,19 @@ def json_or_empty(path) -> dict:
 
 
 def _mtime_size(p: Path) -> tuple[float, int]:
-    """The newest mtime and the total size of a file or of the files in a directory tree (a
-    file rewritten in place changes them, not the directory's own mtime)."""
+    """The newest mtime and the total size of a file or of the files directly in a checkpoint
+    directory (all kinds are flat; a file rewritten in place changes them, not the directory's
+    own mtime; a root that is a model does not count the checkpoints below it)."""
     if p.is_file():
         st = p.stat()
         return st.st_mtime, st.st_size
     mtime, size = p.stat().st_mtime, 0
-    for dirpath, _, files in os.walk(p):
-        for f in files:
+    with os.scandir(p) as entries:
+        for e in entries:
             try:
-                st = os.stat(os.path.join(dirpath, f))
+                if e.is_file(follow_symlinks=False):
+                    st = e.stat()
+                    mtime, size = max(mtime, st.st_mtime), size + st.st_size
             except OSError:
                 continue
-            mtime, size = max(mtime, st.st_mtime), size + st.st_size
     return mtime, size

@@ -61,5 +61,8 @@ def load_model(source: str, device: str = "cpu", **overrides):
     model, model_dir = hf.load_hf(str(path) if path.exists() else source, **overrides)
     tok = tokenizer_of_dir(model_dir)
     if tok is None and (model_dir / "trainer_state.json").is_file():
-        tok = tokenizer_of_dir(model_dir.parent)  # a Trainer's checkpoint-N: the run's tokenizer
+        try:  # a Trainer's checkpoint-N: the run's tokenizer, saved in its output_dir (a guess)
+            tok = tokenizer_of_dir(model_dir.parent)
+        except Exception:  # not loadable there: as if absent (--tokenizer names one)
+            tok = None
     return model.to(device).eval(), tok
