@@ -38,6 +38,7 @@ def test_save_to_disk_and_plain_files_are_pushed_as_they_are(tmp_path, isolated_
     back = datasets.load_from_disk(str(stored / "saved"))  # what a script gets at GPTRAIN_DATASET_DIR
     assert back["train"]["input_ids"][0] == datasets.load_from_disk(str(saved))["train"]["input_ids"][0]
     assert (stored / "raw" / "sub" / "b.txt").read_text() == "hello"
+    assert (stored / "prep" / "meta.pkl").read_bytes() == (prepared / "meta.pkl").read_bytes()  # nanoGPT's
     info = json.loads(ok("data", "inspect", "raw", "--verify", "--json"))
     assert info["kind"] == "files" and sorted(f["name"] for f in info["files"]) == ["a.csv", "sub/b.txt"]
     assert "kind save_to_disk" in ok("data", "inspect", "saved")

@@ -161,3 +161,22 @@ def test_nanogpt_checkpoint_matches_its_own_forward(tmp_path, vocab):
     with torch.no_grad():
         theirs = GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()(idx).logits
     torch.testing.assert_close(theirs, want[..., :theirs.shape[-1]], atol=1e-4, rtol=1e-4)
+
+
+def test_training_starts_from_a_nanogpt_checkpoint_named_by_job(tmp_path, isolated_home):
+    """--model.init_from JOB: the job's nanoGPT ckpt.pt, resolved at the CLI edge (gptrain/refs.py)
+    and converted; the first loss is the converted model's own."""
+    from gptrain.jobs import local, store
+    from tests.helpers import TINY, losses, make_dataset, train
+
+    store.create_job("nano", {"name": "nano"}, 1, 1, "local")
+    nanogpt_ckpt(local.job_dir("nano") / "output" / "ckpt.pt", vocab=65)
+    data = make_dataset(tmp_path)
+    out = tmp_path / "run"
+    train(f"--data.path={data}", f"--output_dir={out}", "--model.init_from=nano", "--train.max_steps=1",
+          "--train.batch_size=2", *[f for f in TINY if not f.startswith(("--model.n_", "--model.block"))])
+    first = losses(out)[1]
+    assert 3.0 < first < 5.0  # ln(65) = 4.17 for the near-uniform random init; not a fresh model's shape
+    from gptrain.models.load import load_model
+
+    assert load_model(str(out))[0].config.n_embd == 32 and load_model(str(out))[0].config.vocab_size == 65
