@@ -55,8 +55,8 @@ def test_each_kind_one_row_right_steps_no_bogus_rows(tmp_path, tiny_hf_gpt2):
     out, ck = job / "output", job / "checkpoints"
     hf_trainer_checkpoint(tiny_hf_gpt2, out / "checkpoint-20", 20)
     hf_trainer_checkpoint(tiny_hf_gpt2, out / "checkpoint-40", 40, losses=((30, 2.0), (40, 1.75)), eval_loss=1.9)
-    (out / "checkpoint-60").mkdir()  # being written: not a checkpoint yet
-    (out / "checkpoint-60" / "optimizer.pt").write_bytes(b"x")
+    hf_trainer_checkpoint(tiny_hf_gpt2, out / "checkpoint-60", 60)
+    (out / "checkpoint-60" / "trainer_state.json").unlink()  # being written: not a checkpoint yet
     for f in tiny_hf_gpt2.iterdir():  # save_model(output_dir): the output dir is the final model
         shutil.copy2(f, out / f.name)
     for junk in ("tokenizer.json", "vocab.json", "merges.txt", "training_args.json", "train.log", "notes.txt",

@@ -7,8 +7,8 @@ deep) these are recognised, one row each:
 
   gptrain     step-N/ with trainer_state.json and DCP's .metadata (train/checkpoint.py)
   hf-trainer  checkpoint-N/ of a Hugging Face Trainer: step and train/eval loss from its
-              trainer_state.json (global_step, log_history); a checkpoint-N/ not yet complete
-              is skipped
+              trainer_state.json (global_step, log_history); one still being written (the
+              Trainer writes it in place, trainer_state.json last) is skipped
   hf-model    a HF model directory (config.json + model.safetensors / pytorch_model.bin), such
               as Trainer.save_model's output: ONE row, not one per file (a root can be one)
   nanogpt     a torch.save file holding iter_num (nanoGPT's ckpt.pt): step and best_val_loss
@@ -37,7 +37,6 @@ HF_SHARD = re.compile(r"(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)")
 # a Trainer's side files, never a model: its pickled arguments, optimizer, scheduler, RNG states
 NOT_WEIGHTS = re.compile(r"training_args\.bin|optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth")
 HF_STEP_DIR = re.compile(r"checkpoint-(\d+)")
-OURS_STEP_DIR = re.compile(r"step-(\d+)")
 MAX_DEPTH = 3  # output/run/checkpoint-N is found; deeper trees are not walked
 
 
@@ -126,10 +125,11 @@ def _walk(job: str, folder: Path, prefix: str, depth: int, known: dict, rows: li
             continue
         name = prefix + p.name
         if p.is_dir():
+            if HF_STEP_DIR.fullmatch(p.name) and not is_hf_trainer_dir(p) and \
+                    ((p / "config.json").is_file() or (p / "optimizer.pt").is_file()):
+                continue  # a Trainer writes checkpoint-N in place, trainer_state.json last: not one yet
             if kind_of(p):
                 rows.append(_row(job, p, name, known))
-            elif HF_STEP_DIR.fullmatch(p.name) or OURS_STEP_DIR.fullmatch(p.name):
-                continue  # a checkpoint still being written (or broken): not one yet
             elif depth < MAX_DEPTH:
                 _walk(job, p, name + "/", depth + 1, known, rows)
         elif p.is_file() and p.name.endswith(WEIGHT_SUFFIXES) and not NOT_WEIGHTS.fullmatch(p.name) \
