@@ -29,10 +29,10 @@ import os
 import re
 from pathlib import Path
 
+from gptrain.files import HF_WEIGHT_FILES, is_hf_dir
+
 ROOTS = ("checkpoints", "output")
 WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
-HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-              "pytorch_model.bin.index.json")
 HF_SHARD = re.compile(r"(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)")
 # a Trainer's side files, never a model: its pickled arguments, optimizer, scheduler, RNG states
 NOT_WEIGHTS = re.compile(r"training_args\.bin|optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth")
@@ -42,12 +42,6 @@ MAX_DEPTH = 3  # output/run/checkpoint-N is found; deeper trees are not walked
 
 def checkpoint_id(job: str, name: str) -> str:
     return hashlib.sha1(f"{job}/{name}".encode()).hexdigest()[:12]
-
-
-def is_hf_dir(path) -> bool:
-    """A Hugging Face model directory: config.json beside its weights."""
-    p = Path(path)
-    return (p / "config.json").is_file() and any((p / f).is_file() for f in HF_WEIGHTS)
 
 
 def is_hf_trainer_dir(path) -> bool:
@@ -133,7 +127,7 @@ def _walk(job: str, folder: Path, prefix: str, depth: int, known: dict, rows: li
             elif depth < MAX_DEPTH:
                 _walk(job, p, name + "/", depth + 1, known, rows)
         elif p.is_file() and p.name.endswith(WEIGHT_SUFFIXES) and not NOT_WEIGHTS.fullmatch(p.name) \
-                and not (dirs_only and (p.name in HF_WEIGHTS or HF_SHARD.fullmatch(p.name))):
+                and not (dirs_only and (p.name in HF_WEIGHT_FILES or HF_SHARD.fullmatch(p.name))):
             rows.append(_row(job, p, name, known))
 
 

@@ -15,13 +15,7 @@ from pathlib import Path
 import torch
 
 from gptrain.errors import UserError
-
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-
-
-def is_hf_dir(path) -> bool:
-    p = Path(path)
-    return (p / "config.json").is_file() and any((p / f).is_file() for f in WEIGHT_FILES)
+from gptrain.files import is_hf_dir  # noqa: F401  (the one test of a HF model directory)
 
 
 def resolve(name_or_path: str) -> Path:
@@ -141,6 +135,9 @@ def read_state_dict(model_dir: Path) -> dict:
         for shard in sorted(set(weight_map.values())):
             sd.update(read_safetensors(model_dir / check_plain_name(shard, index), "model weights"))
         return sd
+    if not (model_dir / "pytorch_model.bin").is_file() and (model_dir / "pytorch_model.bin.index.json").is_file():
+        raise UserError(f"{model_dir} holds sharded pytorch_model-*.bin weights, which gptrain does not "
+                        "read; save the model with safetensors (save_pretrained's default)")
     return read_torch_weights(model_dir / "pytorch_model.bin", "model weights")
 
 
