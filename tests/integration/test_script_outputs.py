@@ -142,6 +142,9 @@ def test_hf_trainer_script_checkpoints_listed_generated_and_fetched(jobs_env, tm
     ok("checkpoint", "fetch", by_name["output/checkpoint-2"]["id"], "--format", "hf", "--destination", dest)
     import torch
 
+    final = tmp_path / "fetched" / "final"
+    ok("checkpoint", "fetch", by_name["output"]["id"], "--destination", final)
+    assert (final / "model.safetensors").is_file() and not (final / "checkpoint-2").exists()
     a = GPT2LMHeadModel.from_pretrained(dest).eval()
     b = GPT2LMHeadModel.from_pretrained(by_name["output/checkpoint-2"]["path"]).eval()
     ids = torch.randint(0, 1000, (1, 8))

@@ -66,14 +66,20 @@ def cmd_checkpoint_fetch(args, extra) -> int:
     if args.format == "hf":
         from gptrain.models.hf import export_hf
         from gptrain.models.load import load_model
+        from gptrain.refs import resolve
 
-        model, tok = load_model(str(src))  # gptrain, Hugging Face or nanoGPT (gptrain/refs.py)
+        model, tok = load_model(resolve(str(src)))  # gptrain, Hugging Face or nanoGPT; others refused
         export_hf(model, tok, dest)
     else:  # the directory as it is; a single-file checkpoint lands inside the destination
         tmp = dest.parent / f".{dest.name}.fetch"
         shutil.rmtree(tmp, ignore_errors=True)
         if src.is_dir():
-            shutil.copytree(src, tmp)
+            from gptrain.jobs.found import ROOTS
+
+            # a root that is itself a model (save_model into output/): its files, not the checkpoints below
+            flat = ckpt["name"] in ROOTS
+            shutil.copytree(src, tmp, ignore=(lambda d, names: [n for n in names if (Path(d) / n).is_dir()])
+                            if flat else None)
         else:
             tmp.mkdir()
             shutil.copy2(src, tmp / src.name)
