@@ -56,6 +56,20 @@ def test_the_trainer_reads_a_pushed_save_to_disk_dataset(tmp_path, isolated_home
     assert (first / "meta.json").is_file() and resolve_data("saved") == first  # imported once, cached
 
 
+def test_the_trainer_prepares_a_pushed_folder_of_text_once(tmp_path, isolated_home):
+    from gptrain.train.model_init import resolve_data
+    from tests.helpers import write_corpus
+
+    (tmp_path / "texts").mkdir()
+    text = write_corpus(tmp_path / "texts" / "a.txt", n_chars=5000).read_text()
+    ok("data", "push", "texts", tmp_path / "texts")
+    first = resolve_data("texts", tokenizer="char")
+    meta = json.loads((first / "meta.json").read_text())
+    assert set(meta["tokenizer"]["chars"]) == set(text)  # the text only: not the manifest's JSON
+    assert sum(s["tokens"] for s in meta["splits"].values()) == len(text)
+    assert resolve_data("texts", tokenizer="char") == first  # cached
+
+
 def test_char_data_has_nanogpts_meta_pkl_as_plain_data(tmp_path):
     out = make_dataset(tmp_path, tokenizer="char")
     chars = json.loads((out / "meta.json").read_text())["tokenizer"]["chars"]

@@ -260,10 +260,12 @@ def _tqdm(total):
 
 
 def _version(src: str) -> tuple[str, int | None]:
-    """(what identifies a version of a file or URL: its size and modification stamp, its size)."""
+    """(what identifies a version of a file, folder or URL: its size and modification stamp, its size)."""
     if "://" not in src:
-        st = Path(src).stat()
-        return f"{Path(src).resolve()}:{st.st_size}:{st.st_mtime_ns}", st.st_size
+        p = Path(src)
+        stats = [f.stat() for f in p.rglob("*") if f.is_file()] if p.is_dir() else [p.stat()]
+        size, stamp = sum(st.st_size for st in stats), max((st.st_mtime_ns for st in stats), default=0)
+        return f"{p.resolve()}:{size}:{stamp}", size
     import fsspec
 
     try:

@@ -14,9 +14,10 @@ from gptrain.train import checkpoint as ckpt
 
 def resolve_data(path: str, tokenizer: str = "", init_from: str = "") -> Path:
     """A prepared dataset dir from a path, a dataset name, a HF save_to_disk directory, or a
-    text/JSONL/parquet file or URL (tokenized into the cache with `tokenizer`, or init_from's)."""
+    text/JSONL/parquet file, URL or pushed folder of such files (tokenized once into the cache
+    with `tokenizer`, or init_from's)."""
     from gptrain.data.hf_import import cached_import, is_hf_saved
-    from gptrain.data.store import resolve
+    from gptrain.data.store import MANIFEST, resolve
 
     if not path:
         raise UserError("no training data: pass --data.path DIR|NAME|FILE (or --tokenized_dataset_load_dir)")
@@ -25,8 +26,9 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "") -> Path:
         if not p.is_file():
             if is_hf_saved(p) and not (p / "meta.json").is_file():
                 return cached_import(p)
-            read_meta(p)
-            return p
+            if not (p / MANIFEST).is_file():  # a pushed dataset of any files: its text prepared once
+                read_meta(p)
+                return p
         path = str(p)
     from gptrain.data.prepare import cached_prepare
 
