@@ -37,7 +37,7 @@ def config_of(model_args: dict, source, **overrides):
 
     try:
         vocab = int(model_args["vocab_size"])
-        cfg = GPTConfig(arch="gpt2", block_size=int(model_args["block_size"]),
+        cfg = GPTConfig(block_size=int(model_args["block_size"]),
                         vocab_size=GPT2_VOCAB if vocab == NANOGPT_GPT2_VOCAB else vocab,
                         n_layer=int(model_args["n_layer"]), n_head=int(model_args["n_head"]),
                         n_embd=int(model_args["n_embd"]), bias=bool(model_args.get("bias", True)),
