@@ -180,3 +180,18 @@ def test_training_starts_from_a_nanogpt_checkpoint_named_by_job(tmp_path, isolat
     from gptrain.models.load import load_model
 
     assert load_model(str(out))[0].config.n_embd == 32 and load_model(str(out))[0].config.vocab_size == 65
+
+
+def test_listing_an_unchanged_nanogpt_checkpoint_does_not_load_torch(tmp_path, isolated_home):
+    """The first listing reads ckpt.pt (torch); later ones reuse its row, so `checkpoints` and
+    `inspect` stay light."""
+    from gptrain.jobs import local, store
+
+    store.create_job("nano", {"name": "nano", "script": "x.py", "args": [], "datasets": []}, 1, 1, "local")
+    nanogpt_ckpt(local.job_dir("nano") / "checkpoints" / "ckpt.pt", iter_num=42)
+    code = ("import sys; from gptrain.cli import main\n"
+            "assert main(['checkpoints', 'nano']) == 0\n"
+            "print('torch' in sys.modules)\n")
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True) for _ in range(2)]
+    assert [r.stdout.strip().splitlines()[-1] for r in runs] == ["True", "False"], [r.stderr for r in runs]
+    assert "nanogpt" in runs[1].stdout and " 42 " in runs[1].stdout

@@ -18,7 +18,8 @@ deep) these are recognised, one row each:
 
 Everything else (logs, json, txt, tokenizer files, optimizer states inside the above) is ignored.
 Reading a nanoGPT file needs torch: `scan` takes the rows recorded before and reuses a row whose
-file has the same size and mtime, so listing stays light (`gptrain jobs` never imports torch).
+files have the same size and mtime, so listing stays light (no torch, no large trainer_state.json
+parsed again).
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ def kind_of(path) -> str | None:
 def scan(job_dir, known: dict | None = None) -> list[dict]:
     """One row per checkpoint under the job's roots: id, name (its path under the job
     directory, the checkpoints/ prefix left out), kind, path, step, train_loss, eval_loss, time,
-    mtime, size. `known`: rows recorded before, by name; a file row whose size and mtime are
-    unchanged is taken from there instead of being read again."""
+    mtime, size. `known`: rows recorded before, by name; a checkpoint whose files are unchanged
+    (size, mtime) keeps its row instead of being read again."""
     job_dir = Path(job_dir)
     rows: list[dict] = []
     for root in ROOTS:
@@ -85,8 +86,9 @@ def scan_folder(folder, name: str = "", job: str = "", known: dict | None = None
     folder, rows = Path(folder), []
     if not folder.is_dir():
         return rows
-    if kind_of(folder):  # save_model(GPTRAIN_OUTPUT_DIR): the root itself is a model
-        rows.append(_row(job, folder, name or folder.name, known or {}))
+    row = _known(folder, name or folder.name, known or {})
+    if row or kind_of(folder):  # save_model(GPTRAIN_OUTPUT_DIR): the root itself is a model
+        rows.append(row or _row(job, folder, name or folder.name))
     _walk(job, folder, name + "/" if name else "", 1, known or {}, rows, dirs_only=bool(rows))
     return rows
 
@@ -119,23 +121,31 @@ def _walk(job: str, folder: Path, prefix: str, depth: int, known: dict, rows: li
             continue
         name = prefix + p.name
         if p.is_dir():
-            if HF_STEP_DIR.fullmatch(p.name) and not is_hf_trainer_dir(p) and \
+            if HF_STEP_DIR.fullmatch(p.name) and not (p / "trainer_state.json").is_file() and \
                     ((p / "config.json").is_file() or (p / "optimizer.pt").is_file()):
                 continue  # a Trainer writes checkpoint-N in place, trainer_state.json last: not one yet
-            if kind_of(p):
-                rows.append(_row(job, p, name, known))
+            row = _known(p, name, known)
+            if row or kind_of(p):
+                rows.append(row or _row(job, p, name))
             elif depth < MAX_DEPTH:
                 _walk(job, p, name + "/", depth + 1, known, rows)
         elif p.is_file() and p.name.endswith(WEIGHT_SUFFIXES) and not NOT_WEIGHTS.fullmatch(p.name) \
                 and not (dirs_only and (p.name in HF_WEIGHT_FILES or HF_SHARD.fullmatch(p.name))):
-            rows.append(_row(job, p, name, known))
+            rows.append(_known(p, name, known) or _row(job, p, name))
 
 
-def _row(job: str, p: Path, name: str, known: dict) -> dict:
-    mtime, size = _mtime_size(p)
+def _known(p: Path, name: str, known: dict) -> dict | None:
+    """The row recorded before for this checkpoint when its files are unchanged (same newest
+    mtime and total size): a nanoGPT file is not loaded, a trainer_state.json not parsed again."""
     old = known.get(name)
-    if p.is_file() and old and old.get("size") == size and old.get("mtime") == mtime and old.get("kind"):
-        return dict(old)  # unchanged since it was read (a nanoGPT file is not loaded again)
+    if not old or not old.get("kind") or old.get("mtime") is None:
+        return None
+    mtime, size = _mtime_size(p)
+    return dict(old) if (old["mtime"], old["size"]) == (mtime, size) and old["path"] == str(p) else None
+
+
+def _row(job: str, p: Path, name: str) -> dict:
+    mtime, size = _mtime_size(p)
     row = {"id": checkpoint_id(job, name), "name": name, "kind": None, "path": str(p),
            "step": None, "train_loss": None, "eval_loss": None, "time": mtime, "mtime": mtime,
            "size": size}

@@ -6,9 +6,9 @@ Read, without torch, from the first of:
   jobs/NAME/output/metrics.jsonl   a script's $GPTRAIN_OUTPUT_DIR/metrics.jsonl: one JSON object
                                    a line, {"step": 100, "train/loss": 2.31, "eval/loss": 2.40,
                                    ...} as the built-in trainer writes (docs/script-jobs.md)
-  a Hugging Face trainer_state.json  the one with the highest global_step among output/ and the
-                                   checkpoint-N/ folders under output/ and checkpoints/: its
-                                   log_history's last "loss" and "eval_loss" records
+  a Hugging Face trainer_state.json  the newest among output/ and the checkpoint-N/ folders
+                                   under output/ and checkpoints/: its log_history's last "loss"
+                                   and "eval_loss" records
 """
 
 from __future__ import annotations
@@ -53,20 +53,25 @@ def from_jsonl(path: Path) -> dict:
 
 
 def newest_trainer_state(job_dir: Path) -> dict | None:
-    """The HF trainer_state.json with the highest global_step under the job's roots."""
+    """The newest HF trainer_state.json under the job's roots (by mtime: only that one is read,
+    as `gptrain jobs` reads one per job and a long run's log history is large)."""
     from gptrain.jobs.found import ROOTS, json_or_empty
 
-    best = None
+    found = []
     for root in ROOTS:
         base = job_dir / root
         for pattern in ("trainer_state.json", "checkpoint-*/trainer_state.json", "*/trainer_state.json",
                         "*/checkpoint-*/trainer_state.json"):
             for path in base.glob(pattern):
-                state = json_or_empty(path)
-                step = state.get("global_step")
-                if isinstance(step, int) and (best is None or step > best["global_step"]):
-                    best = state
-    return best
+                try:
+                    found.append((path.stat().st_mtime, str(path)))
+                except OSError:
+                    continue
+    for _, path in sorted(found, reverse=True):
+        state = json_or_empty(path)
+        if isinstance(state.get("global_step"), int):
+            return state
+    return None
 
 
 def from_trainer_state(state: dict) -> dict:
