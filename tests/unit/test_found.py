@@ -60,7 +60,7 @@ def test_each_kind_one_row_right_steps_no_bogus_rows(tmp_path, tiny_hf_gpt2):
     for f in tiny_hf_gpt2.iterdir():  # save_model(output_dir): the output dir is the final model
         shutil.copy2(f, out / f.name)
     for junk in ("tokenizer.json", "vocab.json", "merges.txt", "training_args.json", "train.log", "notes.txt",
-                 "training_args.bin", "optimizer.pt", "rng_state_1.pth"):
+                 "training_args.bin", "optimizer.pt", "rng_state_1.pth", "train.bin", "val.bin"):
         (out / junk).write_text("{}")
     (out / "epoch_2.pt").write_bytes(b"weights beside the final model")
     nanogpt_ckpt(ck / "out-shakespeare" / "ckpt.pt", iter_num=250, val=1.25)

@@ -35,8 +35,10 @@ from gptrain.files import HF_WEIGHT_FILES, is_hf_dir
 ROOTS = ("checkpoints", "output")
 WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
 HF_SHARD = re.compile(r"(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)")
-# a Trainer's side files, never a model: its pickled arguments, optimizer, scheduler, RNG states
-NOT_WEIGHTS = re.compile(r"training_args\.bin|optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth")
+# never a model: a Trainer's side files (pickled arguments, optimizer, scheduler, RNG states) and
+# nanoGPT-style token files (train.bin / val.bin)
+NOT_WEIGHTS = re.compile(r"training_args\.bin|optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth"
+                         r"|(train|val|test)(-\d+)?\.bin")
 HF_STEP_DIR = re.compile(r"checkpoint-(\d+)")
 MAX_DEPTH = 3  # output/run/checkpoint-N is found; deeper trees are not walked
 
