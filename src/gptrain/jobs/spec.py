@@ -104,7 +104,7 @@ class JobSpec:
             raise UserError(f"unknown entrypoint kind {self.entry!r}: use {', '.join(ENTRY_KINDS)}")
         if self.module is not None and not MODULE.fullmatch(self.module):
             raise UserError(f"-m {self.module!r} is not a Python module name (e.g. pkg.train)")
-        if self.entry == "script" and not self.code:
+        if self.entry == "script" and not (self.code or self.repository_url or self.source):
             p = Path(self.script)
             if not p.is_file():
                 raise UserError(f"script {self.script} does not exist")
