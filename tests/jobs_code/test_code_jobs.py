@@ -109,9 +109,10 @@ def test_kill_9_of_a_worker_restarts_from_the_latest_checkpoint(slots, tmp_path)
 
 def test_shell_script_module_and_hosted_words(slots, tmp_path):
     """A .sh (bash, once per node, with the rendezvous variables: it starts its own torchrun of
-    a -m module) and a -m module under our torchrun, submitted with the hosted CLI's words."""
+    a -m module; it was run with python before) and a -m module under our torchrun, submitted
+    and read with the hosted CLI's words."""
     code = project(tmp_path / "proj")
-    r = run_cli("training", "run", "sh", "--accels", "2", "--env", f"PYTHON={sys.executable}", "--",
+    r = run_cli("run", "sh", "--accels", "2", "--env", f"PYTHON={sys.executable}", "--",
                 "run.sh", "$GPTRAIN_OUTPUT_DIR", cwd=code)
     assert r.returncode == 0, r.stderr
     succeeded("sh")
@@ -121,7 +122,7 @@ def test_shell_script_module_and_hosted_words(slots, tmp_path):
     assert text.count("module __main__ world 2 relative-import-ok") == 2, text
     assert json.loads(ok("training", "inspect", "sh", "--json"))["spec"]["command"] == "bash"
 
-    r = run_cli("run", "mod", "--accels", "2", "--", "-m", "pkg.train", cwd=code)
+    r = run_cli("training", "run", "mod", "--accels", "2", "--", "-m", "pkg.train", cwd=code)
     assert r.returncode == 0, r.stderr
     succeeded("mod")
     for rank in (0, 1):

@@ -42,7 +42,7 @@ def test_hostile_code_sources_are_refused(tmp_path, extra, words):
     repo = git_repository(project(tmp_path / "repo"))
     extra = [str(repo) if a == "REPO" else a.replace("/tmp/pwned", str(tmp_path / "pwned")) for a in extra]
     tail = [] if "--" in extra else ["--", "hf_train.py"]
-    r = run_cli("run", "bad", *extra, *tail, cwd=tmp_path)
+    r = run_cli("run", "bad", *extra, *tail, cwd=repo)
     refused(r, words or "missing.py is not in the job's code")
     nothing_recorded()
     assert not (tmp_path / "pwned").exists()

@@ -131,6 +131,8 @@ def entrypoint(rest: list[str], fields: dict) -> None:
         fields["args"] = [*fields.get("args", []), *rest]
         return
     elif head.endswith(".py"):
+        if not remote and not (base / head).is_file() and not (not fields.get("code") and Path(head).is_file()):
+            raise UserError(f"script {head} does not exist" + (f" in {base}" if fields.get("code") else ""))
         fields.update(script=head, args=tail)
         local = not os.path.isabs(head)
     else:
