@@ -58,6 +58,8 @@ for step in range(start + 1, steps + 1):
         json.dump({"global_step": step, "log_history": [{"step": step, "loss": 1.0 / step}]},
                   open(os.path.join(ck, "trainer_state.json"), "w"))
     dist.barrier()
+    if step == int(args.get("fail_at", 0)) and not resume and rank == 0:
+        sys.exit("failing on purpose at step %d" % step)
     time.sleep(float(args.get("sleep", "0")))
 print(f"done at step {steps} w {w.item()}", flush=True)
 dist.destroy_process_group()

@@ -107,6 +107,24 @@ def test_kill_9_of_a_worker_restarts_from_the_latest_checkpoint(slots, tmp_path)
     assert spec["commit"] == head(repo) and spec["ref"] == "v1" and spec["repository_url"] == f"file://{repo}"
 
 
+def test_resume_of_a_failed_script_job_gets_its_latest_checkpoint(slots, tmp_path):
+    """`gptrain resume` of a failed script job: GPTRAIN_RESUME_FROM names the checkpoint the
+    failed run wrote last, and the resume event says so."""
+    code = project(tmp_path / "proj")
+    r = run_cli("run", "again", "--accels", "2", "--", "hf_train.py", "--output_dir=$GPTRAIN_OUTPUT_DIR",
+                "--max_steps=4", "--fail_at=2", cwd=code)
+    assert r.returncode == 0, r.stderr
+    assert wait_for("again")["state"] == "failed"
+    ok("resume", "again")
+    succeeded("again")
+    out = jdir("again") / "output"
+    assert f"attempt 0 resume_from {out}/checkpoint-2 start 2" in log("again")
+    assert "done at step 4 w 8.0" in log("again")
+    from gptrain.jobs import store
+
+    assert any(e["message"] == "continues from checkpoint-2" for e in store.events("again"))
+
+
 def test_shell_script_module_and_hosted_words(slots, tmp_path):
     """A .sh (bash, once per node, with the rendezvous variables: it starts its own torchrun of
     a -m module; it was run with python before) and a -m module under our torchrun, submitted

@@ -202,10 +202,12 @@ def full_disk_of(job: str) -> str | None:
 
 
 def latest_checkpoint(job: str) -> str | None:
-    """The name of the newest complete checkpoint of a job (what its trainer resumes from)."""
+    """The name of the newest complete checkpoint of a job: the built-in trainer's, else what
+    a user's program gets as GPTRAIN_RESUME_FROM (launch.resume_from)."""
+    from gptrain.jobs.launch import resume_from
     from gptrain.train.checkpoint_files import find_latest
 
-    latest = find_latest(job_dir(job))
+    latest = find_latest(job_dir(job)) or resume_from(job_dir(job))
     return latest.name if latest else None
 
 
