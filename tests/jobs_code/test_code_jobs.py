@@ -147,6 +147,21 @@ def test_shell_script_module_and_hosted_words(slots, tmp_path):
         assert "module __main__ world 2 relative-import-ok node 0" in log("mod", rank), log("mod", rank)
     assert "relative-import-ok" in ok("training", "logs", "mod", "--rank", "1")
     assert json.loads(ok("inspect", "mod", "--json"))["spec"]["module"] == "pkg.train"
+    ok("training", "checkpoints", "mod")
+    ok("training", "fetch", "mod", "--destination", tmp_path)
+    assert (tmp_path / "mod.zip").is_file()
+
+
+def test_hosted_words_take_the_same_arguments(isolated_home, tmp_path):
+    from tests.helpers import make_dataset
+
+    ok("dataset", "push", "wiki", "--file", make_dataset(tmp_path))
+    assert "wiki" in ok("data", "list")
+    for word in ("run", "inspect", "logs", "checkpoints", "fetch"):
+        ours, alias = (" ".join(ok(*w, "--help").split()) for w in ([word], ["training", word]))
+        assert alias.replace("gptrain training " + word, "gptrain " + word) == ours
+    r = run_cli("training", "run", "x", "--source-name", "nope", "--", "-m", "pkg")
+    assert r.returncode == 2 and "no source named 'nope'" in r.stderr
 
 
 def test_executable_file_runs_as_itself(slots, tmp_path):

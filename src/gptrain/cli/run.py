@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from gptrain.errors import UserError
+from gptrain.jobs.launch import SCHEDULERS
 
 
 def add_run_args(p) -> None:
@@ -24,7 +25,7 @@ def add_run_args(p) -> None:
                    help="named dataset (repeatable; the first feeds the trainer)")
     p.add_argument("--nodes", type=int, default=None)
     p.add_argument("--accels", type=int, default=None, help="processes (accelerators) per node")
-    p.add_argument("--scheduler", choices=["local", "slurm"], default=None)
+    p.add_argument("--scheduler", choices=list(SCHEDULERS), default=None)
     p.add_argument("--config", default=None, help="trainer config TOML")
     p.add_argument("--env", action="append", default=[], metavar="K=V",
                    help="environment variable for every worker (repeatable; recorded in plain text)")
@@ -99,7 +100,7 @@ def cmd_run(args, extra) -> int:
             slurm_opts[key] = getattr(args, key)
     fields["slurm"] = slurm_opts
     spec = spec_mod.JobSpec(**fields)
-    if spec.scheduler not in ("local", "slurm"):
+    if spec.scheduler not in SCHEDULERS:
         spec.validate()  # (one line naming the schedulers)
     scheduler(spec.scheduler).submit(spec, dry_run=args.dry_run)
     if args.dry_run:
