@@ -29,7 +29,8 @@ def nothing_recorded():
     (["--repository-url=--upload-pack=touch${IFS}/tmp/pwned"], "is not a URL or path"),
     (["--repository-url", "ext::sh -c touch% /tmp/pwned"], "is not a URL or path"),
     (["--repository-url", "ext::sh"], "git transport helper"),
-    (["--repository-url", "https://me:hunter2@example.com/x.git"], "must not hold a password"),
+    (["--repository-url", "https://me:hunter2@example.com/x.git"], "must not hold credentials"),
+    (["--repository-url", "https://ghp_secret@example.com/x.git"], "must not hold credentials"),
     (["--source", "../../etc"], "invalid source name"),
     (["--source", "nope"], "no source named 'nope'"),
     (["--source-name", "nope"], "no source named 'nope'"),
@@ -77,4 +78,6 @@ def test_entrypoint_mistakes(tmp_path):
     refused(run_cli("run", "x", "--", "no-such-program-here", cwd=code), "no such program on PATH")
     refused(run_cli("run", "x", "--", "-m", "os;rm", cwd=code), "is not a Python module name")
     refused(run_cli("run", "x", "--", "-m", cwd=code), "-m needs a module name")
+    refused(run_cli("run", "x", "--secret", "GPTRAIN_TOKEN=s3cret", "--", "bash", "-c", "true", cwd=code),
+            "GPTRAIN_* names are gptrain's own")
     nothing_recorded()

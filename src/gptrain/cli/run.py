@@ -145,7 +145,7 @@ def entrypoint(rest: list[str], fields: dict) -> None:
             head, tail = "bash", [head, *tail]
         elif not found.is_file() and not remote and shutil.which(head) is None:
             raise UserError(f"{head}: no such file, and no such program on PATH")
-        elif remote and head.endswith(".sh") and "/" not in head:
+        elif remote and head.endswith(".sh"):
             head, tail = "bash", [head, *tail]
         fields.update(command=head, args=tail)
         local = any(not os.path.isabs(w) and not w.startswith("-") and (base / w).is_file()

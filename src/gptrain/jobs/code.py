@@ -49,8 +49,9 @@ def check_url(url: str) -> str:
     if TRANSPORT.match(url):
         raise UserError(f"repository URL {url!r} uses a git transport helper (x::...); use https://, "
                         "ssh://, git@host:path, file:// or a local path")
-    if re.match(r"^[a-z]+://[^/@]*:[^/@]*@", url):
-        raise UserError("a repository URL must not hold a password: use a git credential helper")
+    if re.match(r"^[a-z]+://[^/@]*:[^/@]*@", url) or re.match(r"^https?://[^/]*@", url):
+        raise UserError("a repository URL must not hold credentials (they would be recorded): use a "
+                        "git credential helper or an ssh key")
     return url
 
 

@@ -92,6 +92,10 @@ class JobSpec:
             raise UserError(f"unknown scheduler {self.scheduler!r}: use {' or '.join(SCHEDULERS)}")
         check_env(self.env, "env")
         check_env(self.secrets, "secret")
+        ours = sorted(k for k in self.secrets if k.startswith("GPTRAIN_"))
+        if ours:  # `$GPTRAIN_*` in arguments is expanded into the command line (jobs/launch.py)
+            raise UserError(f"secret {ours[0]}: GPTRAIN_* names are gptrain's own (and expanded in "
+                            "arguments, where a secret would show); give it another name")
         both = sorted(set(self.env) & set(self.secrets))
         if both:
             raise UserError(f"{both[0]} is given both as an env and as a secret; keep only the secret")
