@@ -135,7 +135,7 @@ def test_shell_script_module_and_hosted_words(slots, tmp_path):
     assert r.returncode == 0, r.stderr
     succeeded("sh")
     text = log("sh")
-    assert f"node 0 of 1, 2 per node, world 2, master 127.0.0.1:" in text and \
+    assert "node 0 of 1, 2 per node, world 2, master 127.0.0.1:" in text and \
         f"out {jdir('sh')}/output" in text, text
     assert text.count("module __main__ world 2 relative-import-ok") == 2, text
     assert json.loads(ok("training", "inspect", "sh", "--json"))["spec"]["command"] == "bash"
