@@ -216,3 +216,23 @@ def tiny_wheel(root: Path) -> Path:
         for n, text in files.items():
             z.writestr(n, text)
     return path
+
+
+def test_accelerate_launch_command(slots, tmp_path):
+    """`-- accelerate launch ...`: a command on PATH, once per node; accelerate starts the
+    --accels processes itself, in the job's code snapshot (before: run with python, and failed)."""
+    import shutil
+
+    prog = shutil.which("accelerate") or str(Path(sys.executable).parent / "accelerate")
+    if not Path(prog).is_file():
+        pytest.skip("accelerate is not installed")
+    code = tmp_path / "acc"
+    code.mkdir()
+    (code / "t.py").write_text("import os\nfrom accelerate import Accelerator\na = Accelerator(cpu=True)\n"
+                               "print('acc rank', a.process_index, 'of', a.num_processes, 'cwd', os.getcwd())\n")
+    r = run_cli("run", "acc", "--accels", "2", "--", prog, "launch", "--multi_gpu", "--num_processes",
+                "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "t.py", cwd=code)
+    assert r.returncode == 0, r.stderr
+    succeeded("acc")
+    for rank in (0, 1):
+        assert f"acc rank {rank} of 2 cwd {jdir('acc')}/code" in log("acc")
