@@ -170,12 +170,29 @@ def test_executable_file_runs_as_itself(slots, tmp_path):
     code = tmp_path / "proj"
     code.mkdir()
     tool = code / "launch"
-    tool.write_text('#!/bin/bash\necho "tool node=$NODE_RANK nnodes=$NNODES cwd=$(pwd)"\n')
+    tool.write_text('#!/bin/bash\necho "tool node=$NODE_RANK nnodes=$NNODES world=$WORLD_SIZE cwd=$(pwd)"\n')
     tool.chmod(0o755)
-    r = run_cli("run", "tool", "--", "launch", cwd=code)
+    r = run_cli("run", "tool", "--nodes", "2", "--", "launch", cwd=code)
     assert r.returncode == 0, r.stderr
     succeeded("tool")
-    assert f"tool node=0 nnodes=1 cwd={jdir('tool')}/code" in log("tool")
+    for node in (0, 1):  # once per node, each with its own NODE_RANK, in its node's first rank's log
+        assert f"tool node={node} nnodes=2 world=2 cwd={jdir('tool')}/code" in log("tool", node)
+
+
+def test_stop_reaches_a_command(slots, tmp_path):
+    """`gptrain stop` sends SIGTERM to a command entrypoint itself (it has no torchrun agent
+    in front of it): it can save and exit, and the job ends stopped."""
+    code = tmp_path / "proj"
+    code.mkdir()
+    (code / "loop.sh").write_text("trap 'echo got-term; exit 0' TERM\necho started\n"
+                                  "while true; do sleep 0.2; done\n")
+    assert run_cli("run", "loop", "--", "loop.sh", cwd=code).returncode == 0
+    deadline = time.time() + 60
+    while not (jdir("loop") / "logs/rank-0.log").is_file() or "started" not in log("loop"):
+        assert time.time() < deadline, job("loop")
+        time.sleep(0.2)
+    ok("stop", "loop", "--timeout", "20", "--wait")
+    assert job("loop")["state"] == "stopped" and "got-term" in log("loop"), (job("loop"), log("loop"))
 
 
 def test_requirements_install_into_a_layered_virtualenv(slots, tmp_path):
