@@ -4,6 +4,9 @@ the .gitignore matcher of code snapshots outside git, and the Slurm script of ea
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from gptrain.errors import UserError
 from gptrain.jobs import code, launch
 from gptrain.jobs.spec import JobSpec
 
@@ -78,3 +81,17 @@ def test_entry_command_per_kind(isolated_home):
     assert launch.entry_command(JobSpec(name="a", command="bash", args=["r.sh"]).validate(), jdir) == ["bash", "r.sh"]
     t = JobSpec(name="a", args=["--train.max_steps=1"]).validate()
     assert launch.entry_command(t, jdir)[-1] == "--train.output_dir=/j" and launch.output_dir(t, jdir) == jdir
+
+
+def test_job_yaml_code_fields(tmp_path):
+    from gptrain.jobs.spec import from_yaml
+
+    (tmp_path / "req.txt").write_text("tinypkg\n")
+    (tmp_path / "job.yaml").write_text("name: y\ncode: src\nscript: train.py\nrequirements: req.txt\n"
+                                       "args: ['--out=$GPTRAIN_OUTPUT_DIR']\n")
+    fields = from_yaml(str(tmp_path / "job.yaml"))
+    assert fields["code"] == str(tmp_path / "src") and fields["script"] == "train.py"
+    assert fields["requirements"] == "tinypkg\n" and fields["args"] == ["--out=$GPTRAIN_OUTPUT_DIR"]
+    (tmp_path / "bad.yaml").write_text("name: y\npython: /bin/sh\n")
+    with pytest.raises(UserError, match="unknown field 'python'"):
+        from_yaml(str(tmp_path / "bad.yaml"))
