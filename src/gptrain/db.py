@@ -1,6 +1,6 @@
 """gptrain's embedded state: SQLite in $GPTRAIN_HOME/gptrain.db, in WAL mode.
 
-Tables: jobs, events and checkpoints (jobs/store.py), datasets (data/store.py). Connections
+Tables: jobs, events, checkpoints and sources (jobs/store.py), datasets (data/store.py). Connections
 wait up to a minute for the write lock, so many CLI calls can run at once.
 
 A full disk: reads fall back to a read-only connection (WAL needs to write its -shm file even to
@@ -65,6 +65,12 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     size INTEGER NOT NULL,
     path TEXT NOT NULL,
     UNIQUE (job, name)
+);
+CREATE TABLE IF NOT EXISTS sources (
+    name TEXT PRIMARY KEY,
+    url TEXT NOT NULL,
+    ref TEXT,
+    created REAL NOT NULL
 );
 """
 

@@ -19,11 +19,9 @@ from pathlib import Path
 from gptrain.errors import UserError
 from gptrain.home import home
 from gptrain.jobs import procs, secrets, store
+from gptrain.jobs.launch import job_dir, stop_request, write_stop_request  # noqa: F401 (job_dir: used by many)
 from gptrain.jobs.spec import JobSpec
 
-
-def job_dir(name: str) -> Path:
-    return home() / "jobs" / name
 
 
 def local_slots() -> tuple[str, int]:
@@ -48,9 +46,28 @@ def user_setting(section: str, key: str):
         raise UserError(f"{path} is not valid TOML: {e}") from None
 
 
-def submit(spec: JobSpec) -> None:
+def refresh(name: str) -> dict:
+    """The job, its state first brought up to date: a job whose supervisor died is ended or
+    handed to a new supervisor (with what reconcile learnt but could not record)."""
+    job = store.get_job(name)
+    if job["state"] in store.ACTIVE:
+        from gptrain.jobs.reconcile import reconcile
+
+        unrecorded = reconcile()
+        job = {**store.get_job(name), **unrecorded.get(name, {})}
+    return job
+
+
+def describe(job: dict) -> str | None:
+    """The `inspect` line of a local job beyond its slots: none."""
+    return None
+
+
+def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
     from gptrain.jobs.reconcile import reconcile
 
+    if dry_run:
+        raise UserError("--dry-run prints a Slurm script: add --scheduler slurm")
     spec.validate()
     reconcile()  # slots held by jobs whose supervisor died are freed before this one queues
     kind, total = local_slots()
@@ -58,12 +75,17 @@ def submit(spec: JobSpec) -> None:
     if need > total:
         raise UserError(f"job needs {spec.nodes} x {spec.accels} = {need} {kind} slots but this "
                         f"machine has {total}; ask for fewer (or set GPTRAIN_LOCAL_SLOTS)")
-    store.create_job(spec.name, spec.to_dict(), spec.nodes, spec.accels, "local")
-    secrets.save(spec.name, spec.secrets)  # apart from the record (0600); the supervisor reads it
-    d = job_dir(spec.name)
-    (d / "logs").mkdir(parents=True, exist_ok=True)
+    from gptrain.jobs import code
+
+    with code.staged(spec) as snapshot:  # the code, before anything is recorded
+        store.create_job(spec.name, spec.to_dict(), spec.nodes, spec.accels, "local")
+        secrets.save(spec.name, spec.secrets)  # apart from the record (0600); the supervisor reads it
+        d = job_dir(spec.name)
+        (d / "logs").mkdir(parents=True, exist_ok=True)
+        code.place(snapshot, d)
     (d / "job.json").write_text(json.dumps(spec.to_dict(), indent=2))
     start_supervisor(spec.name)
+    return None
 
 
 def start_supervisor(name: str) -> None:
@@ -105,7 +127,7 @@ def resume(name: str) -> None:
         raise UserError(f"job {name} has no directory {d} any more; submit it again with `gptrain run`")
     latest = latest_checkpoint(name)
     store.reopen(name, f"continues from {latest}" if latest else "starts again (no checkpoint yet)")
-    (d / "stop-request").unlink(missing_ok=True)
+    stop_request(d).unlink(missing_ok=True)
     start_supervisor(name)
 
 
@@ -118,7 +140,7 @@ def stop(name: str, timeout: float) -> str:
     state = store.get_job(name)["state"]
     if state in store.TERMINAL:
         return state
-    (job_dir(name) / "stop-request").write_text(json.dumps({"timeout": timeout}))
+    write_stop_request(job_dir(name), timeout)
     job = store.get_job(name)  # read after the request is on disk: no start slips between
     ident = json.loads(job["supervisor"]) if job["supervisor"] else None
     if ident and procs.kill(ident, signal.SIGTERM):

@@ -1,5 +1,6 @@
 """The job store: jobs (one row per job, its state and resources), events (the lifecycle,
-timestamped) and checkpoints (what each job has written), in $GPTRAIN_HOME/gptrain.db.
+timestamped), checkpoints (what each job has written) and sources (named code repositories),
+in $GPTRAIN_HOME/gptrain.db.
 
 The whole job state machine is here: every transition, local slot claims, and the compare-and-set
 writes the reconciler (jobs/reconcile.py) uses to end or hand over a job whose supervisor died.
@@ -219,3 +220,30 @@ def delete_job(name: str) -> None:
     with transaction() as conn:
         for table, col in (("jobs", "name"), ("events", "job"), ("checkpoints", "job")):
             conn.execute(f"DELETE FROM {table} WHERE {col} = ?", (name,))
+
+
+# ---- code sources: named git repositories (`gptrain source add`) ------------------------------
+
+def add_source(name: str, url: str, ref: str | None) -> None:
+    with transaction() as conn:
+        if conn.execute("SELECT 1 FROM sources WHERE name = ?", (name,)).fetchone():
+            raise UserError(f"a source named {name!r} already exists; `gptrain source rm {name}` first")
+        conn.execute("INSERT INTO sources (name, url, ref, created) VALUES (?, ?, ?, ?)",
+                     (name, url, ref, time.time()))
+
+
+def get_source(name: str) -> dict:
+    row = fetch_one("SELECT * FROM sources WHERE name = ?", (name,))
+    if row is None:
+        raise UserError(f"no source named {name!r}; see `gptrain source list`")
+    return row
+
+
+def list_sources() -> list[dict]:
+    return fetch_all("SELECT * FROM sources ORDER BY name")
+
+
+def remove_source(name: str) -> None:
+    get_source(name)
+    with transaction() as conn:
+        conn.execute("DELETE FROM sources WHERE name = ?", (name,))
