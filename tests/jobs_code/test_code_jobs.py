@@ -122,7 +122,7 @@ def test_resume_of_a_failed_script_job_gets_its_latest_checkpoint(slots, tmp_pat
     assert "done at step 4 w 8.0" in log("again")
     from gptrain.jobs import store
 
-    assert any(e["message"] == "continues from checkpoint-2" for e in store.events("again"))
+    assert any(e["message"] == "continues from output/checkpoint-2" for e in store.events("again"))
 
 
 def test_shell_script_module_and_hosted_words(slots, tmp_path):

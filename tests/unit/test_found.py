@@ -195,3 +195,22 @@ def test_listing_an_unchanged_nanogpt_checkpoint_does_not_load_torch(tmp_path, i
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True) for _ in range(2)]
     assert [r.stdout.strip().splitlines()[-1] for r in runs] == ["True", "False"], [r.stderr for r in runs]
     assert "nanogpt" in runs[1].stdout and " 42 " in runs[1].stdout
+
+
+def test_trainer_checkpoint_of_a_plain_module_is_one_row(tmp_path):
+    """HF Trainer with a model that is not a PreTrainedModel (or a script keeping the Trainer's
+    layout) writes checkpoint-N/ with bare weights and no config.json: one row (what a restart
+    resumes from), not a row per file inside."""
+    from gptrain.jobs import found
+
+    job = tmp_path / "job"
+    for step in (2, 4):
+        d = job / "output" / f"checkpoint-{step}"
+        d.mkdir(parents=True)
+        torch.save({"w": torch.ones(1)}, d / "model.pt")
+        (d / "optimizer.pt").write_bytes(b"x")
+        (d / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+    rows = found.scan(job)
+    assert [(r["name"], r["kind"], r["step"]) for r in rows] == \
+        [("output/checkpoint-2", "hf-trainer", 2), ("output/checkpoint-4", "hf-trainer", 4)]
+    assert found.latest(job) == job / "output" / "checkpoint-4"

@@ -48,10 +48,15 @@ def checkpoint_id(job: str, name: str) -> str:
 
 
 def is_hf_trainer_dir(path) -> bool:
-    """A complete HF Trainer checkpoint-N: trainer_state.json beside a HF model's files."""
+    """A complete HF Trainer checkpoint-N: trainer_state.json (written last) beside the model's
+    weights, a HF model directory or the bare weight files of a model that is not a
+    PreTrainedModel (or of a script that keeps the Trainer's layout)."""
     p = Path(path)
     state = p / "trainer_state.json"
-    return state.is_file() and is_hf_dir(p) and "global_step" in json_or_empty(state)
+    if not state.is_file() or "global_step" not in json_or_empty(state):
+        return False
+    return is_hf_dir(p) or any(f.is_file() and f.name.endswith(WEIGHT_SUFFIXES) and not NOT_WEIGHTS.fullmatch(f.name)
+                               for f in p.iterdir())
 
 
 def kind_of(path) -> str | None:
