@@ -12,7 +12,7 @@ import sys
 from gptrain import __version__
 
 GROUPS = ("gptrain.cli.data", "gptrain.cli.train", "gptrain.cli.jobs", "gptrain.cli.checkpoints",
-          "gptrain.cli.model")
+          "gptrain.cli.model", "gptrain.cli.ui")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,235 @@
+"""The console's URLs: four pages, their JSON API, the live streams and the two actions.
+
+Pages are one HTML shell (static/page.html) naming the page's script; the data comes from the
+API, then from an event stream. Actions are POST only (security.py checks origin and CSRF
+token before they get here) and call what `gptrain stop` and `gptrain rm` call.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zipfile
+from importlib import resources
+
+from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from gptrain.errors import UserError
+from gptrain.jobs import secrets
+from gptrain.ui import sse, views
+from gptrain.ui.downsample import MAX_POINTS
+from gptrain.ui.metrics import CURVES, XS
+
+STATIC = resources.files("gptrain.ui") / "static"
+PAGES = {"jobs": "Jobs", "job": "Job", "compare": "Compare", "datasets": "Datasets"}
+
+
+def _int(value, default: int, low: int = 0, high: int = 10 ** 12) -> int:
+    try:
+        return min(max(int(value), low), high)
+    except (TypeError, ValueError):
+        return default
+
+
+async def _call(fn, *args):
+    """fn(*args) in a worker thread, its answer as JSON; our exceptions as 400/404/409."""
+    try:
+        return JSONResponse(await run_in_threadpool(fn, *args))
+    except views.BadName as e:
+        return JSONResponse({"error": str(e)}, status_code=400)
+    except views.NotFound as e:
+        return JSONResponse({"error": str(e)}, status_code=404)
+    except UserError as e:
+        return JSONResponse({"error": str(e)}, status_code=409)
+
+
+# ---- pages ------------------------------------------------------------------------------------
+
+def page(name: str):
+    async def endpoint(request):
+        title = PAGES[name]
+        if name == "job":
+            try:
+                await run_in_threadpool(views.known_job, request.path_params["name"])
+            except views.BadName as e:
+                return PlainTextResponse(str(e), status_code=400)
+            except views.NotFound as e:
+                return PlainTextResponse(str(e), status_code=404)
+            title = request.path_params["name"]
+        html = (STATIC / "page.html").read_text().replace("{{title}}", title).replace(
+            "{{page}}", name).replace("{{csrf}}", request.app.state.csrf)
+        return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+    return endpoint
+
+
+# ---- API --------------------------------------------------------------------------------------
+
+async def api_jobs(request):
+    return await _call(views.job_rows, request.query_params.get("state") or None)
+
+
+async def api_job(request):
+    return await _call(views.job_detail, request.path_params["name"])
+
+
+async def api_curves(request):
+    x = request.query_params.get("x", "step")
+    if x not in XS:
+        return JSONResponse({"error": f"x must be one of {', '.join(XS)}"}, status_code=400)
+    points = _int(request.query_params.get("max"), MAX_POINTS, 0, 10 ** 6)
+    return await _call(views.curves, request.path_params["name"], x, points or None)
+
+
+async def api_log(request):
+    def read():
+        path = views.log_path(request.path_params["name"], request.path_params["rank"])
+        offset = request.query_params.get("offset")
+        text, end = views.read_log(path, _int(offset, 0) if offset is not None else None,
+                                   secrets.load(request.path_params["name"]).values())
+        return {"text": text, "offset": end}
+    return await _call(read)
+
+
+async def api_datasets(request):
+    return await _call(views.datasets)
+
+
+async def download_checkpoint(request):
+    name, ckpt_id = request.path_params["name"], request.path_params["id"]
+
+    def make_zip():
+        src = views.checkpoint_dir(name, ckpt_id)
+        fd, tmp = tempfile.mkstemp(prefix="gptrain-ui-", suffix=".zip")
+        os.close(fd)
+        top = f"{name}-{src.name}"
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
+            files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
+            for f in files:
+                if not f.is_symlink():  # only what the job itself wrote
+                    z.write(f, f"{top}/{f.relative_to(src) if f != src else f.name}")
+        return tmp, top
+
+    try:
+        tmp, top = await run_in_threadpool(make_zip)
+    except (views.BadName, views.NotFound) as e:
+        return PlainTextResponse(str(e), status_code=400 if isinstance(e, views.BadName) else 404)
+    return FileResponse(tmp, media_type="application/zip", filename=f"{top}.zip",
+                        background=BackgroundTask(os.unlink, tmp))
+
+
+# ---- actions ----------------------------------------------------------------------------------
+
+def _stop(name: str) -> dict:
+    import argparse
+
+    from gptrain.cli.jobs import cmd_stop
+
+    views.known_job(name)
+    cmd_stop(argparse.Namespace(name=name, timeout=120.0, wait=False), [])
+    views.refresh_states(force=True)
+    return {"state": views.store.get_job(name)["state"]}
+
+
+def _remove(name: str) -> dict:
+    import argparse
+
+    from gptrain.cli.jobs import cmd_rm
+
+    views.known_job(name)
+    cmd_rm(argparse.Namespace(name=name), [])
+    views.metrics.forget(views.job_dir(name) / "metrics.jsonl")
+    return {"removed": name}
+
+
+async def action_stop(request):
+    return await _call(_stop, request.path_params["name"])
+
+
+async def action_remove(request):
+    return await _call(_remove, request.path_params["name"])
+
+
+# ---- live streams -----------------------------------------------------------------------------
+
+async def stream_jobs(request):
+    state = request.query_params.get("state") or None
+    last = {"rows": None}
+
+    def tick():
+        rows = views.job_rows(state)
+        if rows == last["rows"]:
+            return []
+        last["rows"] = rows
+        return [("jobs", rows)]
+    return sse.stream(request, tick)
+
+
+async def stream_job(request):
+    """The job's record when it changes, and its new metric rows as they are written: `from`
+    counts of train and eval rows the page already has (it loaded the curves first)."""
+    name = request.path_params["name"]
+    try:
+        await run_in_threadpool(views.known_job, name)
+    except (views.BadName, views.NotFound) as e:
+        return PlainTextResponse(str(e), status_code=400 if isinstance(e, views.BadName) else 404)
+    seen = {"train": _int(request.query_params.get("train"), 0),
+            "eval": _int(request.query_params.get("eval"), 0), "detail": None}
+
+    def tick():
+        out = []
+        try:
+            detail = views.job_detail(name)
+        except views.NotFound:
+            return [("gone", {"name": name})]  # removed meanwhile
+        if detail != seen["detail"]:
+            seen["detail"] = detail
+            out.append(("job", detail))
+        mf = views.metrics_of(name)
+        new = {}
+        for key, (prefix, _) in CURVES.items():
+            if mf.count(prefix) > seen[prefix]:
+                new[key] = mf.curve(key, "step", start=seen[prefix])
+        if new:
+            seen["train"], seen["eval"] = mf.count("train"), mf.count("eval")
+            out.append(("metrics", new))
+        return out
+    return sse.stream(request, tick)
+
+
+async def stream_log(request):
+    name, rank = request.path_params["name"], request.path_params["rank"]
+    try:
+        path = await run_in_threadpool(views.log_path, name, rank)
+    except (views.BadName, views.NotFound) as e:
+        return PlainTextResponse(str(e), status_code=400 if isinstance(e, views.BadName) else 404)
+    values = secrets.load(name).values()
+    pos = {"offset": _int(request.query_params.get("offset"), 0)}
+
+    def tick():
+        text, pos["offset"] = views.read_log(path, pos["offset"], values)
+        return [("log", {"text": text, "offset": pos["offset"]})] if text else []
+    return sse.stream(request, tick, interval=0.5)
+
+
+ROUTES = [
+    Route("/", page("jobs")),
+    Route("/jobs/{name}", page("job")),
+    Route("/compare", page("compare")),
+    Route("/datasets", page("datasets")),
+    Route("/api/jobs", api_jobs),
+    Route("/api/jobs/stream", stream_jobs),
+    Route("/api/jobs/{name}", api_job),
+    Route("/api/jobs/{name}/stream", stream_job),
+    Route("/api/jobs/{name}/curves", api_curves),
+    Route("/api/jobs/{name}/logs/{rank}", api_log),
+    Route("/api/jobs/{name}/logs/{rank}/stream", stream_log),
+    Route("/api/jobs/{name}/checkpoints/{id}.zip", download_checkpoint),
+    Route("/api/jobs/{name}/stop", action_stop, methods=["POST"]),
+    Route("/api/jobs/{name}/remove", action_remove, methods=["POST"]),
+    Route("/api/datasets", api_datasets),
+    Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
+]

@@ -1,0 +1,188 @@
+"""What the console shows, read through the same library calls as the CLI: jobs/store.py for jobs,
+events and checkpoints, the job's metrics.jsonl and logs/ files, data/store.py for datasets.
+Everything a job printed or was given passes through jobs/secrets.py masking on its way out.
+
+Names from a URL are checked by gptrain.home.check_name (a bad one is a 400, an unknown one a
+404) before any file or row is touched; a checkpoint's path must lie inside its job's directory.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from gptrain.errors import UserError
+from gptrain.home import check_name
+from gptrain.jobs import secrets, store
+from gptrain.jobs.local import job_dir
+from gptrain.ui import metrics
+
+LOG_TAIL = 64 * 1024  # a log view opens on its last 64 KiB
+REFRESH_S = 2.0
+
+
+class NotFound(Exception):
+    pass
+
+
+class BadName(Exception):
+    pass
+
+
+def known_job(name: str) -> dict:
+    """The job named in a URL (400 for a malformed name, 404 for an unknown one)."""
+    try:
+        check_name(name, "job")
+    except UserError as e:
+        raise BadName(str(e)) from None
+    try:
+        return store.get_job(name)
+    except UserError as e:
+        raise NotFound(str(e)) from None
+
+
+_refreshed = {"at": 0.0}
+_refresh_lock = threading.Lock()
+
+
+def refresh_states(force: bool = False) -> None:
+    """Bring active jobs' states up to date as `gptrain jobs` does (a dead supervisor's job ended
+    or handed over; Slurm asked), at most every REFRESH_S seconds however many pages watch."""
+    with _refresh_lock:
+        if not force and time.time() - _refreshed["at"] < REFRESH_S:
+            return
+        _refreshed["at"] = time.time()
+    from gptrain.jobs.reconcile import reconcile
+
+    reconcile()
+    for job in store.list_jobs():
+        if job["scheduler"] == "slurm" and job["state"] in store.ACTIVE:
+            from gptrain.jobs import slurm
+
+            slurm.refresh(job["name"])
+
+
+def metrics_of(name: str) -> metrics.MetricsFile:
+    return metrics.of(job_dir(name) / "metrics.jsonl")
+
+
+def job_rows(state: str | None = None) -> list[dict]:
+    """The jobs table: one row per job, with its latest train step and loss."""
+    refresh_states()
+    rows = []
+    for j in store.list_jobs():
+        if state and j["state"] != state:
+            continue
+        last = metrics_of(j["name"]).last("train")
+        rows.append({"name": j["name"], "state": j["state"], "nodes": j["nodes"], "accels": j["accels"],
+                     "scheduler": j["scheduler"], "created": j["created"], "updated": j["updated"],
+                     "step": last.get("step"), "loss": last.get("loss")})
+    return rows
+
+
+def sync_checkpoints(name: str) -> None:
+    """The job's checkpoint rows made to match its directory (what `gptrain checkpoints` does)."""
+    from gptrain.cli.jobs import _sync
+
+    _sync(name)
+
+
+def job_detail(name: str) -> dict:
+    """Everything the job page shows but the curves and logs."""
+    known_job(name)
+    refresh_states()
+    job = store.get_job(name)
+    sync_checkpoints(name)
+    cfg = job_dir(name) / "config.toml"
+    values = secrets.load(name).values()
+    spec = json.loads(secrets.mask(json.dumps(job.pop("spec")), values))
+    ranks = job["nodes"] * job["accels"]
+    for key in ("supervisor", "supervisor_pid", "run_id"):
+        job.pop(key, None)
+    if job.get("error"):
+        job["error"] = secrets.mask(job["error"], values)
+    return {"job": job, "spec": spec, "ranks": ranks, "events": store.events(name),
+            "checkpoints": checkpoints(name),
+            "config": secrets.mask(cfg.read_text(), values) if cfg.is_file() else None}
+
+
+def checkpoints(name: str) -> list[dict]:
+    return [{k: c[k] for k in ("id", "name", "step", "train_loss", "eval_loss", "time", "size")}
+            for c in store.checkpoints(name)]
+
+
+def checkpoint_dir(name: str, ckpt_id: str) -> Path:
+    """The directory (or file) of one of the job's checkpoints, checked to lie in its job dir."""
+    known_job(name)
+    if not ckpt_id.isalnum():
+        raise BadName(f"invalid checkpoint ID {ckpt_id!r}")
+    row = next((c for c in store.checkpoints(name) if c["id"] == ckpt_id), None)
+    if row is None:
+        raise NotFound(f"job {name} has no checkpoint {ckpt_id}")
+    path = Path(row["path"]).resolve()
+    if not path.is_relative_to(job_dir(name).resolve()) or not path.exists():
+        raise NotFound(f"checkpoint {ckpt_id} is no longer on disk")
+    return path
+
+
+def log_path(name: str, rank: str) -> Path:
+    job = known_job(name)
+    if not rank.isdigit() or int(rank) >= job["nodes"] * job["accels"]:
+        raise NotFound(f"job {name} has ranks 0..{job['nodes'] * job['accels'] - 1}")
+    return job_dir(name) / "logs" / f"rank-{int(rank)}.log"
+
+
+def read_log(path: Path, offset: int | None, values) -> tuple[str, int]:
+    """(the whole lines written since `offset`, masked; the new offset). offset None: the tail."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return "", 0
+    if offset is None or offset > size:
+        offset = max(0, size - LOG_TAIL)
+    if size <= offset:
+        return "", offset
+    with open(path, "rb") as f:
+        f.seek(offset)
+        chunk = f.read(size - offset)
+    if offset and offset == size - LOG_TAIL and b"\n" in chunk:
+        cut = chunk.index(b"\n") + 1  # open the tail on a line start
+        chunk, offset = chunk[cut:], offset + cut
+    end = chunk.rfind(b"\n") + 1  # whole lines only, so a secret is masked whole
+    return secrets.mask(chunk[:end].decode(errors="replace"), values), offset + end
+
+
+def curves(name: str, x: str, max_points: int | None) -> dict:
+    known_job(name)
+    mf = metrics_of(name)
+    return {key: mf.curve(key, x, max_points=max_points) for key in metrics.CURVES}
+
+
+# ---- datasets ---------------------------------------------------------------------------------
+
+_samples: dict[tuple, str] = {}
+
+
+def datasets() -> list[dict]:
+    from gptrain.data import store as data_store
+
+    return [{**{k: d[k] for k in ("name", "tokenizer", "tokens", "bytes", "created")},
+             "sample": sample(d["name"], d["path"])} for d in data_store.list_all()]
+
+
+def sample(name: str, path: str, tokens: int = 160) -> str:
+    """The first tokens of the dataset's train split, decoded (cached per dataset directory)."""
+    key = (name, path)
+    if key not in _samples:
+        try:
+            from gptrain.data.formats import open_split, read_meta
+            from gptrain.tokenizers import from_spec
+
+            split = "train" if "train" in read_meta(path)["splits"] else "val"
+            ids = open_split(path, split)[:tokens].tolist()
+            _samples[key] = from_spec(read_meta(path)["tokenizer"]).decode(ids)
+        except (UserError, OSError, KeyError, ValueError) as e:
+            return f"(no sample: {e})"
+    return _samples[key]
