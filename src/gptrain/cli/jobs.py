@@ -258,6 +258,7 @@ def cmd_inspect(args, extra) -> int:
     for prefix, m in report["metrics"].items():
         vals = "  ".join(f"{k} {v:.4g}" for k, v in m.items() if k != "step" and isinstance(v, (int, float)))
         print(f"{prefix:<10} step {m['step']}  {vals}")
+    _print_loss_sparkline(job["name"])
     print(f"checkpoints ({len(report['checkpoints'])})")
     for c in report["checkpoints"]:
         print(f"  {c['id']}  {c['name']}  step {c['step']}")
@@ -265,6 +266,15 @@ def cmd_inspect(args, extra) -> int:
         print("config")
         print("  " + report["config"].strip().replace("\n", "\n  "))
     return 0
+
+
+def _print_loss_sparkline(name: str) -> None:
+    from gptrain.jobs.local import job_dir
+    from gptrain.ui.sparkline import loss_line
+
+    line = loss_line(job_dir(name) / "metrics.jsonl")
+    if line:
+        print(f"loss       {line}")
 
 
 # ---- logs -----------------------------------------------------------------------------------

@@ -1,0 +1,129 @@
+"""The console over plain HTTP against a real `gptrain ui` process: who may talk to it, what a
+hostile URL or a cross-site POST gets, and that secrets never come out."""
+
+import json
+import re
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.browser.conftest import Console
+from tests.browser.fakes import record_job
+
+
+def http(url, method="GET", headers=None):
+    """(status, headers, body text) without raising on 4xx."""
+    req = urllib.request.Request(url, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            return r.status, r.headers, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read().decode()
+
+
+def csrf_of(console, **headers):
+    status, _, html = http(console.base + "/", headers=headers)
+    assert status == 200, html
+    return re.search(r'<meta name="csrf" content="([^"]+)">', html).group(1)
+
+
+@pytest.fixture
+def shared_console(isolated_home):
+    c = Console(host="0.0.0.0")
+    yield c
+    c.close()
+
+
+def test_a_non_loopback_bind_needs_the_printed_token(shared_console):
+    c = shared_console
+    token = re.search(r"\?token=([\w-]+)", c.printed).group(1)
+    for path in ("/", "/api/jobs", "/api/jobs/stream", "/static/job.js", "/jobs/x", "/datasets"):
+        status, _, body = http(c.base + path)
+        assert status == 401 and "token" in body, (path, status)
+        assert http(c.base + path + "?token=wrong" + token)[0] == 401
+        assert http(c.base + path, headers={"Cookie": "gptrain_ui_token=nope"})[0] == 401
+    status, headers, _ = http(f"{c.base}/?token={token}")
+    assert status == 200
+    cookie = headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    value = cookie.split(";")[0]
+    status, _, body = http(c.base + "/api/jobs", headers={"Cookie": value})
+    assert (status, body) == (200, "[]")
+    assert http(c.base + "/static/uPlot.iife.min.js", headers={"Cookie": value})[0] == 200
+    assert http(c.base + "/api/jobs", headers={"Authorization": f"token {token}"})[0] == 200
+
+
+def test_loopback_console_refuses_other_host_names(console):
+    """A page on another domain re-pointed at 127.0.0.1 (DNS rebinding) reads nothing."""
+    assert http(console.base + "/api/jobs")[0] == 200
+    for host in ("evil.example", f"evil.example:{console.port}", "192.168.1.5"):
+        assert http(console.base + "/api/jobs", headers={"Host": host})[0] == 403
+    assert http(console.base + "/api/jobs", headers={"Host": f"localhost:{console.port}"})[0] == 200
+
+
+def test_traversal_names_get_400_or_404_and_touch_nothing(console, isolated_home, tmp_path):
+    record_job("real")
+    victim = isolated_home / "victim"
+    victim.mkdir()
+    (victim / "metrics.jsonl").write_text('{"step": 1, "train/loss": 1.0}\n')
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    token = csrf_of(console)
+    post = {"Origin": console.base, "X-CSRF-Token": token}
+    bad = ["/api/jobs/..%2Fvictim", "/api/jobs/..", "/api/jobs/%2e%2e", "/api/jobs/Real",
+           "/api/jobs/..%2F..%2Foutside.txt/curves", "/jobs/..%2Fvictim", "/jobs/%2e%2e",
+           "/api/jobs/real/logs/..%2F..%2Fjob.json", "/api/jobs/real/logs/-1", "/api/jobs/real/logs/2",
+           "/api/jobs/real/logs/0x1/stream", "/api/jobs/real/checkpoints/..%2F..%2Fjob.json.zip",
+           "/api/jobs/..%2Fvictim/stream", "/static/..%2F..%2Fviews.py", "/static/%2e%2e/views.py",
+           "/api/jobs/nosuchjob", "/api/jobs/a%00b"]
+    for path in bad:
+        status, _, body = http(console.base + path)
+        assert status in (400, 404), (path, status, body[:200])
+        assert "keep me" not in body and "train/loss" not in body
+    for path in ("/api/jobs/..%2Fvictim/remove", "/api/jobs/..%2F..%2Foutside.txt/remove",
+                 "/api/jobs/%2e%2e/stop", "/api/jobs/ghost/remove"):
+        status, _, body = http(console.base + path, "POST", post)
+        assert status in (400, 404), (path, status, body)
+    assert (victim / "metrics.jsonl").is_file() and outside.read_text() == "keep me"
+    assert json.loads(http(console.base + "/api/jobs")[2])[0]["name"] == "real"
+
+
+def test_a_cross_site_post_is_refused(console):
+    record_job("victim")
+    token = csrf_of(console)
+    url = console.base + "/api/jobs/victim/remove"
+    for headers in ({"Origin": "http://evil.example", "X-CSRF-Token": token},  # another site
+                    {"Origin": "null", "X-CSRF-Token": token},
+                    {"Referer": "http://evil.example/page", "X-CSRF-Token": token},
+                    {"Origin": console.base.replace("127.0.0.1", "localhost"), "X-CSRF-Token": token},
+                    {"Origin": console.base},  # no token (what an HTML form can send)
+                    {"Origin": console.base, "X-CSRF-Token": "guess"},
+                    {"X-CSRF-Token": token}):  # neither Origin nor Referer
+        status, _, body = http(url, "POST", headers)
+        assert status == 403 and "cross-site" in body, (headers, status, body)
+    assert http(console.base + "/api/jobs/victim")[0] == 200  # still there
+    assert http(url)[0] == 405  # a GET never acts
+    status, _, body = http(url, "POST", {"Origin": console.base, "X-CSRF-Token": token})
+    assert status == 200 and json.loads(body) == {"removed": "victim"}
+    assert http(console.base + "/api/jobs/victim")[0] == 404
+
+
+def test_an_action_a_job_refuses_is_one_clear_message(console):
+    record_job("busy", state="running")
+    token = csrf_of(console)
+    status, _, body = http(console.base + "/api/jobs/busy/remove", "POST",
+                           {"Origin": console.base, "X-CSRF-Token": token})
+    assert status == 409 and "stop busy` first" in json.loads(body)["error"]
+
+
+def test_secrets_are_never_shown(console):
+    secret = "hunter2-very-secret"
+    record_job("sec", state="failed", secrets={"API_KEY": secret},
+               log=f"token is {secret}\nTraceback...\nRuntimeError: bad key {secret}\n")
+    for path in ("/api/jobs/sec", "/api/jobs/sec/logs/0", "/api/jobs/sec/logs/1", "/jobs/sec", "/api/jobs"):
+        status, _, body = http(console.base + path)
+        assert status == 200 and secret not in body, path
+    log = json.loads(http(console.base + "/api/jobs/sec/logs/0")[2])["text"]
+    assert "token is ***" in log
+    assert json.loads(http(console.base + "/api/jobs/sec")[2])["spec"]["secrets"] == {"API_KEY": "***"}
