@@ -47,6 +47,7 @@ gp.age = function (t) {
   for (const [u, n] of [["d", 86400], ["h", 3600], ["m", 60]]) if (s >= n) return Math.floor(s / n) + u;
   return Math.floor(Math.max(s, 0)) + "s";
 };
+gp.tick = (v) => (v === null ? "" : v !== 0 && (Math.abs(v) >= 1e5 || Math.abs(v) < 1e-2) ? v.toExponential(1) : String(+v.toPrecision(3)));
 gp.time = (t) => (t ? new Date(t * 1000).toLocaleString() : "-");
 gp.stateBadge = (s) => gp.el("span", { class: "state " + s }, s);
 gp.COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#ca8a04"];
@@ -57,9 +58,9 @@ gp.chart = function (parent, title, xLabel, series, data) {
   parent.append(box);
   const opts = {
     title, width: Math.max(320, Math.min(660, parent.clientWidth / 2 - 24)), height: 240,
-    scales: { x: { time: false } }, axes: [{ label: xLabel }, {}],
+    scales: { x: { time: false } }, axes: [{ label: xLabel }, { size: 64, values: (u, vals) => vals.map(gp.tick) }],
     series: [{ label: xLabel }, ...series.map((s, i) => ({
-      label: s.label, stroke: s.color || gp.COLORS[i % gp.COLORS.length], width: 1.5, spanGaps: true, points: { show: false } }))],
+      label: s.label, stroke: s.color || gp.COLORS[i % gp.COLORS.length], width: 1.5, spanGaps: true }))],
   };
   return new uPlot(opts, data || [[], ...series.map(() => [])], box);
 };
