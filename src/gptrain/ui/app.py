@@ -7,6 +7,7 @@ the access token when bound to a non-loopback address: printed once, never store
 from __future__ import annotations
 
 import sys
+import threading
 
 from gptrain.errors import UserError
 from gptrain.ui import security
@@ -40,6 +41,9 @@ def serve(host: str = "127.0.0.1", port: int = 8765, open_browser: bool = False)
         import webbrowser
 
         webbrowser.open(url)
+    from gptrain.ui.views import warm
+
+    threading.Thread(target=warm, name="warm-metrics", daemon=True).start()
     server.run()
     if not server.started:
         raise UserError(f"could not listen on {host}:{port} (in use? try --port)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from array import array
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +34,9 @@ class MetricsFile:
 
     def _reset(self, ident) -> None:
         self.ident, self.offset = ident, 0
-        self.cols = {"train": {k: [] for k in ("step", "time", *TRAIN_KEYS)},
-                     "eval": {k: [] for k in ("step", "time", "loss")}}
+        # float arrays (8 bytes a value, NaN where a row lacks it): 10^6 rows stay compact
+        self.cols = {"train": {k: array("d") for k in ("step", "time", *TRAIN_KEYS)},
+                     "eval": {k: array("d") for k in ("step", "time", "loss")}}
 
     def refresh(self) -> int:
         """Read what was appended since the last call; the number of train rows now known."""
@@ -72,11 +74,17 @@ class MetricsFile:
             rows = [r for r in records if isinstance(r, dict) and f"{prefix}/loss" in r]
             for key, col in cols.items():
                 name = key if key in ("step", "time") else f"{prefix}/{key}"
-                col.extend(r.get(name) for r in rows)
+                values = [r.get(name, NAN) for r in rows]
+                try:
+                    col.extend(array("d", values))
+                except TypeError:  # a null or a string among them: NaN in its place
+                    col.extend(_number(v) for v in values)
 
     def last(self, prefix: str = "train") -> dict:
         cols = self.cols[prefix]
-        return {k: v[-1] for k, v in cols.items() if v} if cols["step"] else {}
+        if not cols["step"]:
+            return {}
+        return {k: (int(v[-1]) if k == "step" else v[-1]) for k, v in cols.items() if v[-1] == v[-1]}
 
     def count(self, prefix: str = "train") -> int:
         return len(self.cols[prefix]["step"])
@@ -89,30 +97,33 @@ class MetricsFile:
         with self.lock:
             cols = self.cols[prefix]
             total = len(cols["step"])
-            ys = cols[key][start:]
+            ya = np.array(cols[key][start:])
             if x == "time":
-                t0 = cols["time"][0] if cols["time"] else 0
-                xs = [t - t0 if t is not None else None for t in cols["time"][start:]]
+                xa = np.array(cols["time"][start:]) - (cols["time"][0] if total else 0)
             elif x == "tokens" and prefix == "eval":
-                xs = self._tokens_at(cols["step"][start:])
+                xa = np.array(cols["step"][start:]) * self._tokens_per_step()
             else:
-                xs = cols["tokens" if x == "tokens" else "step"][start:]
-        xa = np.array([v if v is not None else np.nan for v in xs], dtype=float)
-        ya = np.array([v if v is not None else np.nan for v in ys], dtype=float)
+                xa = np.array(cols["tokens" if x == "tokens" else "step"][start:])
         ok = ~(np.isnan(xa) | np.isnan(ya))
         xa, ya = xa[ok], ya[ok]
         if max_points:
             xa, ya = minmax(xa, ya, max_points)
         return {"x": xa.tolist(), "y": ya.tolist(), "total": total}
 
-    def _tokens_at(self, steps: list) -> list:
-        """Tokens at eval steps: the train rows' tokens per step (the trainer's is constant)."""
+    def _tokens_per_step(self) -> float:
+        """The trainer's tokens per step (constant in a run), from its latest train row."""
         train = self.cols["train"]
-        per_step = next((t / s for s, t in zip(reversed(train["step"]), reversed(train["tokens"]))
-                         if t and s), None)
-        return [s * per_step if per_step and s is not None else None for s in steps]
+        for step, tokens in zip(reversed(train["step"]), reversed(train["tokens"])):
+            if step and tokens == tokens:
+                return tokens / step
+        return float("nan")
 
 
+def _number(v) -> float:
+    return float(v) if isinstance(v, (int, float)) else NAN
+
+
+NAN = float("nan")
 _files: dict[Path, MetricsFile] = {}
 _files_lock = threading.Lock()
 

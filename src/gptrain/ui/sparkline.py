@@ -28,5 +28,5 @@ def loss_line(metrics_file: Path, width: int = 48) -> str | None:
     if not mf.refresh():
         return None
     cols = mf.cols["train"]
-    losses = [v for v in cols["loss"] if v is not None]
-    return f"{sparkline(losses, width)}  {losses[0]:.4g} -> {losses[-1]:.4g} ({cols['step'][-1]} steps)"
+    losses = [v for v in cols["loss"] if v == v]
+    return f"{sparkline(losses, width)}  {losses[0]:.4g} -> {losses[-1]:.4g} ({int(cols['step'][-1])} steps)"

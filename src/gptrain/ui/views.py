@@ -75,11 +75,37 @@ def job_rows(state: str | None = None) -> list[dict]:
     for j in store.list_jobs():
         if state and j["state"] != state:
             continue
-        last = metrics_of(j["name"]).last("train")
+        last = last_train(j["name"])
         rows.append({"name": j["name"], "state": j["state"], "nodes": j["nodes"], "accels": j["accels"],
                      "scheduler": j["scheduler"], "created": j["created"], "updated": j["updated"],
                      "step": last.get("step"), "loss": last.get("loss")})
     return rows
+
+
+_tails: dict[str, tuple] = {}
+
+
+def last_train(name: str) -> dict:
+    """The job's latest train row, read from the end of its metrics.jsonl (as `gptrain jobs`
+    does) and only again when the file changed: a list of 1,000 jobs reads no whole file."""
+    from gptrain.cli.jobs import _latest_metrics
+
+    try:
+        st = (job_dir(name) / "metrics.jsonl").stat()
+    except FileNotFoundError:
+        return {}
+    key = (st.st_ino, st.st_size, st.st_mtime_ns)
+    cached = _tails.get(name)
+    if cached is None or cached[0] != key:
+        cached = _tails[name] = (key, _latest_metrics(name).get("train", {}))
+    return cached[1]
+
+
+def warm() -> None:
+    """Read every job's metrics once, newest first (the console's start, in the background), so
+    the first look at a long run does not wait for its file to be parsed."""
+    for j in reversed(store.list_jobs()):
+        metrics_of(j["name"])
 
 
 def sync_checkpoints(name: str) -> None:
