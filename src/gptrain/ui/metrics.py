@@ -3,7 +3,8 @@
 Each file is read from the byte offset where the last read stopped, whole lines only (a line the
 trainer is still writing waits for the next read), so a live chart costs only the new rows per
 tick, never a re-parse of the file. A file that shrank or was replaced (a job removed and
-submitted again under the same name) is read again from the start.
+submitted again under the same name) is read again from the start. Columns are float arrays
+(NaN where a row lacks the value): 10^6 rows of 7 values take 56 MB.
 """
 
 from __future__ import annotations
@@ -13,10 +14,6 @@ import os
 import threading
 from array import array
 from pathlib import Path
-
-import numpy as np
-
-from gptrain.ui.downsample import minmax
 
 TRAIN_KEYS = ("loss", "lr", "tokens_per_s", "mfu", "tokens")
 CURVES = {"loss": ("train", "loss"), "eval_loss": ("eval", "loss"), "lr": ("train", "lr"),
@@ -34,7 +31,6 @@ class MetricsFile:
 
     def _reset(self, ident) -> None:
         self.ident, self.offset = ident, 0
-        # float arrays (8 bytes a value, NaN where a row lacks it): 10^6 rows stay compact
         self.cols = {"train": {k: array("d") for k in ("step", "time", *TRAIN_KEYS)},
                      "eval": {k: array("d") for k in ("step", "time", "loss")}}
 
@@ -93,6 +89,10 @@ class MetricsFile:
         """One curve ({x: [...], y: [...], total: rows}) from row `start` on, downsampled to
         max_points when given. x: step, tokens (from the trainer's count) or time (seconds since
         the first row). Rows without the value are left out."""
+        import numpy as np  # here, so `gptrain inspect` (sparkline.py) starts without it
+
+        from gptrain.ui.downsample import minmax
+
         prefix, key = CURVES[name]
         with self.lock:
             cols = self.cols[prefix]

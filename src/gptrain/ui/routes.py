@@ -11,6 +11,7 @@ import os
 import tempfile
 import zipfile
 from importlib import resources
+from pathlib import Path
 
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
@@ -25,6 +26,27 @@ from gptrain.ui.downsample import MAX_POINTS
 from gptrain.ui.metrics import CURVES, XS
 
 STATIC = resources.files("gptrain.ui") / "static"
+class CachedStatic(StaticFiles):
+    """The scripts, styles and chart library: cached by browsers for a day; pages name them with
+    ?v=VERSION, which changes whenever any of them does."""
+
+    def file_response(self, *args, **kwargs):
+        response = super().file_response(*args, **kwargs)
+        response.headers["Cache-Control"] = "public, max-age=86400"
+        return response
+
+
+def _version() -> str:
+    import hashlib
+
+    from gptrain import __version__
+
+    stamp = [__version__] + [f"{p.name}:{p.stat().st_mtime_ns}" for p in sorted(Path(str(STATIC)).iterdir())]
+    return hashlib.sha1("|".join(stamp).encode()).hexdigest()[:10]
+
+
+VERSION = _version()
+STOP_TIMEOUT_S = 120.0  # as `gptrain stop`'s default --timeout
 PAGES = {"jobs": "Jobs", "job": "Job", "compare": "Compare", "datasets": "Datasets"}
 
 
@@ -61,7 +83,7 @@ def page(name: str):
                 return PlainTextResponse(str(e), status_code=404)
             title = request.path_params["name"]
         html = (STATIC / "page.html").read_text().replace("{{title}}", title).replace(
-            "{{page}}", name).replace("{{csrf}}", request.app.state.csrf)
+            "{{page}}", name).replace("{{csrf}}", request.app.state.csrf).replace("{{v}}", VERSION)
         return HTMLResponse(html, headers={"Cache-Control": "no-store"})
     return endpoint
 
@@ -124,14 +146,15 @@ async def download_checkpoint(request):
 # ---- actions ----------------------------------------------------------------------------------
 
 def _stop(name: str) -> dict:
-    import argparse
+    """What `gptrain stop NAME` does: the workers save a checkpoint and exit (forced after 120 s)."""
+    job = views.known_job(name)
+    if job["scheduler"] == "slurm":
+        from gptrain.jobs import slurm
 
-    from gptrain.cli.jobs import cmd_stop
+        return {"state": slurm.stop(name, STOP_TIMEOUT_S)}
+    from gptrain.jobs import local
 
-    views.known_job(name)
-    cmd_stop(argparse.Namespace(name=name, timeout=120.0, wait=False), [])
-    views.refresh_states(force=True)
-    return {"state": views.store.get_job(name)["state"]}
+    return {"state": local.stop(name, STOP_TIMEOUT_S)}
 
 
 def _remove(name: str) -> dict:
@@ -231,5 +254,5 @@ ROUTES = [
     Route("/api/jobs/{name}/stop", action_stop, methods=["POST"]),
     Route("/api/jobs/{name}/remove", action_remove, methods=["POST"]),
     Route("/api/datasets", api_datasets),
-    Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
+    Mount("/static", app=CachedStatic(directory=str(STATIC)), name="static"),
 ]

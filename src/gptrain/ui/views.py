@@ -68,8 +68,22 @@ def metrics_of(name: str) -> metrics.MetricsFile:
     return metrics.of(job_dir(name) / "metrics.jsonl")
 
 
+_rows: dict = {}
+ROWS_TTL_S = 0.5
+
+
 def job_rows(state: str | None = None) -> list[dict]:
-    """The jobs table: one row per job, with its latest train step and loss."""
+    """The jobs table: one row per job, with its latest train step and loss. Computed at most
+    twice a second however many pages stream it."""
+    now = time.monotonic()
+    cached = _rows.get(state)
+    if cached and now - cached[0] < ROWS_TTL_S:
+        return cached[1]
+    _rows[state] = (now, _job_rows(state))
+    return _rows[state][1]
+
+
+def _job_rows(state: str | None) -> list[dict]:
     refresh_states()
     rows = []
     for j in store.list_jobs():

@@ -24,6 +24,7 @@
     gp.compareChart = gp.chart(area, metricSel.selectedOptions[0].text, xSel.value, names.map((n) => ({ label: n })), gp.join(series));
     gp.compareChart.root.parentElement.style.width = "auto";
     gp.compareChart.setSize({ width: Math.max(600, area.clientWidth - 24), height: 420 });
+    gp.drawnAt = gp.drawnAt || performance.now();
     gp.status("");
   }
   for (const c of [xSel, metricSel, picks]) c.addEventListener("change", draw);

@@ -4,7 +4,7 @@
   const main = document.getElementById("main");
   main.append(gp.el("h1", {}, "Datasets"));
   const rows = await gp.get("/api/datasets");
-  if (!rows.length) { main.append(gp.el("p", {}, "No datasets yet: `gptrain data push NAME DIR`.")); return; }
+  if (!rows.length) { main.append(gp.el("p", {}, "No datasets yet: `gptrain data push NAME DIR`.")); gp.drawnAt = performance.now(); return; }
   main.append(gp.el("table", { id: "datasets" },
     gp.el("thead", {}, gp.el("tr", {}, ["name", "tokenizer", "tokens", "size", "pushed", "sample"].map((h) => gp.el("th", {}, h)))),
     gp.el("tbody", {}, rows.map((d) => gp.el("tr", { "data-dataset": d.name },
@@ -12,4 +12,5 @@
       gp.el("td", { class: "num" }, gp.bytes(d.bytes)), gp.el("td", {}, gp.time(d.created)),
       gp.el("td", {}, gp.el("div", { class: "sample" }, d.sample)))))));
   gp.status("");
+  gp.drawnAt = performance.now();
 })();

@@ -69,9 +69,9 @@
     }
   }
   let stream = null;
-  async function loadCurves() {
+  async function loadCurves(first) {
     if (stream) stream.close();
-    gp.curves = await gp.get(`${api}/curves?x=step&max=4000`);
+    gp.curves = first || await gp.get(`${api}/curves?x=step&max=4000`);
     draw();
     stream = gp.listen(`${api}/stream?train=${gp.curves.loss.total}&eval=${gp.curves.eval_loss.total}`, {
       job: showJob,
@@ -103,7 +103,9 @@
   }
   rankSel.addEventListener("change", followLog);
 
-  showJob(await gp.get(api));
-  await loadCurves();
+  const [detail, curves] = await Promise.all([gp.get(api), gp.get(`${api}/curves?x=step&max=4000`)]);
+  showJob(detail);
+  await loadCurves(curves);
+  gp.drawnAt = performance.now();
   followLog();
 })();

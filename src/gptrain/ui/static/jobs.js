@@ -26,6 +26,7 @@
       gp.el("td", { class: "num" }, j.loss === null ? "-" : Number(j.loss).toFixed(4)),
       gp.el("td", { class: "num" }, gp.age(j.created)))));
     gp.jobs = rows;
+    gp.drawnAt = gp.drawnAt || performance.now();
   }
   function follow() {
     if (stream) stream.close();
