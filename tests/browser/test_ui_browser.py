@@ -5,6 +5,7 @@ the test's tmp dir."""
 
 import json
 import time
+import urllib.request
 import zipfile
 
 import pytest
@@ -86,6 +87,13 @@ def test_a_job_watched_in_the_browser(dataset, console, browser, tmp_path):
         assert z.testzip() is None
         names = z.namelist()
     assert names and all(n.startswith("live-step-") for n in names), names
+    hf_zip = tmp_path / "hf.zip"
+    link = browser.find_element(By.CSS_SELECTOR, "#checkpoints a.download-hf").get_attribute("href")
+    with urllib.request.urlopen(link, timeout=120) as r:
+        hf_zip.write_bytes(r.read())
+    with zipfile.ZipFile(hf_zip) as z:
+        files = {n.split("/", 1)[1] for n in z.namelist()}
+    assert {"config.json", "model.safetensors"} <= files, files
     assert browser.execute_script("return window.notReloaded") is True
 
     browser.switch_to.window(jobs_tab)

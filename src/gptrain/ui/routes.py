@@ -61,12 +61,18 @@ async def _call(fn, *args):
     """fn(*args) in a worker thread, its answer as JSON; our exceptions as 400/404/409."""
     try:
         return JSONResponse(await run_in_threadpool(fn, *args))
-    except views.BadName as e:
-        return JSONResponse({"error": str(e)}, status_code=400)
-    except views.NotFound as e:
-        return JSONResponse({"error": str(e)}, status_code=404)
-    except UserError as e:
-        return JSONResponse({"error": str(e)}, status_code=409)
+    except (views.BadName, views.NotFound, UserError) as e:
+        return JSONResponse({"error": str(e)}, status_code=_status(e))
+
+
+def _status(e: Exception) -> int:
+    """400 for a malformed name, 404 for an unknown one, 409 for what the job refuses."""
+    return {views.BadName: 400, views.NotFound: 404}.get(type(e), 409)
+
+
+def _refused(e: Exception) -> PlainTextResponse:
+    """A page, download or stream refused, in plain text."""
+    return PlainTextResponse(str(e), status_code=_status(e))
 
 
 # ---- pages ------------------------------------------------------------------------------------
@@ -77,10 +83,8 @@ def page(name: str):
         if name == "job":
             try:
                 await run_in_threadpool(views.known_job, request.path_params["name"])
-            except views.BadName as e:
-                return PlainTextResponse(str(e), status_code=400)
-            except views.NotFound as e:
-                return PlainTextResponse(str(e), status_code=404)
+            except (views.BadName, views.NotFound) as e:
+                return _refused(e)
             title = request.path_params["name"]
         html = (STATIC / "page.html").read_text().replace("{{title}}", title).replace(
             "{{page}}", name).replace("{{csrf}}", request.app.state.csrf).replace("{{v}}", VERSION)
@@ -120,27 +124,52 @@ async def api_datasets(request):
     return await _call(views.datasets)
 
 
-async def download_checkpoint(request):
-    name, ckpt_id = request.path_params["name"], request.path_params["id"]
+def _zip(src: Path, top: str) -> str:
+    """A temporary zip of a file or directory (its regular files, no links), entries under top/."""
+    fd, tmp = tempfile.mkstemp(prefix="gptrain-ui-", suffix=".zip")
+    os.close(fd)
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:  # weights hardly compress
+        files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
+        for f in files:
+            if not f.is_symlink():
+                z.write(f, f"{top}/{f.relative_to(src) if f != src else f.name}")
+    return tmp
 
-    def make_zip():
-        src = views.checkpoint_dir(name, ckpt_id)
-        fd, tmp = tempfile.mkstemp(prefix="gptrain-ui-", suffix=".zip")
-        os.close(fd)
-        top = f"{name}-{src.name}"
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
-            files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
-            for f in files:
-                if not f.is_symlink():  # only what the job itself wrote
-                    z.write(f, f"{top}/{f.relative_to(src) if f != src else f.name}")
-        return tmp, top
 
+def _native_zip(name: str, ckpt_id: str) -> tuple[str, str]:
+    src = views.checkpoint_dir(name, ckpt_id)
+    top = f"{name}-{src.name}"
+    return _zip(src, top), top
+
+
+def _hf_zip(name: str, ckpt_id: str) -> tuple[str, str]:
+    """The checkpoint exported as a Hugging Face model directory (what `checkpoint fetch
+    --format hf` writes), zipped."""
+    import shutil
+
+    from gptrain.models.hf import export_hf
+    from gptrain.train.checkpoint import load_for_inference
+
+    src = views.checkpoint_dir(name, ckpt_id)
+    top = f"{name}-{src.name}-hf"
+    work = Path(tempfile.mkdtemp(prefix="gptrain-ui-hf-"))
     try:
-        tmp, top = await run_in_threadpool(make_zip)
-    except (views.BadName, views.NotFound) as e:
-        return PlainTextResponse(str(e), status_code=400 if isinstance(e, views.BadName) else 404)
-    return FileResponse(tmp, media_type="application/zip", filename=f"{top}.zip",
-                        background=BackgroundTask(os.unlink, tmp))
+        model, tok = load_for_inference(src)
+        export_hf(model, tok, work / top)
+        return _zip(work / top, top), top
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def download(make):
+    async def endpoint(request):
+        try:
+            tmp, top = await run_in_threadpool(make, request.path_params["name"], request.path_params["id"])
+        except (views.BadName, views.NotFound, UserError) as e:
+            return _refused(e)
+        return FileResponse(tmp, media_type="application/zip", filename=f"{top}.zip",
+                            background=BackgroundTask(os.unlink, tmp))
+    return endpoint
 
 
 # ---- actions ----------------------------------------------------------------------------------
@@ -198,7 +227,7 @@ async def stream_job(request):
     try:
         await run_in_threadpool(views.known_job, name)
     except (views.BadName, views.NotFound) as e:
-        return PlainTextResponse(str(e), status_code=400 if isinstance(e, views.BadName) else 404)
+        return _refused(e)
     seen = {"train": _int(request.query_params.get("train"), 0),
             "eval": _int(request.query_params.get("eval"), 0), "detail": None}
 
@@ -228,7 +257,7 @@ async def stream_log(request):
     try:
         path = await run_in_threadpool(views.log_path, name, rank)
     except (views.BadName, views.NotFound) as e:
-        return PlainTextResponse(str(e), status_code=400 if isinstance(e, views.BadName) else 404)
+        return _refused(e)
     values = secrets.load(name).values()
     pos = {"offset": _int(request.query_params.get("offset"), 0)}
 
@@ -250,7 +279,8 @@ ROUTES = [
     Route("/api/jobs/{name}/curves", api_curves),
     Route("/api/jobs/{name}/logs/{rank}", api_log),
     Route("/api/jobs/{name}/logs/{rank}/stream", stream_log),
-    Route("/api/jobs/{name}/checkpoints/{id}.zip", download_checkpoint),
+    Route("/api/jobs/{name}/checkpoints/{id}.zip", download(_native_zip)),
+    Route("/api/jobs/{name}/checkpoints/{id}/hf.zip", download(_hf_zip)),
     Route("/api/jobs/{name}/stop", action_stop, methods=["POST"]),
     Route("/api/jobs/{name}/remove", action_remove, methods=["POST"]),
     Route("/api/datasets", api_datasets),

@@ -143,7 +143,8 @@ def job_detail(name: str) -> dict:
         job.pop(key, None)
     if job.get("error"):
         job["error"] = secrets.mask(job["error"], values)
-    return {"job": job, "spec": spec, "ranks": ranks, "events": store.events(name),
+    events = [{**e, "message": secrets.mask(e["message"], values)} for e in store.events(name)]
+    return {"job": job, "spec": spec, "ranks": ranks, "events": events,
             "checkpoints": checkpoints(name),
             "config": secrets.mask(cfg.read_text(), values) if cfg.is_file() else None}
 
