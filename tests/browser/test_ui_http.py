@@ -127,3 +127,33 @@ def test_secrets_are_never_shown(console):
     log = json.loads(http(console.base + "/api/jobs/sec/logs/0")[2])["text"]
     assert "token is ***" in log
     assert json.loads(http(console.base + "/api/jobs/sec")[2])["spec"]["secrets"] == {"API_KEY": "***"}
+
+
+def test_a_checkpoint_download_never_leaves_the_job_directory(console, isolated_home, tmp_path):
+    """A checkpoint entry that is a link out of the job's directory is not served, and a link
+    inside a checkpoint is left out of its zip."""
+    import io
+    import zipfile
+
+    d = record_job("linky")
+    outside = tmp_path / "private"
+    outside.mkdir()
+    (outside / "id_rsa").write_text("PRIVATE KEY")
+    ckpts = d / "checkpoints"
+    ckpts.mkdir()
+    (ckpts / "step-000001").symlink_to(outside)
+    real = ckpts / "step-000002"
+    real.mkdir()
+    (real / "model.safetensors").write_bytes(b"weights")
+    (real / "leak").symlink_to(outside / "id_rsa")
+    rows = {c["name"]: c["id"] for c in json.loads(http(console.base + "/api/jobs/linky")[2])["checkpoints"]}
+    assert set(rows) == {"step-000001", "step-000002"}
+    status, _, body = http(f"{console.base}/api/jobs/linky/checkpoints/{rows['step-000001']}.zip")
+    assert status == 404 and "PRIVATE" not in body
+    req = urllib.request.urlopen(f"{console.base}/api/jobs/linky/checkpoints/{rows['step-000002']}.zip")
+    with zipfile.ZipFile(io.BytesIO(req.read())) as z:
+        assert z.namelist() == ["linky-step-000002/model.safetensors"]
+    other = record_job("other")
+    assert other.is_dir()
+    status, _, _ = http(f"{console.base}/api/jobs/other/checkpoints/{rows['step-000002']}.zip")
+    assert status == 404  # another job's checkpoint ID under this job's name
