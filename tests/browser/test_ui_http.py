@@ -157,3 +157,19 @@ def test_a_checkpoint_download_never_leaves_the_job_directory(console, isolated_
     assert other.is_dir()
     status, _, _ = http(f"{console.base}/api/jobs/other/checkpoints/{rows['step-000002']}.zip")
     assert status == 404  # another job's checkpoint ID under this job's name
+
+
+def test_where_the_console_cannot_listen_is_one_line(isolated_home):
+    import socket
+
+    from tests.conftest import run_cli
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for args, says in ((["--port", str(port)], "in use?"), (["--port", "99999"], "is not a port"),
+                           (["--host", "no.such.host.invalid"], "give an address of this machine")):
+            r = run_cli("ui", *args, timeout=60)
+            assert r.returncode == 2 and says in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+            assert "serving" not in r.stdout

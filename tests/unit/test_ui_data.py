@@ -71,3 +71,17 @@ def test_sparkline_of_a_falling_loss(tmp_path):
     write_metrics(path, 200)
     line = loss_line(path)
     assert line.startswith("█") and "▁" in line and line.endswith("-> 0.6121 (200 steps)")
+
+
+def test_a_file_is_read_in_blocks_rows_across_their_edges(tmp_path, monkeypatch):
+    from gptrain.ui import metrics
+
+    monkeypatch.setattr(metrics, "BLOCK", 300)  # a few rows a block; rows straddle the edges
+    path = tmp_path / "metrics.jsonl"
+    write_metrics(path, 40)
+    with open(path, "a") as f:
+        f.write(json.dumps({"step": 41, "note": "x" * 1000}) + "\n")  # longer than a block
+    write_metrics(path, 5, start=42)
+    mf = MetricsFile(path)
+    assert mf.refresh() == 45 and mf.count("eval") == 4 and mf.offset == path.stat().st_size
+    assert mf.curve("loss", max_points=None)["x"] == [float(s) for s in (*range(1, 41), *range(42, 47))]

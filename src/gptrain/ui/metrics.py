@@ -19,6 +19,7 @@ TRAIN_KEYS = ("loss", "lr", "tokens_per_s", "mfu", "tokens")
 CURVES = {"loss": ("train", "loss"), "eval_loss": ("eval", "loss"), "lr": ("train", "lr"),
           "tokens_per_s": ("train", "tokens_per_s"), "mfu": ("train", "mfu")}
 XS = ("step", "tokens", "time")
+BLOCK = 8 << 20  # bytes parsed at a time
 
 
 class MetricsFile:
@@ -48,11 +49,16 @@ class MetricsFile:
             if st.st_size > self.offset:
                 with open(self.path, "rb") as f:
                     f.seek(self.offset)
-                    chunk = f.read(st.st_size - self.offset)
-                end = chunk.rfind(b"\n") + 1
-                if end:
-                    self._add(chunk[:end].decode(errors="replace").splitlines())
-                    self.offset += end
+                    while self.offset < st.st_size:  # in blocks: a 10^6-row file never sits whole in memory
+                        block = f.read(min(BLOCK, st.st_size - self.offset))
+                        end = block.rfind(b"\n") + 1
+                        if not end:
+                            if len(block) < BLOCK:
+                                break  # a row still being written: next time
+                            end = len(block)  # a line longer than a block is no metrics row: skipped
+                        self._add(block[:end].decode(errors="replace").splitlines())
+                        self.offset += end
+                        f.seek(self.offset)
             return len(self.cols["train"]["step"])
 
     def _add(self, lines: list[str]) -> None:

@@ -72,7 +72,7 @@
   let stream = null;
   async function loadCurves(first) {
     if (stream) stream.close();
-    gp.curves = first || await gp.get(`${api}/curves?x=step&max=4000`);
+    gp.curves = first || await gp.get(`${api}/curves?x=step&max=2000`);
     draw();
     stream = gp.listen(`${api}/stream?train=${gp.curves.loss.total}&eval=${gp.curves.eval_loss.total}`, {
       job: showJob,
@@ -81,7 +81,7 @@
         for (const [k, c] of Object.entries(m)) {
           gp.curves[k].x.push(...c.x); gp.curves[k].y.push(...c.y); gp.curves[k].total = c.total;
         }
-        if (gp.curves.loss.x.length > 12000) loadCurves(); else draw();  // downsample again
+        if (gp.curves.loss.x.length > 8000) loadCurves(); else draw();  // downsample again
       },
     });
   }
@@ -104,7 +104,7 @@
   }
   rankSel.addEventListener("change", followLog);
 
-  const [detail, curves] = await Promise.all([gp.get(api), gp.get(`${api}/curves?x=step&max=4000`)]);
+  const [detail, curves] = await Promise.all([gp.get(api), gp.get(`${api}/curves?x=step&max=2000`)]);
   showJob(detail);
   await loadCurves(curves);
   gp.drawnAt = performance.now();
