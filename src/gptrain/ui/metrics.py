@@ -19,7 +19,7 @@ TRAIN_KEYS = ("loss", "lr", "tokens_per_s", "mfu", "tokens")
 CURVES = {"loss": ("train", "loss"), "eval_loss": ("eval", "loss"), "lr": ("train", "lr"),
           "tokens_per_s": ("train", "tokens_per_s"), "mfu": ("train", "mfu")}
 XS = ("step", "tokens", "time")
-BLOCK = 8 << 20  # bytes parsed at a time
+BLOCK = 1 << 20  # bytes parsed at a time (one json.loads holds the GIL: short, so requests interleave)
 
 
 class MetricsFile:

@@ -27,8 +27,16 @@ gp.post = async function (url) {
   return body;
 };
 
+// Streams are closed when the page goes away: a browser holds at most 6 connections to one
+// host, and streams left open would make the next pages wait for a free one.
+gp.streams = new Set();
+window.addEventListener("pagehide", () => { for (const es of gp.streams) es.close(); gp.streams.clear(); });
+
 gp.listen = function (url, handlers) {
   const es = new EventSource(url);
+  gp.streams.add(es);
+  const close = es.close.bind(es);
+  es.close = () => { gp.streams.delete(es); close(); };
   for (const [event, fn] of Object.entries(handlers)) es.addEventListener(event, (e) => fn(JSON.parse(e.data)));
   es.onopen = () => gp.status("live");
   es.onerror = () => gp.status("reconnecting…");
