@@ -68,7 +68,8 @@ gp.chart = function (parent, title, xLabel, series, data) {
     title, width: Math.max(320, Math.min(660, parent.clientWidth / 2 - 24)), height: 240,
     scales: { x: { time: false } }, axes: [{ label: xLabel }, { size: 64, values: (u, vals) => vals.map(gp.tick) }],
     series: [{ label: xLabel }, ...series.map((s, i) => ({
-      label: s.label, stroke: s.color || gp.COLORS[i % gp.COLORS.length], width: 1.5, spanGaps: true }))],
+      label: s.label, stroke: s.color || gp.COLORS[i % gp.COLORS.length], width: 1.5, spanGaps: true,
+      ...(s.points ? { points: { show: true, size: 6 } } : {}) }))],
   };
   return new uPlot(opts, data || [[], ...series.map(() => [])], box);
 };

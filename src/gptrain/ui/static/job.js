@@ -64,7 +64,7 @@
     for (const [key, title] of CHARTS) {
       const data = key === "loss" ? gp.join([gp.curves.loss, gp.curves.eval_loss]) : [gp.curves[key].x, gp.curves[key].y];
       if (!gp.charts[key]) {
-        const series = key === "loss" ? [{ label: "train" }, { label: "eval" }] : [{ label: key }];
+        const series = key === "loss" ? [{ label: "train" }, { label: "eval", points: true }] : [{ label: key }];
         gp.charts[key] = gp.chart(charts, title, "step", series, data);
       } else gp.charts[key].setData(data);
     }
