@@ -35,5 +35,6 @@
     stream = gp.listen("/api/jobs/stream" + q, { jobs: render });
   }
   filter.addEventListener("change", follow);
+  setInterval(() => gp.jobs && render(gp.jobs), 10000);  // ages move on between changes
   follow();
 })();
