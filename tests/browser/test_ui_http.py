@@ -173,3 +173,25 @@ def test_where_the_console_cannot_listen_is_one_line(isolated_home):
             r = run_cli("ui", *args, timeout=60)
             assert r.returncode == 2 and says in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
             assert "serving" not in r.stdout
+
+
+def test_the_token_url_opens_a_working_console_in_a_browser(shared_console, browser, tmp_path):
+    """Bound to 0.0.0.0, the printed URL is all a browser needs: the cookie it sets carries the
+    pages' scripts, event streams and POSTs (here: remove, after its confirm dialog)."""
+    from selenium.webdriver.common.by import By
+
+    from tests.browser.conftest import wait_until
+
+    record_job("rec", rows=100)
+    c = shared_console
+    browser.get(c.printed.replace("0.0.0.0", "127.0.0.1"))
+    wait_until(lambda: browser.find_element(By.CSS_SELECTOR, 'tr[data-job="rec"] .state').text == "succeeded",
+               30, "the jobs table over the event stream")
+    browser.get(c.base + "/jobs/rec")  # no token in the URL: the cookie carries it
+    wait_until(lambda: browser.execute_script("return gp.curves.loss.x.length") == 100, 30, "the curves")
+    browser.save_screenshot(str(tmp_path / "token-job.png"))
+    browser.find_element(By.ID, "remove").click()
+    browser.switch_to.alert.accept()
+    wait_until(lambda: http(c.base + "/api/jobs/rec", headers={"Authorization": "token " +
+                                                               c.printed.split("token=")[1]})[0] == 404,
+               30, "the job to be removed")
