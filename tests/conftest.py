@@ -16,23 +16,19 @@ def isolated_home(tmp_path, monkeypatch):
     return tmp_path / "gptrain-home"
 
 
-@pytest.fixture(scope="session")
-def tiny_hf_gpt2(tmp_path_factory):
+def save_tiny_hf_gpt2(out, n_layer=2):
     """A tiny random GPT2LMHeadModel saved by transformers itself (safetensors)."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=4,
+    cfg = GPT2Config(vocab_size=50257, n_positions=64, n_embd=32, n_layer=n_layer, n_head=4,
                      bos_token_id=50256, eos_token_id=50256)
-    model = GPT2LMHeadModel(cfg).eval()
-    out = tmp_path_factory.mktemp("hf") / "tiny-gpt2"
-    model.save_pretrained(out)
+    GPT2LMHeadModel(cfg).eval().save_pretrained(out)
     return out
 
 
-@pytest.fixture(scope="session")
-def tiny_hf_llama(tmp_path_factory):
+def save_tiny_hf_llama(out, n_layer=2):
     """A tiny random LlamaForCausalLM (grouped-query attention, untied head) saved by
     transformers itself, with a tokenizer.json tokenizer beside it (GPT-2's BPE: the Llama
     tokenizer is not installable offline; any HF tokenizer directory works the same)."""
@@ -43,18 +39,26 @@ def tiny_hf_llama(tmp_path_factory):
     from gptrain.tokenizers import ASSETS
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=50257, hidden_size=32, intermediate_size=88, num_hidden_layers=2,
+    cfg = LlamaConfig(vocab_size=50257, hidden_size=32, intermediate_size=88, num_hidden_layers=n_layer,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                       rope_theta=500.0, rms_norm_eps=1e-5, bos_token_id=50256, eos_token_id=50256,
                       tie_word_embeddings=False)
-    model = LlamaForCausalLM(cfg).eval()
-    out = tmp_path_factory.mktemp("hf") / "tiny-llama"
-    model.save_pretrained(out)
+    LlamaForCausalLM(cfg).eval().save_pretrained(out)
     bpe = Tokenizer(models.BPE.from_file(str(ASSETS / "gpt2_vocab.json"), str(ASSETS / "gpt2_merges.txt")))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>").save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_gpt2(tmp_path_factory):
+    return save_tiny_hf_gpt2(tmp_path_factory.mktemp("hf") / "tiny-gpt2")
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_llama(tmp_path_factory):
+    return save_tiny_hf_llama(tmp_path_factory.mktemp("hf") / "tiny-llama")
 
 
 def run_cli(*args, env=None, cwd=None, timeout=600):

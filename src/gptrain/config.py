@@ -32,8 +32,9 @@ class ModelConfig:
     preset: str = opt("gpt2-tiny", "Architecture preset: gpt2, gpt2-medium, gpt2-large, gpt2-xl, "
                       "gpt2-mini, gpt2-tiny (GPT-2); tinyllama-1.1b, llama2-7b, llama-tiny (Llama). "
                       "Ignored when init_from gives weights with their own shape.")
-    init_from: str = opt("", "Start from these weights: a Hugging Face GPT-2 or Llama directory or "
-                         "hub id, or a gptrain checkpoint directory. Empty: random init.")
+    init_from: str = opt("", "Start from these weights: a Hugging Face GPT-2 or Llama directory "
+                         "(a Trainer checkpoint-N too) or hub id, a gptrain checkpoint directory, "
+                         "a nanoGPT ckpt.pt, a checkpoint ID or a job name. Empty: random init.")
     n_layer: int | None = opt(None, "Override the preset's number of transformer blocks.", ge=1)
     n_head: int | None = opt(None, "Override the preset's number of attention heads.", ge=1)
     n_kv_head: int | None = opt(None, "Override the preset's key/value heads (Llama grouped-query "
@@ -130,7 +131,7 @@ class CheckpointConfig:
                       "gs://, file://); resume_from=auto then fetches the newest from there "
                       "when the output directory lacks it.")
     resume_from: str = opt("auto", "auto: the latest checkpoint in output_dir if any; none: start "
-                           "fresh; or a checkpoint directory.")
+                           "fresh; or a gptrain checkpoint directory, checkpoint ID or job name.")
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """gptrain's embedded state: SQLite in $GPTRAIN_HOME/gptrain.db, in WAL mode.
 
-Tables: jobs, events and checkpoints (jobs/store.py), datasets (data/store.py). Connections
+Tables: jobs, events, checkpoints and sources (jobs/store.py), datasets (data/store.py). Connections
 wait up to a minute for the write lock, so many CLI calls can run at once.
 
 A full disk: reads fall back to a read-only connection (WAL needs to write its -shm file even to
@@ -66,11 +66,18 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     path TEXT NOT NULL,
     UNIQUE (job, name)
 );
+CREATE TABLE IF NOT EXISTS sources (
+    name TEXT PRIMARY KEY,
+    url TEXT NOT NULL,
+    ref TEXT,
+    created REAL NOT NULL
+);
 """
 
 
 # Columns added after the first release: (table, column, type), added to older databases.
-MIGRATIONS = (("jobs", "supervisor", "TEXT"), ("jobs", "run_id", "TEXT"))
+MIGRATIONS = (("jobs", "supervisor", "TEXT"), ("jobs", "run_id", "TEXT"), ("checkpoints", "kind", "TEXT"),
+              ("checkpoints", "mtime", "REAL"), ("datasets", "kind", "TEXT"))
 RESERVE = ".disk-reserve"
 RESERVE_BYTES = 1 << 20
 

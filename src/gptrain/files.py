@@ -28,6 +28,16 @@ def check_plain_name(name, where) -> str:
     return name
 
 
+# A Hugging Face model directory: config.json beside one of these (models/hf.py reads them).
+HF_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                   "pytorch_model.bin.index.json")
+
+
+def is_hf_dir(path) -> bool:
+    p = Path(path)
+    return (p / "config.json").is_file() and any((p / f).is_file() for f in HF_WEIGHT_FILES)
+
+
 @contextmanager
 def reading(path, what: str = "file"):
     """Turn any error decoding `path` (or interpreting what was decoded) into one UserError.

@@ -130,37 +130,57 @@ def test_layouts_across_an_epoch_end(data, reference, tmp_path, name, nproc, row
 
 
 @pytest.fixture(scope="module")
-def hf_reference(data, tmp_path_factory):
-    """Single-process fine-tuning runs from a Hugging Face model directory, one per model."""
+def hf_model(tmp_path_factory):
+    """Tiny Hugging Face model directories saved by transformers, per (model, layers)."""
+    from tests.conftest import save_tiny_hf_gpt2, save_tiny_hf_llama
+
     out = {}
 
-    def get(model_dir):
+    def get(model, n_layer):
+        if (model, n_layer) not in out:
+            save = save_tiny_hf_gpt2 if model == "gpt2" else save_tiny_hf_llama
+            out[model, n_layer] = save(tmp_path_factory.mktemp("hf") / f"tiny-{model}-{n_layer}l", n_layer)
+        return out[model, n_layer]
+    return get
+
+
+@pytest.fixture(scope="module")
+def hf_reference(data, tmp_path_factory):
+    """Single-process fine-tuning runs from a Hugging Face model directory, one per directory."""
+    out = {}
+
+    def get(model_dir, n_layer):
         if model_dir not in out:
             d = tmp_path_factory.mktemp(f"single-hf-{model_dir.name}")
-            train(*_args(data, d, 8, 2), f"--model.init_from={model_dir}")
+            train(*_args(data, d, 8, n_layer), f"--model.init_from={model_dir}")
             out[model_dir] = d
         return out[model_dir]
     return get
 
 
-@pytest.mark.parametrize("model, name, nproc, rows, layout", [
-    ("gpt2", "fsdp", 2, 4, ["--parallel.dp_shard=2"]),
-    ("gpt2", "ddp", 2, 4, ["--parallel.dp_replicate=2", "--parallel.dp_shard=1"]),
-    ("gpt2", "tp", 2, 8, ["--parallel.tp=2", "--parallel.dp_shard=1"]),
-    ("gpt2", "pp-1f1b", 2, 8, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=1f1b"]),
-    ("gpt2", "fsdp+tp", 4, 4, ["--parallel.tp=2", "--parallel.dp_shard=2"]),
-    ("gpt2", "hsdp", 4, 2, ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"]),
-    ("gpt2", "pp-gpipe", 2, 8, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=gpipe"]),
-    ("gpt2", "pp+fsdp", 4, 4, ["--parallel.pp=2", "--parallel.dp_shard=2", "--parallel.pp_microbatches=2"]),
-    ("llama", "fsdp", 2, 4, ["--parallel.dp_shard=2"]),
-    ("llama", "tp", 2, 8, ["--parallel.tp=2", "--parallel.dp_shard=1"]),
-    ("llama", "pp+tp", 4, 8, ["--parallel.pp=2", "--parallel.tp=2", "--parallel.dp_shard=1"]),
-])
-def test_layouts_from_hf_weights_match_single_process(data, hf_reference, tiny_hf_gpt2, tiny_hf_llama,
-                                                      tmp_path, model, name, nproc, rows, layout):
-    """Fine-tuning HF weights (GPT-2's Conv1D weights are stored transposed) under each layout."""
-    model_dir = tiny_hf_gpt2 if model == "gpt2" else tiny_hf_llama
-    ref_dir = hf_reference(model_dir)
-    train(*_args(data, tmp_path, rows, 2), f"--model.init_from={model_dir}", *layout, nproc=nproc)
+HF_LAYOUTS = [  # (name, processes, rows per rank, layers, flags)
+    ("ddp", 2, 4, 2, ["--parallel.dp_replicate=2", "--parallel.dp_shard=1"]),
+    ("fsdp", 2, 4, 2, ["--parallel.dp_shard=2"]),
+    ("hsdp", 4, 2, 2, ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"]),
+    ("tp", 2, 8, 2, ["--parallel.tp=2", "--parallel.dp_shard=1"]),
+    ("fsdp+tp", 4, 4, 2, ["--parallel.tp=2", "--parallel.dp_shard=2"]),
+    ("pp-gpipe", 2, 8, 2, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=gpipe"]),
+    ("pp-1f1b", 2, 8, 2, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=1f1b"]),
+    ("pp-interleaved", 2, 8, 4, ["--parallel.pp=2", "--parallel.dp_shard=1",
+                                 "--parallel.pp_schedule=interleaved_1f1b"]),
+    ("pp+fsdp", 4, 4, 2, ["--parallel.pp=2", "--parallel.dp_shard=2", "--parallel.pp_microbatches=2"]),
+    ("pp+tp", 4, 8, 2, ["--parallel.pp=2", "--parallel.tp=2", "--parallel.dp_shard=1"]),
+]
+
+
+@pytest.mark.parametrize("model", ["gpt2", "llama"])
+@pytest.mark.parametrize("name, nproc, rows, n_layer, layout", HF_LAYOUTS, ids=[r[0] for r in HF_LAYOUTS])
+def test_layouts_from_hf_weights_match_single_process(data, hf_model, hf_reference, tmp_path, model,
+                                                      name, nproc, rows, n_layer, layout):
+    """Fine-tuning HF weights (GPT-2's Conv1D weights are stored transposed) under each layout
+    (interleaved 1F1B needs two stages per rank: 4 layers)."""
+    model_dir = hf_model(model, n_layer)
+    ref_dir = hf_reference(model_dir, n_layer)
+    train(*_args(data, tmp_path, rows, n_layer), f"--model.init_from={model_dir}", *layout, nproc=nproc)
     assert_same_losses(tmp_path, ref_dir, TOL, f"{model} {name}")
     assert_same_weights(tmp_path, ref_dir, f"{model} {name}")

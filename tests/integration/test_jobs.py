@@ -190,7 +190,7 @@ def test_custom_script_gets_paths_and_its_checkpoints_are_listed(dataset, tmp_pa
     assert wait_for("mine")["state"] == "succeeded"
     env = json.loads(ok("logs", "mine").splitlines()[-1])
     assert env["GPTRAIN_DATASET_DIR"].endswith("datasets/tiny") and env["GPTRAIN_DATASET_TINY_DIR"]
-    assert env["GPTRAIN_OUTPUT_DIR"].endswith("jobs/mine")
+    assert env["GPTRAIN_OUTPUT_DIR"].endswith("jobs/mine/output")  # its own folder, apart from our logs
     assert [c["step"] for c in json.loads(ok("checkpoints", "mine", "--json"))] == [10, 20]
 
 

@@ -16,10 +16,10 @@ from tests.integration.test_jobs import TRAIN, dataset, job, ok, wait_for  # noq
 
 def job_processes(name) -> set[int]:
     """Every live process of a job, found independently of the code under test: the supervisor
-    recorded for it and whatever runs with the job's GPTRAIN_OUTPUT_DIR in its environment."""
+    recorded for it and whatever runs with the job's GPTRAIN_CHECKPOINT_DIR in its environment."""
     from gptrain.jobs.local import job_dir
 
-    needle = f"GPTRAIN_OUTPUT_DIR={job_dir(name)}".encode()
+    needle = f"GPTRAIN_CHECKPOINT_DIR={job_dir(name) / 'checkpoints'}".encode()
     found = set()
     for d in os.listdir("/proc"):
         if d.isdigit():

@@ -144,7 +144,7 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(corpus, tmp_path, isola
         (["data", "prepare", corpus, "--out", out, "--tokenizer", "nope"], "unknown tokenizer"),
         (["data", "push", "Bad/Name", corpus], "invalid dataset name"),
         (["data", "push", "../x", corpus], "invalid dataset name"),
-        (["data", "push", "ok", corpus], "not a prepared dataset"),
+        (["data", "push", "ok", corpus / "doc0.txt"], "is not a directory"),
     ]
     for args, needle in cases:
         _assert_one_line_error(run_cli(*args), needle)

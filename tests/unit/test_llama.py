@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
 from gptrain.errors import UserError
-from gptrain.models.registry import GPTConfig
+from gptrain.models.registry import LlamaConfig
 from gptrain.models.hf import config_from_hf, export_hf, load_hf
 from gptrain.models.llama import Llama
 
@@ -61,8 +61,8 @@ def test_export_loads_in_transformers(tiny_hf_llama, tmp_path):
 
 def test_tied_llama_round_trips(tmp_path):
     torch.manual_seed(0)
-    cfg = GPTConfig(arch="llama", vocab_size=300, n_layer=2, n_head=4, n_kv_head=1, n_embd=32,
-                    block_size=32, bias=False, tie_embeddings=True, intermediate_size=64)
+    cfg = LlamaConfig(vocab_size=300, n_layer=2, n_head=4, n_kv_head=1, n_embd=32,
+                      block_size=32, tie_embeddings=True, intermediate_size=64)
     model = Llama(cfg).eval()
     assert model.lm_head.weight is model.transformer.wte.weight
     export_hf(model, None, tmp_path / "tied")
@@ -86,3 +86,29 @@ def test_unsupported_llama_variants_are_refused():
         config_from_hf({**base, "num_key_value_heads": 3})
     with pytest.raises(UserError, match="model_type 'mistral'"):
         config_from_hf({**base, "model_type": "mistral"})
+
+
+def test_each_architecture_has_its_own_config():
+    """Llama's fields live in LlamaConfig only; a checkpoint's model_config names its class."""
+    from dataclasses import fields
+
+    from gptrain.config import ModelConfig
+    from gptrain.models.registry import GPTConfig, build_model_config, config_from_dict
+
+    assert not {"n_kv_head", "intermediate_size", "rope_theta"} & {f.name for f in fields(GPTConfig)}
+    llama = LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=32, intermediate_size=64)
+    assert config_from_dict(llama.to_dict()) == llama
+    assert config_from_dict(llama.to_dict(), {"block_size": 16}).block_size == 16
+    gpt2 = GPTConfig(n_layer=2, n_head=2, n_embd=32)
+    assert type(config_from_dict(gpt2.to_dict())) is GPTConfig
+    # a GPT-2 checkpoint written before the split carried the Llama fields at their defaults
+    old = {k: v for k, v in gpt2.to_dict().items()} | dict(n_kv_head=None, intermediate_size=None,
+                                                            rope_theta=10000.0)
+    assert config_from_dict(old) == gpt2
+    with pytest.raises(UserError, match="'n_kv_head' is not one of a gpt2 model's"):
+        config_from_dict({**gpt2.to_dict(), "n_kv_head": 4})
+    with pytest.raises(UserError, match="unknown model arch 'mamba'"):
+        config_from_dict({**gpt2.to_dict(), "arch": "mamba"})
+    with pytest.raises(UserError, match="--model.n_kv_head applies to Llama presets"):
+        build_model_config(ModelConfig(preset="gpt2-tiny", n_kv_head=1))
+    assert build_model_config(ModelConfig(preset="llama-tiny", n_kv_head=1)).kv_heads == 1

@@ -11,8 +11,9 @@ import sys
 
 from gptrain import __version__
 
-GROUPS = ("gptrain.cli.data", "gptrain.cli.train", "gptrain.cli.jobs", "gptrain.cli.checkpoints",
-          "gptrain.cli.model", "gptrain.cli.ui")
+GROUPS = ("gptrain.cli.data", "gptrain.cli.train", "gptrain.cli.run", "gptrain.cli.jobs",
+          "gptrain.cli.checkpoints", "gptrain.cli.model", "gptrain.cli.sources", "gptrain.cli.hosted",
+          "gptrain.cli.ui")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,7 +16,8 @@ def register(sub) -> None:
     csub.required = True
     f = csub.add_parser("fetch", help="copy a checkpoint out (native) or export it (hf)")
     f.add_argument("id", metavar="ID")
-    f.add_argument("--destination", default=None, help="directory to create (default ./ID)")
+    f.add_argument("--destination", default=None, help="directory to create (default ./ID; a "
+                   "single-file checkpoint is copied into it)")
     f.add_argument("--format", choices=["native", "hf"], default="native")
     f.set_defaults(func=cmd_checkpoint_fetch)
 
@@ -37,9 +38,9 @@ def cmd_checkpoints(args, extra) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    table = [("ID", "NAME", "STEP", "TRAIN LOSS", "EVAL LOSS", "TIME", "SIZE")]
+    table = [("ID", "NAME", "KIND", "STEP", "TRAIN LOSS", "EVAL LOSS", "TIME", "SIZE")]
     for c in rows:
-        table.append((c["id"], c["name"], c["step"] if c["step"] is not None else "-",
+        table.append((c["id"], c["name"], c["kind"] or "-", c["step"] if c["step"] is not None else "-",
                       f"{c['train_loss']:.4f}" if c["train_loss"] is not None else "-",
                       f"{c['eval_loss']:.4f}" if c["eval_loss"] is not None else "-",
                       _ts(c["time"]), _bytes(c["size"])))
@@ -61,16 +62,27 @@ def cmd_checkpoint_fetch(args, extra) -> int:
     dest = Path(args.destination or args.id)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise UserError(f"destination {dest} exists and is not empty; choose another --destination")
+    dest.parent.mkdir(parents=True, exist_ok=True)
     if args.format == "hf":
         from gptrain.models.hf import export_hf
-        from gptrain.train.checkpoint import load_for_inference
+        from gptrain.models.load import load_model
+        from gptrain.refs import resolve
 
-        model, tok = load_for_inference(src)
+        model, tok = load_model(resolve(str(src)))  # gptrain, Hugging Face or nanoGPT; others refused
         export_hf(model, tok, dest)
-    else:
+    else:  # the directory as it is; a single-file checkpoint lands inside the destination
         tmp = dest.parent / f".{dest.name}.fetch"
         shutil.rmtree(tmp, ignore_errors=True)
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, tmp)
+        if src.is_dir():
+            from gptrain.jobs.found import ROOTS
+
+            # a root that is itself a model (save_model into output/): its files, not the checkpoints below
+            flat = ckpt["name"] in ROOTS
+            shutil.copytree(src, tmp, ignore=(lambda d, names: [n for n in names if (Path(d) / n).is_dir()])
+                            if flat else None)
+        else:
+            tmp.mkdir()
+            shutil.copy2(src, tmp / src.name)
         if dest.exists():
             dest.rmdir()
         tmp.rename(dest)

@@ -37,7 +37,11 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, help="directory (default: $GPTRAIN_HOME/corpora/NAME)")
     p.set_defaults(func=cmd_fetch)
 
-    p = dsub.add_parser("push", help="register a prepared dataset under a name")
+    p = dsub.add_parser("push", help="register a dataset folder under a name",
+                        description="Copy DIR into $GPTRAIN_HOME/datasets/NAME, checksummed, all or "
+                        "nothing: a prepared dataset (meta.json), a Hugging Face save_to_disk "
+                        "folder (kept as is; scripts load_from_disk($GPTRAIN_DATASET_DIR)) or any "
+                        "files. The kind is recorded.")
     p.add_argument("name")
     p.add_argument("dir")
     p.set_defaults(func=cmd_push)
@@ -91,8 +95,10 @@ def cmd_fetch(args, extra) -> int:
 def cmd_push(args, extra) -> int:
     from gptrain.data.store import push
 
+    from gptrain.data.store import kind_of
+
     dest = push(args.name, args.dir)
-    print(f"pushed dataset {args.name} ({dest})")
+    print(f"pushed dataset {args.name} ({kind_of(dest)}, {dest})")
     return 0
 
 
@@ -101,9 +107,11 @@ def cmd_list(args, extra) -> int:
 
     import time
 
-    rows = [("NAME", "TOKENIZER", "TOKENS", "SIZE", "CREATED")]
+    rows = [("NAME", "KIND", "TOKENIZER", "TOKENS", "SIZE", "CREATED")]
     for d in list_all():
-        rows.append((d["name"], d["tokenizer"], f"{d['tokens']:,}", _bytes(d["bytes"]),
+        kind = d["kind"] or "prepared"
+        rows.append((d["name"], kind, d["tokenizer"], f"{d['tokens']:,}" if kind == "prepared" else "-",
+                     _bytes(d["bytes"]),
                      time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d["created"]))))
     _table(rows)
     return 0
@@ -111,10 +119,12 @@ def cmd_list(args, extra) -> int:
 
 def cmd_inspect(args, extra) -> int:
     from gptrain import tokenizers
-    from gptrain.data.formats import open_split, read_meta, verify
+    from gptrain.data.formats import is_prepared_dir, open_split, read_meta, verify
     from gptrain.data.store import resolve
 
     path = resolve(args.name)
+    if not is_prepared_dir(path):
+        return _inspect_files(args, path)
     meta = read_meta(path)
     verify(path, checksums=args.verify)
     split = "train" if meta["splits"]["train"]["tokens"] else "val"
@@ -131,6 +141,32 @@ def cmd_inspect(args, extra) -> int:
             print(f"  {name:<6} {f['name']:<18} {f['tokens']:>14,} tokens  sha256 {f['sha256'][:16]}")
     print(f"checksums: {'verified' if args.verify else 'sizes checked (--verify for sha256)'}")
     print(f"sample:  {sample!r}")
+    return 0
+
+
+def _inspect_files(args, path) -> int:
+    """A save_to_disk or files dataset: its kind and files (sizes, or sha256 with --verify)."""
+    from gptrain.data.store import MANIFEST, verify_any
+    from gptrain.errors import UserError
+
+    try:
+        info = verify_any(path, checksums=args.verify)
+    except UserError:
+        if (path / MANIFEST).exists():
+            raise
+        raise UserError(f"{path} is not a pushed dataset nor a prepared one (no meta.json); "
+                        f"push it first with `gptrain data push NAME {path}`") from None
+    if args.json:
+        print(json.dumps({"path": str(path), **info, "verified": bool(args.verify)}, indent=2))
+        return 0
+    total = sum(f["bytes"] for f in info["files"])
+    print(f"dataset  {args.name}  ({path})")
+    print(f"         kind {info['kind']}; {len(info['files'])} files, {_bytes(total)}")
+    for f in info["files"][:20]:
+        print(f"  {f['name']:<40} {_bytes(f['bytes']):>10}  sha256 {f['sha256'][:16]}")
+    if len(info["files"]) > 20:
+        print(f"  ... and {len(info['files']) - 20} more")
+    print(f"checksums: {'verified' if args.verify else 'sizes checked (--verify for sha256)'}")
     return 0
 
 

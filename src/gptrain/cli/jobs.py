@@ -1,45 +1,14 @@
-"""`gptrain run | jobs | inspect | logs | stop | resume | rm` (a job's checkpoints: cli/checkpoints.py)."""
+"""`gptrain jobs | inspect | logs | stop | resume | rm` (submitting: cli/run.py; a job's checkpoints:
+cli/checkpoints.py). Every scheduler is reached through jobs/launch.SCHEDULERS."""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="submit a named training job",
-                       description="Submit a job and return at once (or follow its logs). After "
-                       "`--` come trainer flags, or a script path and its arguments.")
-    p.add_argument("name", nargs="?", help="job name (or `name:` in -f job.yaml)")
-    p.add_argument("-f", "--file", dest="job_file", help="job.yaml describing the job")
-    p.add_argument("--dataset", action="append", dest="datasets", default=None,
-                   help="named dataset (repeatable; the first feeds the trainer)")
-    p.add_argument("--nodes", type=int, default=None)
-    p.add_argument("--accels", type=int, default=None, help="processes (accelerators) per node")
-    p.add_argument("--scheduler", choices=["local", "slurm"], default=None)
-    p.add_argument("--config", default=None, help="trainer config TOML")
-    p.add_argument("--env", action="append", default=[], metavar="K=V",
-                   help="environment variable for every worker (repeatable; recorded in plain text)")
-    p.add_argument("--secret", action="append", default=[], metavar="K=V",
-                   help="like --env, but the value is kept out of every record (a 0600 file), shown "
-                   "as *** and masked in logs; a bare K takes its value from this shell (repeatable)")
-    p.add_argument("--max-restarts", dest="max_restarts", type=int, default=None)
-    p.add_argument("--follow", action="store_true", help="stream rank 0's log until the job ends")
-    slurm = p.add_argument_group("slurm (with --scheduler slurm; defaults from $GPTRAIN_HOME/config.toml [slurm])")
-    slurm.add_argument("--partition", default=None)
-    slurm.add_argument("--account", default=None)
-    slurm.add_argument("--time", default=None, help="time limit, e.g. 04:00:00")
-    slurm.add_argument("--sbatch-arg", dest="sbatch_args", action="append", default=None,
-                       metavar="ARG", help="extra sbatch option, e.g. --sbatch-arg=--exclusive")
-    slurm.add_argument("--port", type=int, default=None, help="rendezvous port on the first node (29500)")
-    slurm.add_argument("--accel-type", dest="accel_type", choices=["auto", "gpu", "cpu"], default=None,
-                       help="--accels as GPUs (--gres=gpu:M) or CPUs per node; auto asks sinfo")
-    slurm.add_argument("--dry-run", dest="dry_run", action="store_true",
-                       help="print the sbatch script instead of submitting")
-    p.set_defaults(func=cmd_run)
-
     p = sub.add_parser("jobs", help="list jobs")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_jobs)
@@ -73,93 +42,14 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_rm)
 
 
-# ---- run ------------------------------------------------------------------------------------
-
-def cmd_run(args, extra) -> int:
-    from gptrain.errors import UserError
-    from gptrain.jobs import spec as spec_mod
-
-    fields: dict = spec_mod.from_yaml(args.job_file) if args.job_file else {}
-    if args.name:
-        fields["name"] = args.name
-    if "name" not in fields:
-        raise UserError("give the job a NAME (gptrain run NAME ...) or `name:` in the job file")
-    for key in ("nodes", "accels", "scheduler", "max_restarts", "datasets"):
-        if getattr(args, key) is not None:
-            fields[key] = getattr(args, key)
-    if args.config:
-        fields["config"] = spec_mod.read_config_file(args.config)
-        fields["config_path"] = os.path.abspath(os.path.expanduser(args.config))
-    fields["env"] = {**fields.get("env", {}), **spec_mod.parse_env(args.env)}
-    fields["secrets"] = {**fields.get("secrets", {}), **spec_mod.parse_env(args.secret, "--secret")}
-    rest = args.passthrough
-    if rest:
-        if rest[0].endswith(".py") or (not rest[0].startswith("-") and _is_file(rest[0])):
-            fields["script"], fields["args"] = rest[0], rest[1:]
-        else:
-            fields["args"] = [*fields.get("args", []), *rest]
-    from gptrain.jobs.local import user_setting
-
-    fields.setdefault("scheduler", user_setting("defaults", "scheduler") or "local")
-    slurm_opts = {k: user_setting("slurm", k) for k in ("partition", "account", "time")}
-    slurm_opts = {k: v for k, v in slurm_opts.items() if v}
-    slurm_opts.update(fields.get("slurm") or {})
-    for key in ("partition", "account", "time", "sbatch_args", "port", "accel_type"):
-        if getattr(args, key) is not None:
-            slurm_opts[key] = getattr(args, key)
-    fields["slurm"] = slurm_opts
-    spec = spec_mod.JobSpec(**fields)
-    if args.dry_run and spec.scheduler != "slurm":
-        raise UserError("--dry-run prints a Slurm script: add --scheduler slurm")
-    if spec.scheduler == "slurm":
-        from gptrain.jobs import slurm
-
-        job_id = slurm.submit(spec, dry_run=args.dry_run)
-        if job_id is None:
-            return 0
-    else:
-        from gptrain.jobs import local
-
-        local.submit(spec)
-    print(f"submitted job {spec.name} ({spec.nodes} node(s) x {spec.accels} accelerator(s), "
-          f"{spec.scheduler}); watch it with `gptrain logs {spec.name} --follow`")
-    if args.follow:
-        return _follow(spec.name, rank=0)
-    return 0
-
-
-def _is_file(path: str) -> bool:
-    from pathlib import Path
-
-    return Path(path).is_file()
-
-
 # ---- reading jobs ---------------------------------------------------------------------------
 
 def _latest_metrics(name: str) -> dict:
-    """The last train and eval records of a job's metrics.jsonl (read from the end)."""
+    """The last train and eval records of a job, built-in trainer or script (jobs/progress.py)."""
+    from gptrain.jobs import progress
     from gptrain.jobs.local import job_dir
 
-    path = job_dir(name) / "metrics.jsonl"
-    out: dict = {}
-    if not path.is_file():
-        return out
-    with open(path, "rb") as f:
-        f.seek(0, 2)
-        f.seek(max(0, f.tell() - 65536))
-        lines = f.read().decode(errors="replace").splitlines()
-    for line in reversed(lines):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        for prefix in ("train", "eval"):
-            if prefix not in out and f"{prefix}/loss" in rec:
-                out[prefix] = {"step": rec["step"], **{k.split("/", 1)[1]: v for k, v in rec.items()
-                                                       if k.startswith(prefix + "/")}}
-        if len(out) == 2:
-            break
-    return out
+    return progress.latest(job_dir(name))
 
 
 def _age(t: float | None) -> str:
@@ -176,11 +66,7 @@ def cmd_jobs(args, extra) -> int:
     from gptrain.cli.data import _table
     from gptrain.jobs import store
 
-    from gptrain.jobs.reconcile import reconcile
-
-    unrecorded = reconcile()
-    jobs = [_refresh(j["name"]) if j["scheduler"] == "slurm" else {**j, **unrecorded.get(j["name"], {})}
-            for j in store.list_jobs()]
+    jobs = [_refresh(j["name"]) for j in store.list_jobs()]
     if args.json:
         print(json.dumps([{k: v for k, v in j.items() if k != "spec"} for j in jobs], indent=2))
         return 0
@@ -237,18 +123,15 @@ def cmd_inspect(args, extra) -> int:
     print(f"resources  {job['nodes']} node(s) x {job['accels']} accelerator(s), {job['scheduler']} "
           f"scheduler" + (f", slots {job['slots']}" if job["slots"] else "")
           + (f", id {job['external_id']}" if job["external_id"] else ""))
-    if job["scheduler"] == "slurm" and job["external_id"] and job["state"] not in ("succeeded", "failed", "stopped"):
-        from gptrain.jobs import slurm
+    from gptrain.jobs.launch import scheduler
 
-        info = slurm.query(job["external_id"])
-        if info:
-            print(f"slurm      job {job['external_id']}: {info['state']}"
-                  + (f" (reason: {info['reason']})" if info["reason"] != "None" else ""))
+    line = scheduler(job["scheduler"]).describe(job)
+    if line:
+        print(line)
     print(f"created    {_ts(job['created'])}   started {_ts(job['started'])}   ended {_ts(job['ended'])}"
           f"   restarts {job['restarts']}")
     spec = report["spec"]
-    what = f"script {spec['script']} {' '.join(spec['args'])}" if spec["script"] else \
-        f"gptrain train {' '.join(spec['args'])}"
+    what = _runs(spec)
     print(f"runs       {what}".rstrip() + (f"   datasets {', '.join(spec['datasets'])}" if spec["datasets"] else ""))
     if spec.get("secrets"):
         print(f"secrets    {'  '.join(f'{k}={v}' for k, v in spec['secrets'].items())}")
@@ -266,6 +149,19 @@ def cmd_inspect(args, extra) -> int:
         print("config")
         print("  " + report["config"].strip().replace("\n", "\n  "))
     return 0
+
+
+def _runs(spec: dict) -> str:
+    """What a job runs, as typed after `--` (and where its code came from)."""
+    from gptrain.jobs.spec import JobSpec
+
+    js = JobSpec.from_dict(spec)
+    what = f"{js.entry} {' '.join(js.argv)}" if js.entry != "trainer" else f"gptrain train {' '.join(js.args)}"
+    if js.repository_url:
+        what += f"   code {js.repository_url}" + (f" @ {js.commit[:12]}" if js.commit else "")
+    elif js.code:
+        what += f"   code {js.code}"
+    return what
 
 
 def _print_loss_sparkline(name: str) -> None:
@@ -286,21 +182,12 @@ def _log_path(name: str, rank: int):
 
 
 def _refresh(name: str) -> dict:
-    """The job, with its state first brought up to date: from Slurm, or for a local job by
-    reconciling (a dead supervisor's job is ended or handed to a new supervisor)."""
+    """The job, with its state first brought up to date by its scheduler (Slurm's view; for a
+    local job, reconciling: a dead supervisor's job is ended or handed to a new supervisor)."""
     from gptrain.jobs import store
+    from gptrain.jobs.launch import scheduler
 
-    job = store.get_job(name)
-    if job["scheduler"] == "local" and job["state"] in store.ACTIVE:
-        from gptrain.jobs.reconcile import reconcile
-
-        unrecorded = reconcile()
-        job = {**store.get_job(name), **unrecorded.get(name, {})}
-    if job["scheduler"] == "slurm":
-        from gptrain.jobs import slurm
-
-        job = slurm.refresh(name)
-    return job
+    return scheduler(store.get_job(name)["scheduler"]).refresh(name)
 
 
 def _follow(name: str, rank: int) -> int:
@@ -352,15 +239,9 @@ def cmd_logs(args, extra) -> int:
 def cmd_stop(args, extra) -> int:
     from gptrain.jobs import store
 
-    job = store.get_job(args.name)
-    if job["scheduler"] == "slurm":
-        from gptrain.jobs import slurm
+    from gptrain.jobs.launch import scheduler
 
-        state = slurm.stop(args.name, args.timeout)
-    else:
-        from gptrain.jobs import local
-
-        state = local.stop(args.name, args.timeout)
+    state = scheduler(store.get_job(args.name)["scheduler"]).stop(args.name, args.timeout)
     if args.wait:
         while _refresh(args.name)["state"] not in store.TERMINAL:
             time.sleep(0.5)

@@ -8,7 +8,8 @@ import sys
 def register(sub) -> None:
     p = sub.add_parser("generate", help="generate text from a model",
                        description="Generate text. MODEL is a job name, a checkpoint ID or "
-                       "directory, or a Hugging Face model directory or hub id.")
+                       "directory, a Hugging Face model directory (a Trainer checkpoint-N too) "
+                       "or hub id, or a nanoGPT ckpt.pt.")
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--prompt", "--input_str", dest="prompt", default="",
                    help="text to continue (empty: start from end-of-text)")
@@ -51,12 +52,13 @@ def cmd_generate(args, extra) -> int:
     from gptrain.errors import UserError
     from gptrain.models.generate import generate
     from gptrain.models.load import load_model, pick_device
+    from gptrain.refs import resolve
     from gptrain.tokenizers import by_name
 
     if args.max_new_tokens < 1 or args.num_samples < 1:
         raise UserError("--max-new-tokens and --num-samples must be >= 1")
     device = pick_device(args.device)
-    model, tokenizer = load_model(args.model, device=device)
+    model, tokenizer = load_model(resolve(args.model), device=device)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(
         args.dtype, torch.bfloat16 if device == "cuda" else torch.float32)
     model = model.to(dtype)
@@ -88,14 +90,15 @@ def cmd_eval(args, extra) -> int:
 
     from gptrain.data.formats import open_split, read_meta
     from gptrain.data.loader import eval_batches
-    from gptrain.data.store import resolve
+    from gptrain.data.store import resolve as resolve_dataset
     from gptrain.errors import UserError
     from gptrain.models.load import load_model, pick_device
+    from gptrain.refs import resolve
     from gptrain.train.evaluate import evaluate
 
     device = pick_device(args.device)
-    model, tokenizer = load_model(args.model, device=device)
-    data_dir = resolve(args.dataset)
+    model, tokenizer = load_model(resolve(args.model), device=device)
+    data_dir = resolve_dataset(args.dataset)
     meta = read_meta(data_dir)
     if tokenizer is not None and tokenizer.spec() != meta["tokenizer"]:
         raise UserError(f"dataset {args.dataset} was tokenized with {meta['tokenizer_name']}, "
@@ -117,8 +120,9 @@ def cmd_eval(args, extra) -> int:
 def cmd_export(args, extra) -> int:
     from gptrain.models.hf import export_hf
     from gptrain.models.load import load_model
+    from gptrain.refs import resolve
 
-    model, tokenizer = load_model(args.model, device="cpu")
+    model, tokenizer = load_model(resolve(args.model), device="cpu")
     out = export_hf(model, tokenizer, args.out)
     arch = "Llama" if model.config.arch == "llama" else "GPT-2"
     print(f"exported {args.model} to {out} (Hugging Face {arch} format)")

@@ -19,10 +19,22 @@ def cmd_train(args, extra) -> int:
         print(format_help())
         return 0
     cfg = config.parse_train_args(extra)
+    resolve_refs(cfg)
     from gptrain.train.trainer import train
 
     train(cfg)
     return 0
+
+
+def resolve_refs(cfg) -> None:
+    """model.init_from and checkpoint.resume_from given as a job name or checkpoint ID become
+    the path they name (gptrain/refs.py), so the trainer itself sees only paths."""
+    from gptrain.refs import resolve
+
+    if cfg.model.init_from:
+        cfg.model.init_from = resolve(cfg.model.init_from)
+    if cfg.checkpoint.resume_from not in ("auto", "none"):
+        cfg.checkpoint.resume_from = resolve(cfg.checkpoint.resume_from)
 
 
 def format_help() -> str:

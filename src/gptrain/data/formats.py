@@ -6,6 +6,8 @@
                      "sha256"}]}, "val": {...}}, ...}
     DIR/train.bin   (or train-00000.bin, train-00001.bin, ... for large corpora)
     DIR/val.bin
+    DIR/meta.pkl    char-level data only: nanoGPT's {'vocab_size', 'itos', 'stoi'} (plain dicts),
+                    which its sample.py reads; written for it, never read back by gptrain
 
 The .bin files are what nanoGPT reads with np.memmap(path, dtype=np.uint16, mode="r").
 """
@@ -90,6 +92,16 @@ def write_meta(out_dir: Path, meta: dict) -> None:
     """meta.json of a dataset being written (checked like every meta.json that is read)."""
     check_meta(meta, "the new meta.json")
     (Path(out_dir) / "meta.json").write_text(json.dumps(meta, indent=2))
+
+
+def write_nanogpt_meta(out_dir: Path, chars: str) -> None:
+    """nanoGPT's meta.pkl for character-level token files: plain data (ints and strings), so
+    it unpickles without any class; gptrain only writes it (it never unpickles anything)."""
+    import pickle
+
+    meta = {"vocab_size": len(chars), "itos": dict(enumerate(chars)),
+            "stoi": {c: i for i, c in enumerate(chars)}}
+    (Path(out_dir) / "meta.pkl").write_bytes(pickle.dumps(meta, protocol=4))
 
 
 def max_token(fp: Path, dtype: str) -> int:

@@ -20,7 +20,7 @@ import numpy as np
 from gptrain import tokenizers
 from gptrain.atomic import new_directory
 from gptrain.data import sources as src_mod
-from gptrain.data.formats import FORMAT, VERSION, token_dtype, write_meta
+from gptrain.data.formats import FORMAT, VERSION, token_dtype, write_meta, write_nanogpt_meta
 from gptrain.errors import UserError
 
 TASK_CHARS = 1 << 20          # text per tokenization task
@@ -179,6 +179,8 @@ def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: st
                           shard_tokens, quiet)
         meta["sources"] = list(sources)
         write_meta(tmp, meta)
+        if tok.name == "char":
+            write_nanogpt_meta(tmp, tok.chars)
     return meta
 
 
@@ -258,10 +260,12 @@ def _tqdm(total):
 
 
 def _version(src: str) -> tuple[str, int | None]:
-    """(what identifies a version of a file or URL: its size and modification stamp, its size)."""
+    """(what identifies a version of a file, folder or URL: its size and modification stamp, its size)."""
     if "://" not in src:
-        st = Path(src).stat()
-        return f"{Path(src).resolve()}:{st.st_size}:{st.st_mtime_ns}", st.st_size
+        p = Path(src)
+        stats = [f.stat() for f in p.rglob("*") if f.is_file()] if p.is_dir() else [p.stat()]
+        size, stamp = sum(st.st_size for st in stats), max((st.st_mtime_ns for st in stats), default=0)
+        return f"{p.resolve()}:{size}:{stamp}", size
     import fsspec
 
     try:

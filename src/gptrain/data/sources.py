@@ -56,7 +56,8 @@ def expand(sources: list[str], hf_config: str | None) -> list[Source]:
             out.append(Source("hf", str(p)))
             continue
         if p.is_dir():
-            files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_EXTS + RECORD_EXTS)
+            files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_EXTS + RECORD_EXTS
+                           and not any(part.startswith(".") for part in f.relative_to(p).parts))  # hidden: not text
             if not files:
                 raise UserError(f"folder {s} holds no .txt/.md/.jsonl/.json/.parquet files")
             out += [Source("file", str(f), size=f.stat().st_size) for f in files]

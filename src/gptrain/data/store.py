@@ -1,22 +1,33 @@
 """Named datasets: files under $GPTRAIN_HOME/datasets/NAME, registered in gptrain.db.
 
-push checks meta.json (plain file names only, data/formats.py), copies and verifies into a
-hidden directory (removed again on any failure, a full disk included), renames it into place,
-then registers it; rm unregisters first, then deletes. A name is usable exactly when it is registered and its
-files are complete.
+A dataset is one of three kinds, recorded with it:
+  prepared      made by `gptrain data prepare` / `import` (meta.json + token files, with sha256s)
+  save_to_disk  a Hugging Face `save_to_disk` folder, kept as it is: a script calls
+                `datasets.load_from_disk(os.environ["GPTRAIN_DATASET_DIR"])`, and the built-in
+                trainer imports it once (data/hf_import.py, cached)
+  files         any other folder, kept as it is
+The last two get a manifest (MANIFEST: each file's size and sha256) beside their files.
+push copies and verifies into a hidden directory (removed again on any failure, a full disk
+included), renames it into place, then registers it; rm unregisters first, then deletes. A
+name is usable exactly when it is registered and its files are complete.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
 from pathlib import Path
 
 from gptrain import db
-from gptrain.data.formats import is_prepared_dir, read_meta, verify
+from gptrain.data.formats import is_prepared_dir, read_meta, sha256_file, verify
 from gptrain.errors import UserError, disk_full
 from gptrain.home import check_name, home
+
+
+MANIFEST = ".gptrain-manifest.json"
+KINDS = ("prepared", "save_to_disk", "files")
 
 
 def datasets_dir() -> Path:
@@ -28,7 +39,7 @@ def path_of(name: str) -> Path:
     row = db.fetch_one("SELECT path FROM datasets WHERE name = ?", (name,))
     if row is None:
         raise UserError(f"no dataset named {name!r}; see `gptrain data list`")
-    if not is_prepared_dir(row["path"]):
+    if not is_complete(row["path"]):
         raise UserError(f"dataset {name!r} is registered but its files in {row['path']} are gone; "
                         f"`gptrain data rm {name}` and push it again")
     return Path(row["path"])
@@ -69,47 +80,101 @@ def registered(name: str) -> bool:
     return db.fetch_one("SELECT 1 FROM datasets WHERE name = ?", (name,)) is not None
 
 
+def kind_of(path) -> str:
+    """'prepared', 'save_to_disk' or 'files' for a folder."""
+    from gptrain.data.hf_import import is_hf_saved
+
+    if is_prepared_dir(path):
+        return "prepared"
+    return "save_to_disk" if is_hf_saved(path) else "files"
+
+
+def is_complete(path) -> bool:
+    return is_prepared_dir(path) or (Path(path) / MANIFEST).is_file()
+
+
 def push(name: str, src: str) -> Path:
-    """Copy a prepared dataset into the store; checksums verified; all or nothing."""
+    """Copy a dataset folder of any kind into the store; checksums verified; all or nothing."""
     check_name(name, "dataset")
     src_dir = Path(src).expanduser()
     if not src_dir.is_dir():
-        raise UserError(f"{src} is not a directory; push a directory made by `gptrain data prepare`")
-    if not is_prepared_dir(src_dir):
-        from gptrain.data.hf_import import is_hf_saved
-
-        hint = " (it is a Hugging Face save_to_disk dataset: run `gptrain data import` first)" \
-            if is_hf_saved(src_dir) else ""
-        raise UserError(f"{src} is not a prepared dataset (no meta.json){hint}")
-    verify(src_dir)
+        raise UserError(f"{src} is not a directory; push a dataset folder (prepared, save_to_disk or any files)")
+    kind = kind_of(src_dir)
+    if kind == "prepared":
+        verify(src_dir)
     dest = datasets_dir() / name
     if dest.exists():
         raise UserError(f"dataset {name!r} already exists; `gptrain data rm {name}` first or pick another name")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.parent / f".{name}.push-{os.getpid()}"
     try:
-        meta = read_meta(src_dir)
-        tmp.mkdir()
-        names = [f["name"] for split in meta["splits"].values() for f in split["files"]]
-        for fname in ["meta.json", *names]:
-            shutil.copy2(src_dir / fname, tmp / fname)
-        verify(tmp)  # what landed is what was prepared
+        if kind == "prepared":
+            meta = read_meta(src_dir)
+            tmp.mkdir()
+            names = [f["name"] for split in meta["splits"].values() for f in split["files"]]
+            extra = ["meta.pkl"] if (src_dir / "meta.pkl").is_file() else []  # nanoGPT's, kept as is
+            for fname in ["meta.json", *names, *extra]:
+                shutil.copy2(src_dir / fname, tmp / fname)
+            verify(tmp)  # what landed is what was prepared
+            tokenizer, tokens = meta["tokenizer_name"], sum(s["tokens"] for s in meta["splits"].values())
+        else:
+            manifest = _manifest(src_dir)
+            shutil.copytree(src_dir, tmp, ignore=shutil.ignore_patterns(MANIFEST))
+            _check_manifest(tmp, manifest, checksums=True)  # what landed is what was there
+            (tmp / MANIFEST).write_text(json.dumps({"kind": kind, "files": manifest}, indent=1))
+            tokenizer, tokens = "-", 0
         with db.transaction() as conn:
             if conn.execute("SELECT 1 FROM datasets WHERE name = ?", (name,)).fetchone():
                 raise UserError(f"dataset {name!r} already exists; `gptrain data rm {name}` first")
             os.rename(tmp, dest)
-            size = sum(f.stat().st_size for f in dest.iterdir() if f.is_file())
-            tokens = sum(split["tokens"] for split in meta["splits"].values())
-            conn.execute("INSERT INTO datasets (name, path, tokenizer, tokens, bytes, created) "
-                         "VALUES (?, ?, ?, ?, ?, ?)", (name, str(dest), meta["tokenizer_name"], tokens,
-                                                       size, time.time()))
+            size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
+            conn.execute("INSERT INTO datasets (name, path, tokenizer, tokens, bytes, created, kind) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?)", (name, str(dest), tokenizer, tokens,
+                                                          size, time.time(), kind))
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         full = disk_full(e, dest)
         if full is not None:
             raise full from None
+        if isinstance(e, (shutil.Error, OSError)) and not isinstance(e, UserError):
+            raise UserError(f"cannot copy {src}: {str(e).splitlines()[0][:200]}") from None
         raise
     return dest
+
+
+def _manifest(folder: Path) -> list[dict]:
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+    if not files:
+        raise UserError(f"{folder} holds no files; nothing to push")
+    return [{"name": str(p.relative_to(folder)), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
+            for p in files]
+
+
+def _check_manifest(folder: Path, manifest: list[dict], checksums: bool) -> None:
+    for f in manifest:
+        p = folder / f["name"]
+        if not p.is_file() or p.stat().st_size != f["bytes"]:
+            raise UserError(f"dataset file {p} is missing or has the wrong size; push the dataset again")
+        if checksums and sha256_file(p) != f["sha256"]:
+            raise UserError(f"dataset file {p} fails its sha256 check: it is corrupted; push the dataset again")
+
+
+def verify_any(path, checksums: bool = True) -> dict:
+    """Check a stored dataset of any kind; {'kind', 'files': [...]} (meta.json's for prepared)."""
+    path = Path(path)
+    if is_prepared_dir(path):
+        verify(path, checksums)
+        return {"kind": "prepared", "meta": read_meta(path)}
+    from gptrain.files import read_json
+
+    info = read_json(path / MANIFEST, "dataset manifest")
+    files = info.get("files")
+    if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("name"), str)
+                                              and ".." not in Path(f["name"]).parts
+                                              and not Path(f["name"]).is_absolute() for f in files):
+        raise UserError(f"dataset manifest {path / MANIFEST} is corrupt; push the dataset again")
+    _check_manifest(path, files, checksums)
+    return {"kind": info.get("kind", "files"), "files": files}
 
 
 def list_all() -> list[dict]:

@@ -9,7 +9,6 @@ failed or stopped job again, to continue from its latest checkpoint.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -20,11 +19,9 @@ from pathlib import Path
 from gptrain.errors import UserError
 from gptrain.home import home
 from gptrain.jobs import procs, secrets, store
+from gptrain.jobs.launch import job_dir, stop_request, write_stop_request  # noqa: F401 (job_dir: used by many)
 from gptrain.jobs.spec import JobSpec
 
-
-def job_dir(name: str) -> Path:
-    return home() / "jobs" / name
 
 
 def local_slots() -> tuple[str, int]:
@@ -49,9 +46,28 @@ def user_setting(section: str, key: str):
         raise UserError(f"{path} is not valid TOML: {e}") from None
 
 
-def submit(spec: JobSpec) -> None:
+def refresh(name: str) -> dict:
+    """The job, its state first brought up to date: a job whose supervisor died is ended or
+    handed to a new supervisor (with what reconcile learnt but could not record)."""
+    job = store.get_job(name)
+    if job["state"] in store.ACTIVE:
+        from gptrain.jobs.reconcile import reconcile
+
+        unrecorded = reconcile()
+        job = {**store.get_job(name), **unrecorded.get(name, {})}
+    return job
+
+
+def describe(job: dict) -> str | None:
+    """The `inspect` line of a local job beyond its slots: none."""
+    return None
+
+
+def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
     from gptrain.jobs.reconcile import reconcile
 
+    if dry_run:
+        raise UserError("--dry-run prints a Slurm script: add --scheduler slurm")
     spec.validate()
     reconcile()  # slots held by jobs whose supervisor died are freed before this one queues
     kind, total = local_slots()
@@ -59,12 +75,17 @@ def submit(spec: JobSpec) -> None:
     if need > total:
         raise UserError(f"job needs {spec.nodes} x {spec.accels} = {need} {kind} slots but this "
                         f"machine has {total}; ask for fewer (or set GPTRAIN_LOCAL_SLOTS)")
-    store.create_job(spec.name, spec.to_dict(), spec.nodes, spec.accels, "local")
-    secrets.save(spec.name, spec.secrets)  # apart from the record (0600); the supervisor reads it
-    d = job_dir(spec.name)
-    (d / "logs").mkdir(parents=True, exist_ok=True)
+    from gptrain.jobs import code
+
+    with code.staged(spec) as snapshot:  # the code, before anything is recorded
+        store.create_job(spec.name, spec.to_dict(), spec.nodes, spec.accels, "local")
+        secrets.save(spec.name, spec.secrets)  # apart from the record (0600); the supervisor reads it
+        d = job_dir(spec.name)
+        (d / "logs").mkdir(parents=True, exist_ok=True)
+        code.place(snapshot, d)
     (d / "job.json").write_text(json.dumps(spec.to_dict(), indent=2))
     start_supervisor(spec.name)
+    return None
 
 
 def start_supervisor(name: str) -> None:
@@ -106,7 +127,7 @@ def resume(name: str) -> None:
         raise UserError(f"job {name} has no directory {d} any more; submit it again with `gptrain run`")
     latest = latest_checkpoint(name)
     store.reopen(name, f"continues from {latest}" if latest else "starts again (no checkpoint yet)")
-    (d / "stop-request").unlink(missing_ok=True)
+    stop_request(d).unlink(missing_ok=True)
     start_supervisor(name)
 
 
@@ -119,7 +140,7 @@ def stop(name: str, timeout: float) -> str:
     state = store.get_job(name)["state"]
     if state in store.TERMINAL:
         return state
-    (job_dir(name) / "stop-request").write_text(json.dumps({"timeout": timeout}))
+    write_stop_request(job_dir(name), timeout)
     job = store.get_job(name)  # read after the request is on disk: no start slips between
     ident = json.loads(job["supervisor"]) if job["supervisor"] else None
     if ident and procs.kill(ident, signal.SIGTERM):
@@ -130,38 +151,13 @@ def stop(name: str, timeout: float) -> str:
     return store.get_job(name)["state"]
 
 
-def checkpoint_id(job: str, name: str) -> str:
-    return hashlib.sha1(f"{job}/{name}".encode()).hexdigest()[:12]
-
-
 def scan_checkpoints(job: str) -> list[dict]:
-    """The complete checkpoints in a job's checkpoint directory (built-in trainer or script)."""
-    import re
+    """The checkpoints a job wrote, built-in trainer or script (jobs/found.py), with the rows
+    recorded before passed along so unchanged files are not read again."""
+    from gptrain.jobs import found
 
-    from gptrain.errors import UserError
-    from gptrain.train.checkpoint_files import is_checkpoint_dir, read_state
-
-    root = job_dir(job) / "checkpoints"
-    found = []
-    if not root.is_dir():
-        return found
-    for p in sorted(root.iterdir()):
-        if p.name.startswith(".") or p.name == "latest":
-            continue
-        entry = {"id": checkpoint_id(job, p.name), "name": p.name, "path": str(p), "step": None,
-                 "train_loss": None, "eval_loss": None, "time": p.stat().st_mtime, "size": _size(p)}
-        try:
-            state = read_state(p) if is_checkpoint_dir(p) else None
-        except UserError:  # listed, step from its name: using it says what is wrong with it
-            state = None
-        if state is not None:
-            entry.update(step=state["step"], train_loss=state.get("train_loss"),
-                         eval_loss=state.get("eval_loss"), time=state.get("saved_at", entry["time"]))
-        else:
-            digits = re.findall(r"\d+", p.name)
-            entry["step"] = int(digits[-1]) if digits else None
-        found.append(entry)
-    return found
+    known = {r["name"]: r for r in store.checkpoints(job)}
+    return found.scan(job_dir(job), known)
 
 
 DISK_FULL_BYTES = 2 << 20  # less free than this where a job writes: its disk is full
@@ -180,14 +176,8 @@ def full_disk_of(job: str) -> str | None:
 
 
 def latest_checkpoint(job: str) -> str | None:
-    """The name of the newest complete checkpoint of a job (what its trainer resumes from)."""
-    from gptrain.train.checkpoint_files import find_latest
+    """The name of the newest checkpoint of a job (what it resumes from)."""
+    from gptrain.jobs import found
 
-    latest = find_latest(job_dir(job))
-    return latest.name if latest else None
-
-
-def _size(p: Path) -> int:
-    if p.is_file():
-        return p.stat().st_size
-    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    row = found.newest(scan_checkpoints(job))
+    return row["name"] if row else None

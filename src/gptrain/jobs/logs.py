@@ -18,13 +18,33 @@ def last_attempt(path: Path) -> str:
     return path.read_text(errors="replace").split(ATTEMPT_MARK)[-1]
 
 
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")  # torch's excepthook: "[rank0]: Traceback ..."
+_FAILURE = re.compile(r"\[\d+\]:\s*\n\s*time\s*:\s*(\S+)\s*\n(?:.*\n)*?\s*rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)")
+
+
 def failed_rank(logs: Path, code: int) -> tuple[int | None, int]:
-    """(the first failing rank, its exit code) as torchrun reports them, else (None, code)."""
+    """(the rank that failed first, its exit code) as torchrun reports them, else (None, code).
+
+    torchrun prints a "Failures:" block (the ranks it tore down, often SIGTERM) and a
+    "Root Cause (first observed failure):" block: the root cause is taken, and across nodes the
+    earliest one that exited with an error rather than a signal."""
+    causes = []
     for agent_log in sorted(logs.glob("agent-node*.log")):
-        m = re.search(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", last_attempt(agent_log))
+        text = last_attempt(agent_log)
+        root = text.rfind("Root Cause")
+        m = _FAILURE.search(text, root if root >= 0 else 0)
         if m:
-            return int(m.group(1)), int(m.group(2))
-    return None, code
+            causes.append((int(m.group(3)) < 0, m.group(1), int(m.group(2)), int(m.group(3))))
+    if not causes:
+        return None, code
+    _, _, rank, exitcode = min(causes)
+    return rank, exitcode
+
+
+def error_lines(log: Path) -> list[str]:
+    """The error lines of a rank's last attempt, without torch's `[rankN]:` prefix."""
+    lines = (_RANK_PREFIX.sub("", ln).strip() for ln in last_attempt(log).splitlines())
+    return [ln for ln in lines if _ERROR_LINE.match(ln)]
 
 
 def mentions_no_space(logs: Path) -> bool:
@@ -42,13 +62,16 @@ def failure_summary(logs: Path, code: int) -> str:
 
 def _failure_summary(logs: Path, code: int) -> str:
     rank, exitcode = failed_rank(logs, code)
-    ranks = [rank] if rank is not None else sorted(int(p.stem.split("-")[1]) for p in logs.glob("rank-*.log"))
-    for r in ranks:
+    # the root cause's own error; when it was torn down by SIGTERM (or is unknown), another
+    # rank's that failed meanwhile; a root cause killed otherwise (SIGKILL: out of memory?) is that
+    others = sorted(int(p.stem.split("-")[1]) for p in logs.glob("rank-*.log"))
+    if rank is not None and exitcode != -signal.SIGTERM:
+        others = []
+    for r in ([rank] if rank is not None else []) + [r for r in others if r != rank]:
         path = logs / f"rank-{r}.log"
-        if path.is_file():
-            errors = [ln.strip() for ln in last_attempt(path).splitlines() if _ERROR_LINE.match(ln.strip())]
-            if errors:
-                return f"rank {r}: {errors[-1]}"
+        errors = error_lines(path) if path.is_file() else []
+        if errors:
+            return f"rank {r}: {errors[-1]}"
     if rank is not None and exitcode < 0:
         return f"rank {rank} was killed by {signal.Signals(-exitcode).name}"
     return f"rank {rank if rank is not None else '?'} exited with code {exitcode}"

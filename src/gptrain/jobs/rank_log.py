@@ -1,6 +1,12 @@
 """Run under torchrun in front of every worker: send the worker's output to logs/rank-R.log.
 
     torchrun ... -m gptrain.jobs.rank_log LOG_DIR -- python -m gptrain train ...
+    python -m gptrain.jobs.rank_log --node LOG_DIR -- bash run.sh ...   (a command, once per node:
+        its output goes to the log of the node's first rank, NODE_RANK x NPROC_PER_NODE)
+
+Here, in the worker's own environment, the launch is finished (jobs/launch.py): GPTRAIN_RESUME_FROM
+names the latest checkpoint when there is one, and `$GPTRAIN_*` written in the arguments are
+replaced by their values.
 
 The global RANK is known only once torchrun has started the worker, so the redirection happens
 here, then the real program replaces this process (same pid, so signals reach it directly).
@@ -14,10 +20,24 @@ import time
 
 
 def main() -> None:
-    log_dir, sep, *entry = sys.argv[1:]
-    assert sep == "--" and entry, "usage: rank_log LOG_DIR -- PROGRAM ARGS..."
-    _die_with_agent()
-    rank = os.environ.get("RANK", "0")
+    from pathlib import Path
+
+    from gptrain.jobs.launch import expand, finish_env
+
+    argv = sys.argv[1:]
+    node = argv[:1] == ["--node"]
+    log_dir, sep, *entry = argv[1:] if node else argv
+    assert sep == "--" and entry, "usage: rank_log [--node] LOG_DIR -- PROGRAM ARGS..."
+    if node:
+        from gptrain.jobs.procs import die_with_parent
+
+        die_with_parent(os.getppid())
+        rank = str(int(os.environ["NODE_RANK"]) * int(os.environ["NPROC_PER_NODE"]))
+    else:
+        _die_with_agent()
+        rank = os.environ.get("RANK", "0")
+    finish_env(os.environ, Path(log_dir).parent)
+    entry = expand(entry, os.environ)
     fd = os.open(os.path.join(log_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     attempt = os.environ.get("GPTRAIN_ATTEMPT", "0")
     os.write(fd, f"--- gptrain: attempt {attempt}, rank {rank}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())

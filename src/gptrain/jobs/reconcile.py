@@ -40,7 +40,7 @@ def reconcile(skip: str | None = None) -> dict[str, dict]:
                 raise
             from gptrain.jobs import local
 
-            state = "stopped" if (local.job_dir(row["name"]) / "stop-request").exists() else "failed"
+            state = "stopped" if local.stop_request(local.job_dir(row["name"])).exists() else "failed"
             unrecorded[row["name"]] = {"state": state, "error": f"{_how_it_died(_ident(row))} "
                                        "(not recorded yet: no space left on device)"}
     return unrecorded
@@ -68,7 +68,7 @@ def _check(row: dict) -> None:
     latest = local.latest_checkpoint(name)
     where = f"from {latest}" if latest else "from the start (no checkpoint yet)"
     full = local.full_disk_of(name)  # a new supervisor would die the same way
-    if (local.job_dir(name) / "stop-request").exists():
+    if local.stop_request(local.job_dir(name)).exists():
         store.end_orphan(name, row["supervisor"], "stopped", f"stopped ({how})")
     elif full:
         store.end_orphan(name, row["supervisor"], "failed", f"{how}; {full}: free some space, "

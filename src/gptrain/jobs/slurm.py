@@ -17,11 +17,9 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 
 from gptrain.errors import UserError, closest
-from gptrain.home import home
-from gptrain.jobs import local, secrets, store
+from gptrain.jobs import code, launch, local, secrets, store
 from gptrain.jobs.logs import failure_summary
 from gptrain.jobs.spec import ENV_NAME, JobSpec
 
@@ -121,8 +119,6 @@ def accel_type(spec: JobSpec) -> str:
 
 
 def build_script(spec: JobSpec) -> str:
-    from gptrain.jobs.supervisor import dataset_env, entry_command
-
     jdir = local.job_dir(spec.name)
     logs = jdir / "logs"
     s = spec.slurm
@@ -138,9 +134,7 @@ def build_script(spec: JobSpec) -> str:
     lines += [f"#SBATCH --output={_sbatch_value(f'{logs}/slurm-%j.out')}", "#SBATCH --open-mode=append",
               "#SBATCH --requeue"]
     lines += [f"#SBATCH {arg}" for arg in s.get("sbatch_args", [])]
-    env = {"GPTRAIN_HOME": str(home()), "GPTRAIN_JOB": spec.name, "GPTRAIN_OUTPUT_DIR": str(jdir),
-           "GPTRAIN_CHECKPOINT_DIR": str(jdir / "checkpoints"), "PYTHONUNBUFFERED": "1",
-           **dataset_env(spec)}
+    env = launch.job_env(spec, jdir)
     if kind == "cpu":
         env["OMP_NUM_THREADS"] = "1"
     env.update(pass_through()[0])
@@ -149,20 +143,30 @@ def build_script(spec: JobSpec) -> str:
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
     if _secrets_of(spec):  # the values stay in the 0600 file, read when the job starts
         lines.append(f"set -a; . {shlex.quote(str(secrets.path(spec.name)))}; set +a")
+    dirs = " ".join(shlex.quote(str(d)) for d in (logs, jdir / "checkpoints", launch.output_dir(spec, jdir)))
     lines += [
         'export GPTRAIN_ATTEMPT="${SLURM_RESTART_COUNT:-0}"',
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "# the rendezvous host: the first node's address (its name, unless NodeAddr says otherwise)",
         "export HEAD_ADDR=$(scontrol show node \"$HEAD_NODE\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')",
-        f"mkdir -p {shlex.quote(str(logs))} {shlex.quote(str(jdir / 'checkpoints'))}",
+        f"mkdir -p {dirs}",
         'echo "--- gptrain: attempt $GPTRAIN_ATTEMPT, slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST (rendezvous $HEAD_ADDR)"',
     ]
-    entry = " ".join(shlex.quote(a) for a in entry_command(spec, jdir))
-    agent = (f"exec {shlex.quote(sys.executable)} -m torch.distributed.run --nnodes=$SLURM_NNODES "
-             f"--nproc-per-node={spec.accels} --rdzv-backend=c10d --rdzv-endpoint=$HEAD_ADDR:{port} "
-             "--rdzv-id=$SLURM_JOB_ID-$GPTRAIN_ATTEMPT "
-             '--rdzv-conf=is_host=$([ "$SLURM_NODEID" = 0 ] && echo 1 || echo 0) --max-restarts=0 '
-             f"-m gptrain.jobs.rank_log {shlex.quote(str(logs))} -- {entry}")
+    if launch.under_torchrun(spec):
+        torchrun = launch.torchrun_args(spec, nnodes="$SLURM_NNODES", endpoint=f"$HEAD_ADDR:{port}",
+                                        rdzv_id="$SLURM_JOB_ID-$GPTRAIN_ATTEMPT",
+                                        is_host='$([ "$SLURM_NODEID" = 0 ] && echo 1 || echo 0)')
+        prefix = ""
+    else:  # a command, once per node, with the rendezvous environment (launch.RENDEZVOUS_VARS)
+        torchrun = []
+        rdzv = launch.rendezvous_env("$SLURM_NNODES", "$SLURM_NODEID", spec.accels, "$HEAD_ADDR", port)
+        prefix = " ".join(f"export {k}={v};" for k, v in rdzv.items()) + " "
+    # the node's process: only the entry command's words are quoted (the rest is ours, with
+    # the shell variables of each node expanded by its own bash)
+    node = launch.node_command(spec, jdir, torchrun)
+    cut = len(node) - len(launch.entry_command(spec, jdir))
+    words = [shlex.quote(w) if i < 1 or i >= cut or w == str(logs) else w for i, w in enumerate(node)]
+    agent = f"{prefix}cd {shlex.quote(str(launch.workdir(spec, jdir)))} && exec {' '.join(words)}"
     lines += [f"srun --kill-on-bad-exit=1 --output={shlex.quote(str(logs))}/agent-node%n.log "
               f"--open-mode=append bash -c {shlex.quote(agent)}",
               "rc=$?", f"echo $rc > {shlex.quote(str(jdir / 'slurm-exit'))}", "exit $rc", ""]
@@ -174,21 +178,26 @@ def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
     spec.validate()
     check_options(spec.slurm)
     if dry_run:
-        print(build_script(spec), end="")
+        with code.staged(spec):  # (what would be snapshotted is checked, and dropped)
+            print(build_script(spec), end="")
         return None
     require("sbatch")
     partition = spec.slurm.get("partition")
     if partition and _run(["scontrol", "show", "partition", partition]).returncode != 0:
         known = _run(["sinfo", "-h", "-o", "%R"]).stdout.split()
         raise UserError(f"Slurm partition {partition!r} does not exist (partitions: {', '.join(known) or 'none'})")
+    with code.staged(spec) as snapshot:  # the code, before anything is recorded
+        return _submit(spec, snapshot)
+
+
+def _submit(spec: JobSpec, snapshot) -> str:
     store.create_job(spec.name, spec.to_dict(), spec.nodes, spec.accels, "slurm")
     jdir = local.job_dir(spec.name)
     (jdir / "logs").mkdir(parents=True, exist_ok=True)
     try:
         secrets.save(spec.name, _secrets_of(spec))
-        from gptrain.jobs.supervisor import write_config
-
-        write_config(spec, jdir)
+        code.place(snapshot, jdir)
+        launch.write_config(spec, jdir)
         script = jdir / "job.sbatch"
         script.write_text(build_script(spec))
         r = _run(["sbatch", "--parsable", str(script)])
@@ -222,6 +231,15 @@ def query(job_id: str) -> dict | None:
     return None
 
 
+def describe(job: dict) -> str | None:
+    """The `inspect` line of an active job: Slurm's own state and reason."""
+    if not job["external_id"] or job["state"] in store.TERMINAL:
+        return None
+    info = query(job["external_id"])
+    return info and (f"slurm      job {job['external_id']}: {info['state']}"
+                     + (f" (reason: {info['reason']})" if info["reason"] != "None" else ""))
+
+
 def refresh(name: str) -> dict:
     """Bring the stored state of a Slurm job up to date; returns the job."""
     job = store.get_job(name)
@@ -236,7 +254,7 @@ def refresh(name: str) -> dict:
         code = int(exit_file.read_text().strip() or 1)
         info = {"state": "COMPLETED" if code == 0 else "FAILED", "reason": "None", "exit_code": code}
     state = STATES.get(info["state"], "running")
-    if (jdir / "stop-request").is_file():
+    if launch.stop_request(jdir).is_file():
         state = "stopped" if state in store.TERMINAL else ("stopping" if state == "running" else state)
     if state == job["state"]:
         return job
@@ -260,7 +278,7 @@ def stop(name: str, timeout: float) -> str:
     job = refresh(name)
     if job["state"] in store.TERMINAL:
         return job["state"]
-    (local.job_dir(name) / "stop-request").write_text(f'{{"timeout": {timeout}}}')
+    launch.write_stop_request(local.job_dir(name), timeout)
     job_id = job["external_id"]
     if job["state"] == "queued":
         _run(["scancel", job_id])

@@ -11,8 +11,11 @@ anything is recorded.
     secrets: {WANDB_API_KEY: "..."}    # kept apart, mode 0600, masked everywhere (jobs/secrets.py)
     max_restarts: 2
     config: configs/demo.toml          # or an inline table: {train: {max_steps: 100}}
-    args: ["--train.max_steps=100"]    # trainer flags, or the script's args when script is set
-    # script: my_train.py
+    args: ["--train.max_steps=100"]    # trainer flags, or the entrypoint's args
+    # script: my_train.py              # or module: pkg.train, or command: bash (args: [run.sh])
+    # code: .                          # snapshot this directory (jobs/code.py), or:
+    # repository_url: https://...      # clone (ref: main) -- or source: NAME (gptrain source add)
+    # requirements: requirements.txt   # extra packages, in a virtualenv layered on gptrain's
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from pathlib import Path
 
 from gptrain.errors import UserError, closest
 from gptrain.home import check_name
+from gptrain.jobs.launch import ENTRY_KINDS, SCHEDULERS
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 @dataclass
@@ -41,8 +46,24 @@ class JobSpec:
     config: str | None = None          # TOML text of the trainer config (from a file or inline)
     config_path: str | None = None     # where that text came from, for error messages
     args: list[str] = field(default_factory=list)
-    script: str | None = None          # absolute path of the user's script
+    script: str | None = None          # the user's script: relative to the code snapshot, or absolute
     slurm: dict = field(default_factory=dict)
+    entry: str | None = None           # trainer | script | module | command (jobs/launch.py)
+    module: str | None = None          # `-m module`
+    command: str | None = None         # any other program, run once per node
+    code: str | None = None            # the directory snapshotted into jobs/NAME/code
+    repository_url: str | None = None  # or the git repository cloned into it ...
+    ref: str | None = None             # ... at this branch, tag or commit
+    commit: str | None = None          # the commit that was cloned (recorded at submit)
+    source: str | None = None          # a named repository (`gptrain source add`)
+    requirements: str | None = None    # the --requirements file's text
+    python: str | None = None          # the job's virtualenv interpreter (from requirements)
+
+    @property
+    def argv(self) -> list[str]:
+        """The entrypoint and its arguments, as typed after `--`."""
+        head = {"script": [self.script], "module": ["-m", self.module], "command": [self.command]}
+        return [*head.get(self.entry or "trainer", []), *self.args]
 
     def to_dict(self) -> dict:
         """The job as recorded (database, job.json, inspect): secret values masked."""
@@ -52,7 +73,13 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> "JobSpec":
-        return cls(**d)
+        spec = cls(**d)
+        spec.entry = spec.entry or spec.kind()  # recorded before entry kinds existed
+        return spec
+
+    def kind(self) -> str:
+        return "script" if self.script else "module" if self.module else \
+            "command" if self.command else "trainer"
 
     def validate(self) -> "JobSpec":
         check_types(dataclasses.asdict(self))
@@ -61,10 +88,14 @@ class JobSpec:
             if getattr(self, key) < least:
                 raise UserError(f"--{key.replace('_', '-')} must be a whole number >= {least}, "
                                 f"got {getattr(self, key)!r}")
-        if self.scheduler not in ("local", "slurm"):
-            raise UserError(f"unknown scheduler {self.scheduler!r}: use local or slurm")
+        if self.scheduler not in SCHEDULERS:
+            raise UserError(f"unknown scheduler {self.scheduler!r}: use {' or '.join(SCHEDULERS)}")
         check_env(self.env, "env")
         check_env(self.secrets, "secret")
+        ours = sorted(k for k in self.secrets if k.startswith("GPTRAIN_"))
+        if ours:  # `$GPTRAIN_*` in arguments is expanded into the command line (jobs/launch.py)
+            raise UserError(f"secret {ours[0]}: GPTRAIN_* names are gptrain's own (and expanded in "
+                            "arguments, where a secret would show); give it another name")
         both = sorted(set(self.env) & set(self.secrets))
         if both:
             raise UserError(f"{both[0]} is given both as an env and as a secret; keep only the secret")
@@ -72,12 +103,17 @@ class JobSpec:
 
         for ds in self.datasets:
             path_of(ds)  # refuses unknown datasets
-        if self.script is not None:
+        self.entry = self.entry or self.kind()
+        if self.entry not in ENTRY_KINDS:
+            raise UserError(f"unknown entrypoint kind {self.entry!r}: use {', '.join(ENTRY_KINDS)}")
+        if self.module is not None and not MODULE.fullmatch(self.module):
+            raise UserError(f"-m {self.module!r} is not a Python module name (e.g. pkg.train)")
+        if self.entry == "script" and not (self.code or self.repository_url or self.source):
             p = Path(self.script)
             if not p.is_file():
                 raise UserError(f"script {self.script} does not exist")
             self.script = str(p.resolve())
-        else:
+        elif self.entry == "trainer":
             self.resolve_trainer_config()
         return self
 
@@ -184,7 +220,9 @@ TYPES = {"name": ((str,), "a string (quote it)"), "nodes": ((int,), "a whole num
          "secrets": ((dict,), "a mapping of NAME: value"), "scheduler": ((str,), "local or slurm"),
          "config": ((str, dict), "a TOML file path or a mapping of [sections]"),
          "config_path": ((str,), "a path"), "args": ((list,), "a list of arguments"),
-         "script": ((str,), "a script path"), "slurm": ((dict,), "a mapping (partition, time, ...)")}
+         "script": ((str,), "a script path"), "slurm": ((dict,), "a mapping (partition, time, ...)"),
+         **{k: ((str,), "a string") for k in ("entry", "module", "command", "code", "repository_url",
+                                               "ref", "commit", "source", "requirements", "python")}}
 SCALARS = (str, int, float, bool)
 
 
@@ -213,7 +251,7 @@ def read_config_file(path: str) -> str:
         raise UserError(f"cannot read config {path}: {e.strerror}") from None
 
 
-YAML_KEYS = {f.name for f in dataclasses.fields(JobSpec)} - {"config_path"}
+YAML_KEYS = {f.name for f in dataclasses.fields(JobSpec)} - {"config_path", "commit", "python", "entry"}
 
 
 def from_yaml(path: str) -> dict:
@@ -253,8 +291,13 @@ def from_yaml(path: str) -> dict:
         cfg_path = Path(data["config"]).expanduser()
         cfg_path = cfg_path if cfg_path.is_absolute() else base / cfg_path
         data["config"], data["config_path"] = read_config_file(str(cfg_path)), str(cfg_path)
-    if isinstance(data.get("script"), str) and not Path(data["script"]).is_absolute():
+    if isinstance(data.get("code"), str):
+        data["code"] = str(base / Path(data["code"]).expanduser())
+    elif isinstance(data.get("script"), str) and not Path(data["script"]).is_absolute() \
+            and not data.get("repository_url") and not data.get("source"):
         data["script"] = str(base / data["script"])
+    if isinstance(data.get("requirements"), str):
+        data["requirements"] = read_config_file(str(base / Path(data["requirements"]).expanduser()))
     data["args"] = [str(a) for a in data.get("args", [])]
     for key in ("env", "secrets"):
         data[key] = {k: str(v) for k, v in (data.get(key) or {}).items()}

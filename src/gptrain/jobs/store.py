@@ -1,5 +1,6 @@
 """The job store: jobs (one row per job, its state and resources), events (the lifecycle,
-timestamped) and checkpoints (what each job has written), in $GPTRAIN_HOME/gptrain.db.
+timestamped), checkpoints (what each job has written) and sources (named code repositories),
+in $GPTRAIN_HOME/gptrain.db.
 
 The whole job state machine is here: every transition, local slot claims, and the compare-and-set
 writes the reconciler (jobs/reconcile.py) uses to end or hand over a job whose supervisor died.
@@ -89,22 +90,36 @@ def checkpoint_by_id(ckpt_id: str) -> dict:
     return row
 
 
+CHECKPOINT_FIELDS = ("id", "name", "kind", "path", "step", "train_loss", "eval_loss", "time", "mtime", "size")
+
+
 def sync_checkpoints(job: str, found: list[dict]) -> None:
-    """Make the job's checkpoint rows match what is on disk (new ones added, pruned ones gone);
-    nothing is written when they already match (reads stay reads, even on a full disk)."""
-    known = {r["name"] for r in fetch_all("SELECT name FROM checkpoints WHERE job = ?", (job,))}
-    if known == {c["name"] for c in found}:
+    """Make the job's checkpoint rows match what is on disk (jobs/found.py): new ones added,
+    rewritten ones (another step, size, time or loss) updated, pruned ones gone; nothing is
+    written when they already match (reads stay reads, even on a full disk)."""
+    def rows_of(conn_or_none):
+        sql = f"SELECT {', '.join(CHECKPOINT_FIELDS)} FROM checkpoints WHERE job = ?"
+        got = conn_or_none.execute(sql, (job,)).fetchall() if conn_or_none else fetch_all(sql, (job,))
+        return {r["name"]: tuple(r[k] for k in CHECKPOINT_FIELDS) for r in got}
+
+    wanted = {c["name"]: tuple(c.get(k) for k in CHECKPOINT_FIELDS) for c in found}
+    if rows_of(None) == wanted:
         return
     with transaction() as conn:
-        known = {r["name"] for r in conn.execute("SELECT name FROM checkpoints WHERE job = ?", (job,))}
-        names = {c["name"] for c in found}
+        known = rows_of(conn)
         for c in found:
             if c["name"] not in known:
-                conn.execute("INSERT INTO checkpoints (id, job, name, step, train_loss, eval_loss, "
-                             "time, size, path) VALUES (:id, :job, :name, :step, :train_loss, "
-                             ":eval_loss, :time, :size, :path)", {**c, "job": job})
+                conn.execute(f"INSERT INTO checkpoints (job, {', '.join(CHECKPOINT_FIELDS)}) VALUES "
+                             f"(:job, {', '.join(':' + k for k in CHECKPOINT_FIELDS)})",
+                             {**{k: c.get(k) for k in CHECKPOINT_FIELDS}, "job": job})
                 add_event(conn, job, "checkpoint", f"{c['name']} ({c['id']})")
-        for gone in known - names:
+            elif known[c["name"]] != wanted[c["name"]]:
+                conn.execute(f"UPDATE checkpoints SET {', '.join(f'{k} = :{k}' for k in CHECKPOINT_FIELDS)} "
+                             "WHERE job = :job AND name = :name",
+                             {**{k: c.get(k) for k in CHECKPOINT_FIELDS}, "job": job})
+                if known[c["name"]][4] != c.get("step"):
+                    add_event(conn, job, "checkpoint", f"{c['name']} ({c['id']}) rewritten at step {c.get('step')}")
+        for gone in known.keys() - wanted.keys():
             conn.execute("DELETE FROM checkpoints WHERE job = ? AND name = ?", (job, gone))
 
 
@@ -205,3 +220,30 @@ def delete_job(name: str) -> None:
     with transaction() as conn:
         for table, col in (("jobs", "name"), ("events", "job"), ("checkpoints", "job")):
             conn.execute(f"DELETE FROM {table} WHERE {col} = ?", (name,))
+
+
+# ---- code sources: named git repositories (`gptrain source add`) ------------------------------
+
+def add_source(name: str, url: str, ref: str | None) -> None:
+    with transaction() as conn:
+        if conn.execute("SELECT 1 FROM sources WHERE name = ?", (name,)).fetchone():
+            raise UserError(f"a source named {name!r} already exists; `gptrain source rm {name}` first")
+        conn.execute("INSERT INTO sources (name, url, ref, created) VALUES (?, ?, ?, ?)",
+                     (name, url, ref, time.time()))
+
+
+def get_source(name: str) -> dict:
+    row = fetch_one("SELECT * FROM sources WHERE name = ?", (name,))
+    if row is None:
+        raise UserError(f"no source named {name!r}; see `gptrain source list`")
+    return row
+
+
+def list_sources() -> list[dict]:
+    return fetch_all("SELECT * FROM sources ORDER BY name")
+
+
+def remove_source(name: str) -> None:
+    get_source(name)
+    with transaction() as conn:
+        conn.execute("DELETE FROM sources WHERE name = ?", (name,))

@@ -11,18 +11,15 @@ checkpoint and exit; after the stop timeout the whole process tree is killed.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
-from gptrain.jobs import local, procs, secrets, store
+from gptrain.jobs import launch, local, procs, secrets, store
 from gptrain.jobs.logs import NO_SPACE, failed_rank, failure_summary, mentions_no_space
 from gptrain.jobs.reconcile import reconcile
 from gptrain.jobs.spec import JobSpec
@@ -35,41 +32,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def dataset_env(spec: JobSpec) -> dict:
-    """GPTRAIN_DATASET_DIR (the first dataset) and GPTRAIN_DATASET_<NAME>_DIR for each."""
-    from gptrain.data.store import path_of
-
-    env = {}
-    for i, name in enumerate(spec.datasets):
-        path = str(path_of(name))
-        if i == 0:
-            env["GPTRAIN_DATASET_DIR"] = path
-        env[f"GPTRAIN_DATASET_{re.sub(r'[^A-Z0-9]', '_', name.upper())}_DIR"] = path
-    return env
-
-
-def entry_command(spec: JobSpec, jdir: Path) -> list[str]:
-    """What every worker runs: the built-in trainer (output in the job dir) or the user's script.
-    It reads the job's config from jdir (see write_config); nothing is written here."""
-    if spec.script:
-        return [sys.executable, spec.script, *spec.args]
-    cmd = [sys.executable, "-m", "gptrain", "train"]
-    if spec.config is not None:
-        cmd.append(str(jdir / SUBMITTED_CONFIG))
-    if spec.datasets:
-        cmd.append(f"--data.path={spec.datasets[0]}")
-    return [*cmd, *spec.args, f"--train.output_dir={jdir}"]
-
-
-SUBMITTED_CONFIG = "submitted-config.toml"
-
-
-def write_config(spec: JobSpec, jdir: Path) -> None:
-    """The job's trainer config, where entry_command points the trainer at it."""
-    if spec.config is not None and not spec.script:
-        (jdir / SUBMITTED_CONFIG).write_text(spec.config)
 
 
 class Supervisor:
@@ -101,7 +63,7 @@ class Supervisor:
 
     def _stop_asked(self) -> bool:
         """A SIGTERM, or a stop request written before this supervisor could be signalled."""
-        if not self.stop_requested and (self.dir / "stop-request").exists():
+        if not self.stop_requested and launch.stop_request(self.dir).exists():
             self.stop_requested = True
         return self.stop_requested
 
@@ -109,15 +71,11 @@ class Supervisor:
 
     def launch(self, attempt: int, slots: list[int]) -> None:
         spec, logs = self.spec, self.dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
         kind, _ = local.local_slots()
-        env = {**os.environ, **spec.env, **secrets.load(self.name), **dataset_env(spec), "GPTRAIN_JOB": self.name,
-               "GPTRAIN_ATTEMPT": str(attempt), "GPTRAIN_OUTPUT_DIR": str(self.dir),
-               "GPTRAIN_CHECKPOINT_DIR": str(self.dir / "checkpoints"), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **spec.env, **secrets.load(self.name), **launch.job_env(spec, self.dir),
+               "GPTRAIN_ATTEMPT": str(attempt)}
         env[procs.RUN_ID_ENV] = self.run_id  # every process of the job carries it (reconcile.py)
-        (self.dir / "checkpoints").mkdir(exist_ok=True)
-        write_config(spec, self.dir)
-        entry = entry_command(spec, self.dir)
+        launch.prepare_dirs(spec, self.dir)
         port = free_port()
         self.agents = []
         for node in range(spec.nodes):
@@ -127,22 +85,20 @@ class Supervisor:
                 node_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, mine))
             elif "OMP_NUM_THREADS" not in spec.env:
                 node_env["OMP_NUM_THREADS"] = "1"  # one core per CPU slot
-            cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={spec.accels}",
-                   "--max-restarts=0"]
-            if spec.nodes == 1:
-                cmd.append("--standalone")
-            else:
-                cmd += [f"--nnodes={spec.nodes}", "--rdzv-backend=c10d",
-                        f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={self.name}-{attempt}",
-                        f"--rdzv-conf=is_host={1 if node == 0 else 0}"]
-            cmd += ["-m", "gptrain.jobs.rank_log", str(logs), "--", *entry]
+            if launch.under_torchrun(spec):
+                torchrun = launch.torchrun_args(spec, nnodes=spec.nodes, endpoint=f"127.0.0.1:{port}",
+                                                rdzv_id=f"{self.name}-{attempt}", is_host=int(node == 0))
+            else:  # a command: once per node, told where to meet (launch.RENDEZVOUS_VARS)
+                torchrun = []
+                node_env.update(launch.rendezvous_env(spec.nodes, node, spec.accels, "127.0.0.1", port))
+            cmd = launch.node_command(spec, self.dir, torchrun)
             out = open(logs / f"agent-node{node}.log", "ab")
             out.write(f"--- gptrain: attempt {attempt}, node {node}: {' '.join(cmd)}\n".encode())
             out.flush()
             # the agent dies with this supervisor, and its workers with it (jobs/rank_log.py)
             self.agents.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                                env=node_env, cwd=self.dir, start_new_session=True,
-                                                preexec_fn=procs.parent_preexec()))
+                                                env=node_env, cwd=launch.workdir(spec, self.dir),
+                                                start_new_session=True, preexec_fn=procs.parent_preexec()))
 
     def wait(self) -> int:
         """Watch the agents until all exit; returns the attempt's exit code (first failure)."""
@@ -166,15 +122,15 @@ class Supervisor:
             time.sleep(POLL_S)
 
     def _stop_timeout(self) -> float:
-        try:
-            return float(json.loads((self.dir / "stop-request").read_text())["timeout"])
-        except (OSError, ValueError, KeyError):
-            return 120.0
+        return launch.stop_timeout(self.dir)
 
     def _signal_workers(self, sig) -> None:
         """The workers are the children of each torchrun agent: signal them, not the agent, so
-        they can save and exit 0 while the agent simply sees them finish."""
-        for pid in procs.children({a.pid for a in self.agents}):
+        they can save and exit 0 while the agent simply sees them finish. A command entrypoint
+        is itself the worker of its node: it is signalled (and passes it on to its own)."""
+        pids = procs.children({a.pid for a in self.agents}) if launch.under_torchrun(self.spec) \
+            else {a.pid for a in self.agents if a.poll() is None}
+        for pid in pids:
             if pid not in self.signaled:
                 self.signaled.add(pid)
                 try:

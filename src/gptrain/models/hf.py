@@ -15,13 +15,7 @@ from pathlib import Path
 import torch
 
 from gptrain.errors import UserError
-
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-
-
-def is_hf_dir(path) -> bool:
-    p = Path(path)
-    return (p / "config.json").is_file() and any((p / f).is_file() for f in WEIGHT_FILES)
+from gptrain.files import is_hf_dir  # noqa: F401  (the one test of a HF model directory)
 
 
 def resolve(name_or_path: str) -> Path:
@@ -61,7 +55,7 @@ def config_from_hf(hf: dict, **overrides):
 
 
 def llama_config_from_hf(hf: dict):
-    from gptrain.models.registry import GPTConfig
+    from gptrain.models.registry import LlamaConfig
 
     rope = hf.get("rope_parameters") or {}  # transformers 5 keeps rope_theta in here
     scaling = hf.get("rope_scaling") or ({} if rope.get("rope_type", "default") == "default" else rope)
@@ -76,13 +70,13 @@ def llama_config_from_hf(hf: dict):
     if hf.get("head_dim") not in (None, width // heads):
         raise UserError(f"head_dim {hf['head_dim']} other than hidden_size / num_attention_heads "
                         "is not supported")
-    return GPTConfig(arch="llama", block_size=hf["max_position_embeddings"], vocab_size=hf["vocab_size"],
-                     n_layer=hf["num_hidden_layers"], n_head=heads,
-                     n_kv_head=hf.get("num_key_value_heads") or heads, n_embd=width,
-                     intermediate_size=hf["intermediate_size"],
-                     rope_theta=float(hf.get("rope_theta") or rope.get("rope_theta", 10000.0)),
-                     layer_norm_eps=hf.get("rms_norm_eps", 1e-6), bias=False,
-                     tie_embeddings=bool(hf.get("tie_word_embeddings", False)))
+    return LlamaConfig(block_size=hf["max_position_embeddings"], vocab_size=hf["vocab_size"],
+                       n_layer=hf["num_hidden_layers"], n_head=heads,
+                       n_kv_head=hf.get("num_key_value_heads") or heads, n_embd=width,
+                       intermediate_size=hf["intermediate_size"],
+                       rope_theta=float(hf.get("rope_theta") or rope.get("rope_theta", 10000.0)),
+                       layer_norm_eps=hf.get("rms_norm_eps", 1e-6), bias=False,
+                       tie_embeddings=bool(hf.get("tie_word_embeddings", False)))
 
 
 def gpt2_config_from_hf(hf: dict):
@@ -141,6 +135,9 @@ def read_state_dict(model_dir: Path) -> dict:
         for shard in sorted(set(weight_map.values())):
             sd.update(read_safetensors(model_dir / check_plain_name(shard, index), "model weights"))
         return sd
+    if not (model_dir / "pytorch_model.bin").is_file() and (model_dir / "pytorch_model.bin.index.json").is_file():
+        raise UserError(f"{model_dir} holds sharded pytorch_model-*.bin weights, which gptrain does not "
+                        "read; save the model with safetensors (save_pretrained's default)")
     return read_torch_weights(model_dir / "pytorch_model.bin", "model weights")
 
 

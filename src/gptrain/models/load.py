@@ -1,7 +1,7 @@
 """Resolve what a user names as MODEL into a (model, tokenizer) pair.
 
-MODEL may be a Hugging Face model directory or hub id, a gptrain checkpoint directory, a
-checkpoint ID or a job name (the last two through the job store, when it has them).
+Names (job names, checkpoint IDs) are resolved before, at the CLI edge, by gptrain/refs.py:
+this module sees only paths and hub ids, and never the job store.
 """
 
 from __future__ import annotations
@@ -42,37 +42,27 @@ def tokenizer_of_dir(model_dir: Path):
     return None
 
 
-def resolve_ref(ref: str) -> str:
-    """A job name or checkpoint ID as the checkpoint directory it names; anything else as is."""
-    from gptrain.home import NAME_RE, home
-
-    if Path(ref).expanduser().exists() or not NAME_RE.fullmatch(ref) or not (home() / "gptrain.db").is_file():
-        return ref
-    from gptrain.jobs import local, store
-
-    try:
-        return store.checkpoint_by_id(ref)["path"]
-    except UserError:
-        pass
-    try:
-        store.get_job(ref)
-    except UserError:
-        return ref
-    found = [c for c in local.scan_checkpoints(ref) if c["step"] is not None]
-    if not found:
-        raise UserError(f"job {ref} has no checkpoint yet; see `gptrain checkpoints {ref}`")
-    return max(found, key=lambda c: c["step"])["path"]
-
-
-def load_model(ref: str, device: str = "cpu", **overrides):
-    """(model in eval mode on device, tokenizer or None) for a MODEL reference."""
+def load_model(source: str, device: str = "cpu", **overrides):
+    """(model in eval mode on device, tokenizer or None) from a source that gptrain/refs.py
+    resolved: a gptrain checkpoint or training output directory, a Hugging Face model directory
+    (a Trainer's checkpoint-N included) or hub id, or a nanoGPT ckpt.pt file."""
     from gptrain.models import hf
 
-    path = Path(resolve_ref(ref)).expanduser()
-    ref = str(path) if path.exists() else ref
+    path = Path(source).expanduser()
+    if path.is_file():
+        from gptrain.models.nanogpt import load_nanogpt
+
+        model, tok = load_nanogpt(path, **overrides)
+        return model.to(device).eval(), tok
     if path.is_dir() and not hf.is_hf_dir(path):
         from gptrain.train.checkpoint import load_for_inference
 
         return load_for_inference(path, device, **overrides)
-    model, model_dir = hf.load_hf(ref, **overrides)
-    return model.to(device).eval(), tokenizer_of_dir(model_dir)
+    model, model_dir = hf.load_hf(str(path) if path.exists() else source, **overrides)
+    tok = tokenizer_of_dir(model_dir)
+    if tok is None and (model_dir / "trainer_state.json").is_file():
+        try:  # a Trainer's checkpoint-N: the run's tokenizer, saved in its output_dir (a guess)
+            tok = tokenizer_of_dir(model_dir.parent)
+        except Exception:  # not loadable there: as if absent (--tokenizer names one)
+            tok = None
+    return model.to(device).eval(), tok

@@ -10,8 +10,10 @@ split their columns and which their rows; distributed/parallelize.py applies it)
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 from gptrain.errors import UserError, closest
@@ -19,6 +21,10 @@ from gptrain.errors import UserError, closest
 
 @dataclass
 class GPTConfig:
+    """The shape of one GPT-2 model, and the fields every architecture shares (a subclass per
+    architecture adds its own: LlamaConfig). `arch` names the class; to_dict/config_from_dict
+    carry it through a checkpoint's trainer_state.json."""
+    arch: ClassVar[str] = "gpt2"
     block_size: int = 1024
     vocab_size: int = 50257
     n_layer: int = 12
@@ -29,11 +35,6 @@ class GPTConfig:
     layer_norm_eps: float = 1e-5
     attn_implementation: str = "sdpa"
     pad_vocab_multiple: int = 64
-    # Llama family (models/llama.py); GPT-2 ignores these
-    arch: str = "gpt2"
-    n_kv_head: int | None = None  # grouped-query attention: key/value heads (default n_head)
-    intermediate_size: int | None = None  # MLP width (default 4 * n_embd)
-    rope_theta: float = 10000.0
     tie_embeddings: bool = True  # lm_head shares wte's weight (GPT-2); Llama-2 keeps its own
 
     @property
@@ -47,20 +48,20 @@ class GPTConfig:
 
     @property
     def kv_heads(self) -> int:
-        return self.n_kv_head or self.n_head
+        """Key/value heads (as many as query heads, unless grouped-query attention)."""
+        return self.n_head
 
     @property
     def ffn_size(self) -> int:
-        return self.intermediate_size or 4 * self.n_embd
+        """The MLP's hidden width."""
+        return 4 * self.n_embd
+
+    def to_dict(self) -> dict:
+        return {"arch": self.arch, **dataclasses.asdict(self)}
 
     def validate(self) -> None:
-        spec_of(self.arch)  # an architecture gptrain has
         if self.n_embd % self.n_head:
             raise UserError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
-        if self.n_head % self.kv_heads:
-            raise UserError(f"n_head={self.n_head} must be a multiple of n_kv_head={self.kv_heads}")
-        if self.arch == "llama" and self.head_dim % 2:
-            raise UserError(f"rotary embeddings need an even head size, got {self.head_dim}")
         for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
             if getattr(self, name) < 1:
                 raise UserError(f"model {name} must be >= 1, got {getattr(self, name)}")
@@ -68,10 +69,61 @@ class GPTConfig:
             raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
 
 
+@dataclass
+class LlamaConfig(GPTConfig):
+    """Llama's shape: GPT-2's fields plus grouped-query attention, the SwiGLU width and the
+    rotary base; no biases and an output head of its own by default."""
+    arch: ClassVar[str] = "llama"
+    bias: bool = False
+    tie_embeddings: bool = False
+    n_kv_head: int | None = None  # grouped-query attention: key/value heads (default n_head)
+    intermediate_size: int | None = None  # MLP width (default 4 * n_embd)
+    rope_theta: float = 10000.0
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_head or self.n_head
+
+    @property
+    def ffn_size(self) -> int:
+        return self.intermediate_size or 4 * self.n_embd
+
+    def validate(self) -> None:
+        super().validate()
+        if self.n_head % self.kv_heads:
+            raise UserError(f"n_head={self.n_head} must be a multiple of n_kv_head={self.kv_heads}")
+        if self.head_dim % 2:
+            raise UserError(f"rotary embeddings need an even head size, got {self.head_dim}")
+
+
+# Fields every model_config carried before the configs were split per architecture, with the
+# value a GPT-2 checkpoint holds in them: read and dropped (older checkpoints still load).
+_SHARED_ONCE = {"n_kv_head": None, "intermediate_size": None, "rope_theta": 10000.0}
+
+
+def config_from_dict(d: dict, overrides: dict | None = None) -> GPTConfig:
+    """The config a checkpoint recorded (to_dict), with `overrides`; a field the architecture
+    does not have is one clear error, not a TypeError."""
+    if not isinstance(d, dict):
+        raise UserError("model_config must be a mapping of fields")
+    fields = {**d, **(overrides or {})}
+    cls = spec_of(str(fields.pop("arch", "gpt2"))).config_class
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key, value in list(fields.items()):
+        if key not in known and _SHARED_ONCE.get(key, object()) == value:
+            del fields[key]
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise UserError(f"model_config field {unknown[0]!r} is not one of a {cls.arch} model's "
+                        f"({', '.join(sorted(known))})")
+    return cls(**fields)
+
+
 @dataclass(frozen=True)
 class ArchSpec:
     arch: str                   # the config's `arch`
     model_class: str            # "module:Class", imported when a model is built
+    config_class: type          # its GPTConfig (sub)class
     hf_model_type: str          # config.json's model_type
     hf_architecture: str        # config.json's architectures[0]
     presets: dict = field(default_factory=dict)
@@ -90,7 +142,7 @@ class ArchSpec:
 
 
 GPT2 = ArchSpec(
-    arch="gpt2", model_class="gptrain.models.gpt2:GPT", hf_model_type="gpt2",
+    arch="gpt2", model_class="gptrain.models.gpt2:GPT", config_class=GPTConfig, hf_model_type="gpt2",
     hf_architecture="GPT2LMHeadModel",
     presets={
         "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024),          # 124M
@@ -107,9 +159,9 @@ GPT2 = ArchSpec(
     tp_sublayers=(("ln_1", "attn", ("c_attn",), "c_proj"), ("ln_2", "mlp", ("c_fc",), "c_proj")),
 )
 
-LLAMA_SHAPE = dict(arch="llama", bias=False, tie_embeddings=False, layer_norm_eps=1e-5)
+LLAMA_SHAPE = dict(layer_norm_eps=1e-5)
 LLAMA = ArchSpec(
-    arch="llama", model_class="gptrain.models.llama:Llama", hf_model_type="llama",
+    arch="llama", model_class="gptrain.models.llama:Llama", config_class=LlamaConfig, hf_model_type="llama",
     hf_architecture="LlamaForCausalLM",
     presets={  # shapes of the Hugging Face checkpoints of the same names
         "llama2-7b": dict(LLAMA_SHAPE, n_layer=32, n_head=32, n_embd=4096, intermediate_size=11008,
@@ -151,13 +203,16 @@ def build_model_config(model_cfg, vocab_size: int | None = None):
         raise UserError(f"unknown model preset {model_cfg.preset!r}{closest(model_cfg.preset, PRESETS)}; "
                         f"choose one of {', '.join(PRESETS)}")
     shape = dict(PRESETS[model_cfg.preset])
+    cls = spec_of(shape.pop("arch")).config_class
     for key in ("n_layer", "n_head", "n_kv_head", "n_embd", "block_size", "bias"):
         if getattr(model_cfg, key) is not None:
+            if not hasattr(cls, key):
+                raise UserError(f"--model.{key} applies to Llama presets; {model_cfg.preset} is a "
+                                f"{cls.arch} model")
             shape[key] = getattr(model_cfg, key)
     vocab = model_cfg.vocab_size or vocab_size or 50257
-    cfg = GPTConfig(vocab_size=vocab, dropout=model_cfg.dropout,
-                    attn_implementation=model_cfg.attn_implementation,
-                    pad_vocab_multiple=model_cfg.pad_vocab_multiple, **shape)
+    cfg = cls(vocab_size=vocab, dropout=model_cfg.dropout, attn_implementation=model_cfg.attn_implementation,
+              pad_vocab_multiple=model_cfg.pad_vocab_multiple, **shape)
     cfg.validate()
     return cfg
 

@@ -273,12 +273,12 @@ def load_for_inference(path, device="cpu", **overrides):
     """(GPT in eval mode, tokenizer) from a checkpoint directory or training output directory."""
     from gptrain import tokenizers
     from gptrain.files import reading
-    from gptrain.models.registry import GPTConfig, build
+    from gptrain.models.registry import build, config_from_dict
 
     path = resolve(path)
     state = read_state(path)
     with reading(path / STATE_FILE, "checkpoint state"):
-        cfg = GPTConfig(**{**state["model_config"], **overrides})
+        cfg = config_from_dict(state["model_config"], overrides)
         model = build(cfg)
         tok = tokenizers.from_spec(state["tokenizer"]) if state.get("tokenizer") else None
     sd = {"model": model.state_dict()}

@@ -14,9 +14,10 @@ from gptrain.train import checkpoint as ckpt
 
 def resolve_data(path: str, tokenizer: str = "", init_from: str = "") -> Path:
     """A prepared dataset dir from a path, a dataset name, a HF save_to_disk directory, or a
-    text/JSONL/parquet file or URL (tokenized into the cache with `tokenizer`, or init_from's)."""
+    text/JSONL/parquet file, URL or pushed folder of such files (tokenized once into the cache
+    with `tokenizer`, or init_from's)."""
     from gptrain.data.hf_import import cached_import, is_hf_saved
-    from gptrain.data.store import resolve
+    from gptrain.data.store import MANIFEST, resolve
 
     if not path:
         raise UserError("no training data: pass --data.path DIR|NAME|FILE (or --tokenized_dataset_load_dir)")
@@ -25,8 +26,9 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "") -> Path:
         if not p.is_file():
             if is_hf_saved(p) and not (p / "meta.json").is_file():
                 return cached_import(p)
-            read_meta(p)
-            return p
+            if not (p / MANIFEST).is_file():  # a pushed dataset of any files: its text prepared once
+                read_meta(p)
+                return p
         path = str(p)
     from gptrain.data.prepare import cached_prepare
 
@@ -35,6 +37,8 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "") -> Path:
 
 def _model_tokenizer(init_from: str) -> str:
     """The tokenizer of the weights a run starts from: a HF directory's own, else gpt2."""
+    if init_from and Path(init_from).expanduser().is_file():
+        return "gpt2"  # a nanoGPT ckpt.pt: GPT-2's vocabulary (models/nanogpt.py)
     if init_from:
         from gptrain.models.hf import is_hf_dir, resolve
 
@@ -63,6 +67,10 @@ def build_model(cfg: Config, vocab_size: int):
     src = Path(mc.init_from).expanduser()
     if src.is_dir() and (ckpt.is_checkpoint_dir(src) or ckpt.find_latest(src)):
         model, _ = ckpt.load_for_inference(src, "cpu", **overrides)
+    elif src.is_file():  # a nanoGPT ckpt.pt
+        from gptrain.models.nanogpt import load_nanogpt
+
+        model, _ = load_nanogpt(src, **overrides)
     else:
         from gptrain.models.hf import load_hf
 

@@ -14,7 +14,6 @@ first.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import time
 from pathlib import Path
@@ -163,7 +162,7 @@ class Trainer:
         state = {
             "step": self.step, "total_steps": self.total_steps, "loader": self.loader.state_dict(),
             "train_loss": self.last["train_loss"], "eval_loss": self.last["eval_loss"],
-            "model_config": dataclasses.asdict(self.model_cfg), "tokenizer": self.tokenizer_spec,
+            "model_config": self.model_cfg.to_dict(), "tokenizer": self.tokenizer_spec,
             "config": self.cfg.to_dict(), "dataset": str(self.data_dir), "world_size": self.env.world,
             "scaler": self.scaler.state_dict() if self.scaler else None,
         }
@@ -204,9 +203,7 @@ class Trainer:
             if self.cfg.checkpoint.remote:
                 path = self._fetch_remote(path)
         else:
-            from gptrain.models.load import resolve_ref
-
-            path = ckpt.resolve(resolve_ref(where))  # a directory, checkpoint ID or job name
+            path = ckpt.resolve(where)  # a directory (names were resolved by gptrain/refs.py)
         if path is None:
             return
         state = ckpt.read_state(path)

@@ -148,13 +148,14 @@ def _hf_zip(name: str, ckpt_id: str) -> tuple[str, str]:
     import shutil
 
     from gptrain.models.hf import export_hf
-    from gptrain.train.checkpoint import load_for_inference
+    from gptrain.models.load import load_model
+    from gptrain.refs import resolve
 
     src = views.checkpoint_dir(name, ckpt_id)
     top = f"{name}-{src.name}-hf"
     work = Path(tempfile.mkdtemp(prefix="gptrain-ui-hf-"))
     try:
-        model, tok = load_for_inference(src)
+        model, tok = load_model(resolve(str(src)))  # gptrain, Hugging Face or nanoGPT; others refused
         export_hf(model, tok, work / top)
         return _zip(work / top, top), top
     finally:
@@ -176,14 +177,10 @@ def download(make):
 
 def _stop(name: str) -> dict:
     """What `gptrain stop NAME` does: the workers save a checkpoint and exit (forced after 120 s)."""
+    from gptrain.jobs.launch import scheduler
+
     job = views.known_job(name)
-    if job["scheduler"] == "slurm":
-        from gptrain.jobs import slurm
-
-        return {"state": slurm.stop(name, STOP_TIMEOUT_S)}
-    from gptrain.jobs import local
-
-    return {"state": local.stop(name, STOP_TIMEOUT_S)}
+    return {"state": scheduler(job["scheduler"]).stop(name, STOP_TIMEOUT_S)}
 
 
 def _remove(name: str) -> dict:
@@ -192,8 +189,9 @@ def _remove(name: str) -> dict:
     from gptrain.cli.jobs import cmd_rm
 
     views.known_job(name)
+    path = views.metrics_path(name)
     cmd_rm(argparse.Namespace(name=name), [])
-    views.metrics.forget(views.job_dir(name) / "metrics.jsonl")
+    views.metrics.forget(path)
     return {"removed": name}
 
 

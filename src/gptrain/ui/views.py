@@ -54,18 +54,25 @@ def refresh_states(force: bool = False) -> None:
         if not force and time.time() - _refreshed["at"] < REFRESH_S:
             return
         _refreshed["at"] = time.time()
+    from gptrain.jobs.launch import scheduler
     from gptrain.jobs.reconcile import reconcile
 
-    reconcile()
+    reconcile()  # every local job at once
     for job in store.list_jobs():
-        if job["scheduler"] == "slurm" and job["state"] in store.ACTIVE:
-            from gptrain.jobs import slurm
+        if job["scheduler"] != "local" and job["state"] in store.ACTIVE:
+            scheduler(job["scheduler"]).refresh(job["name"])
 
-            slurm.refresh(job["name"])
+
+def metrics_path(name: str) -> Path:
+    """The job's metrics.jsonl: the built-in trainer's, else its script's (jobs/progress.py)."""
+    from gptrain.jobs.progress import jsonl_path
+
+    d = job_dir(name)
+    return jsonl_path(d) or d / "metrics.jsonl"
 
 
 def metrics_of(name: str) -> metrics.MetricsFile:
-    return metrics.of(job_dir(name) / "metrics.jsonl")
+    return metrics.of(metrics_path(name))
 
 
 _rows: dict = {}
@@ -100,18 +107,19 @@ _tails: dict[str, tuple] = {}
 
 
 def last_train(name: str) -> dict:
-    """The job's latest train row, read from the end of its metrics.jsonl (as `gptrain jobs`
-    does) and only again when the file changed: a list of 1,000 jobs reads no whole file."""
-    from gptrain.cli.jobs import _latest_metrics
+    """The job's latest train row, as `gptrain jobs` finds it (jobs/progress.py: metrics.jsonl
+    read from its end, or a HF trainer_state.json), read again only when its metrics.jsonl
+    changed: a list of 1,000 jobs reads no whole file."""
+    from gptrain.jobs import progress
 
-    try:
-        st = (job_dir(name) / "metrics.jsonl").stat()
-    except FileNotFoundError:
-        return {}
-    key = (st.st_ino, st.st_size, st.st_mtime_ns)
+    path = progress.jsonl_path(job_dir(name))
+    if path is None:  # nothing, or a HF Trainer's state: few such jobs, read each time
+        return progress.latest(job_dir(name)).get("train", {})
+    st = path.stat()
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
     cached = _tails.get(name)
     if cached is None or cached[0] != key:
-        cached = _tails[name] = (key, _latest_metrics(name).get("train", {}))
+        cached = _tails[name] = (key, progress.from_jsonl(path).get("train", {}))
     return cached[1]
 
 
@@ -125,7 +133,7 @@ def warm() -> None:
     its file to be parsed; files under 1 MiB take milliseconds when asked."""
     time.sleep(WARM_AFTER_S)
     for j in reversed(store.list_jobs()):
-        path = job_dir(j["name"]) / "metrics.jsonl"
+        path = metrics_path(j["name"])
         if path.is_file() and path.stat().st_size >= WARM_BYTES:
             metrics_of(j["name"])
 
@@ -158,7 +166,7 @@ def job_detail(name: str) -> dict:
 
 
 def checkpoints(name: str) -> list[dict]:
-    return [{k: c[k] for k in ("id", "name", "step", "train_loss", "eval_loss", "time", "size")}
+    return [{k: c.get(k) for k in ("id", "name", "kind", "step", "train_loss", "eval_loss", "time", "size")}
             for c in store.checkpoints(name)]
 
 
@@ -217,7 +225,7 @@ _samples: dict[tuple, str] = {}
 def datasets() -> list[dict]:
     from gptrain.data import store as data_store
 
-    return [{**{k: d[k] for k in ("name", "tokenizer", "tokens", "bytes", "created")},
+    return [{**{k: d.get(k) for k in ("name", "kind", "tokenizer", "tokens", "bytes", "created")},
              "sample": sample(d["name"], d["path"])} for d in data_store.list_all()]
 
 

@@ -19,7 +19,7 @@
     gp.el("a", { href: "/compare?jobs=" + encodeURIComponent(name) }, "compare…")), error, info, charts,
     gp.el("h2", {}, "Logs ", rankSel), log, gp.el("h2", {}, "Events"), events,
     gp.el("h2", {}, "Checkpoints"), gp.el("table", {}, gp.el("thead", {}, gp.el("tr", {},
-      ["name", "step", "train loss", "eval loss", "saved", "size", ""].map((h) => gp.el("th", {}, h)))), ckpts),
+      ["name", "kind", "step", "train loss", "eval loss", "saved", "size", ""].map((h) => gp.el("th", {}, h)))), ckpts),
     gp.el("h2", {}, "Resolved config"), config, gp.el("h2", {}, "Job spec"), spec);
 
   async function act(what) {
@@ -42,7 +42,7 @@
       ` · created ${gp.time(j.created)} · started ${gp.time(j.started)} · ended ${gp.time(j.ended)} · restarts ${j.restarts}`;
     events.replaceChildren(...d.events.map((e) => gp.el("li", {}, gp.el("time", {}, gp.time(e.time)), gp.el("b", {}, e.kind), " ", e.message)));
     ckpts.replaceChildren(...d.checkpoints.map((c) => gp.el("tr", { "data-checkpoint": c.id },
-      gp.el("td", {}, c.name), gp.el("td", { class: "num" }, c.step ?? "-"), gp.el("td", { class: "num" }, gp.num(c.train_loss)),
+      gp.el("td", {}, c.name), gp.el("td", {}, c.kind ?? "-"), gp.el("td", { class: "num" }, c.step ?? "-"), gp.el("td", { class: "num" }, gp.num(c.train_loss)),
       gp.el("td", { class: "num" }, gp.num(c.eval_loss)), gp.el("td", {}, gp.time(c.time)), gp.el("td", { class: "num" }, gp.bytes(c.size)),
       gp.el("td", {}, gp.el("a", { href: `${api}/checkpoints/${c.id}.zip`, class: "download" }, "zip"), " ",
         gp.el("a", { href: `${api}/checkpoints/${c.id}/hf.zip`, class: "download-hf", title: "exported as a Hugging Face model" }, "HF zip")))));

@@ -1,0 +1,205 @@
+"""One launcher for every scheduler: what a job's workers run (the entry command), with which
+environment (GPTRAIN_*), under which torchrun arguments, in which directory, and where a stop
+request is written. The local supervisor (jobs/supervisor.py) and the Slurm script
+(jobs/slurm.py) both build their commands here; jobs/rank_log.py, in front of every worker,
+finishes the environment at launch time (GPTRAIN_RESUME_FROM, `$GPTRAIN_*` in arguments).
+
+Entrypoints (JobSpec.entry):
+    trainer   the built-in trainer (`-- --train.max_steps=100 ...`): torchrun, nproc per node
+    script    a .py file (`-- train.py ARGS`): torchrun, nproc per node
+    module    `-- -m package.module ARGS`: torchrun, nproc per node
+    command   anything else (`-- bash run.sh`, `-- ./run.sh`, `-- accelerate launch ...`): once per
+              node, with the rendezvous environment (RENDEZVOUS_VARS) to start its own workers
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+from gptrain.home import home
+
+# scheduler -> the module that runs its jobs: submit(spec, dry_run), refresh(name) -> job,
+# stop(name, timeout) -> state, describe(job) -> line or None. The CLI goes through this table only.
+SCHEDULERS = {"local": "gptrain.jobs.local", "slurm": "gptrain.jobs.slurm"}
+ENTRY_KINDS = ("trainer", "script", "module", "command")
+SUBMITTED_CONFIG = "submitted-config.toml"
+# What a command entrypoint (run once per node) gets to start its own workers with.
+RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE")
+EXPANDED = re.compile(r"\$(?:\{(GPTRAIN_[A-Z0-9_]*)\}|(GPTRAIN_[A-Z0-9_]*))")
+
+
+def scheduler(name: str):
+    import importlib
+
+    return importlib.import_module(SCHEDULERS[name])
+
+
+def job_dir(name: str) -> Path:
+    return home() / "jobs" / name
+
+
+def code_dir(jdir: Path) -> Path:
+    return jdir / "code"
+
+
+def output_dir(spec, jdir: Path) -> Path:
+    """GPTRAIN_OUTPUT_DIR: the built-in trainer writes into the job's folder (metrics, config,
+    checkpoints/); a user's program gets a folder of its own, apart from gptrain's logs."""
+    return jdir if spec.entry == "trainer" else jdir / "output"
+
+
+def workdir(spec, jdir: Path) -> Path:
+    """Where workers start: the job's code snapshot when it has one (so relative imports and
+    paths work), else the job's folder (trainer) or its output folder (other programs)."""
+    if spec.code:
+        return code_dir(jdir)
+    return output_dir(spec, jdir)
+
+
+def under_torchrun(spec) -> bool:
+    return spec.entry != "command"
+
+
+def python(spec) -> str:
+    """The interpreter of a job's Python entrypoint: gptrain's, or the job's --requirements
+    virtualenv layered on it (jobs/code.py)."""
+    return spec.python or sys.executable
+
+
+def entry_command(spec, jdir: Path) -> list[str]:
+    """What every worker (torchrun) or every node (command) runs. Reads the trainer config from
+    jdir (see write_config); nothing is written here."""
+    if spec.entry == "script":
+        return [python(spec), spec.script, *spec.args]
+    if spec.entry == "module":
+        return [python(spec), "-m", spec.module, *spec.args]
+    if spec.entry == "command":
+        return [spec.command, *spec.args]
+    cmd = [sys.executable, "-m", "gptrain", "train"]
+    if spec.config is not None:
+        cmd.append(str(jdir / SUBMITTED_CONFIG))
+    if spec.datasets:
+        cmd.append(f"--data.path={spec.datasets[0]}")
+    return [*cmd, *spec.args, f"--train.output_dir={jdir}"]
+
+
+def write_config(spec, jdir: Path) -> None:
+    """The job's trainer config, where entry_command points the trainer at it."""
+    if spec.config is not None and spec.entry == "trainer":
+        (jdir / SUBMITTED_CONFIG).write_text(spec.config)
+
+
+def prepare_dirs(spec, jdir: Path) -> None:
+    for d in (jdir / "logs", jdir / "checkpoints", output_dir(spec, jdir)):
+        d.mkdir(parents=True, exist_ok=True)
+    write_config(spec, jdir)
+
+
+def dataset_env(spec) -> dict:
+    """GPTRAIN_DATASET_DIR (the first dataset) and GPTRAIN_DATASET_<NAME>_DIR for each."""
+    from gptrain.data.store import path_of
+
+    env = {}
+    for i, name in enumerate(spec.datasets):
+        path = str(path_of(name))
+        if i == 0:
+            env["GPTRAIN_DATASET_DIR"] = path
+        env[f"GPTRAIN_DATASET_{re.sub(r'[^A-Z0-9]', '_', name.upper())}_DIR"] = path
+    return env
+
+
+def job_env(spec, jdir: Path) -> dict:
+    """The GPTRAIN_* environment every worker of the job gets, on every scheduler (the attempt
+    number and the rendezvous are the scheduler's; secrets are added apart, never written)."""
+    env = {"GPTRAIN_HOME": str(home()), "GPTRAIN_JOB": spec.name,
+           "GPTRAIN_OUTPUT_DIR": str(output_dir(spec, jdir)),
+           "GPTRAIN_CHECKPOINT_DIR": str(jdir / "checkpoints"), "PYTHONUNBUFFERED": "1",
+           **dataset_env(spec)}
+    if spec.code:
+        env["GPTRAIN_CODE_DIR"] = str(code_dir(jdir))
+    if spec.python:  # the job's virtualenv first on PATH (its console scripts: accelerate, ...)
+        venv = str(Path(spec.python).parent.parent)
+        env["VIRTUAL_ENV"] = venv
+        env["PATH"] = f"{venv}/bin:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    return env
+
+
+def rendezvous_env(nnodes, node_rank, nproc, addr, port) -> dict:
+    """For a command entrypoint, once per node: what `torchrun --nnodes=$NNODES
+    --node-rank=$NODE_RANK --nproc-per-node=$NPROC_PER_NODE --master-addr=$MASTER_ADDR
+    --master-port=$MASTER_PORT` (or accelerate's --num_machines/--machine_rank/...) needs.
+    WORLD_SIZE is the job's total number of processes (nodes x processes per node)."""
+    env = {"MASTER_ADDR": str(addr), "MASTER_PORT": str(port), "NNODES": str(nnodes),
+           "NODE_RANK": str(node_rank), "NPROC_PER_NODE": str(nproc)}
+    env["WORLD_SIZE"] = str(nnodes * nproc) if isinstance(nnodes, int) else "$((NNODES * NPROC_PER_NODE))"
+    return env
+
+
+def torchrun_args(spec, *, nnodes, endpoint, rdzv_id, is_host) -> list[str]:
+    """torchrun's arguments for one node's agent (no restarts of its own: gptrain restarts)."""
+    cmd = [f"--nproc-per-node={spec.accels}", "--max-restarts=0"]
+    if nnodes == 1:
+        return [*cmd, "--standalone"]
+    return [*cmd, f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+            f"--rdzv-id={rdzv_id}", f"--rdzv-conf=is_host={is_host}"]
+
+
+def node_command(spec, jdir: Path, torchrun: list[str], python_exe: str = sys.executable) -> list[str]:
+    """One node's process: torchrun in front of every worker, or the command itself; either way
+    behind rank_log, which sends the output to logs/ and finishes the environment."""
+    logs = str(jdir / "logs")
+    if under_torchrun(spec):
+        return [python_exe, "-m", "torch.distributed.run", *torchrun, "-m", "gptrain.jobs.rank_log",
+                logs, "--", *entry_command(spec, jdir)]
+    return [python_exe, "-m", "gptrain.jobs.rank_log", "--node", logs, "--", *entry_command(spec, jdir)]
+
+
+# ---- at launch time (rank_log, in the worker's own environment) -------------------------------
+
+def expand(args: list[str], env) -> list[str]:
+    """`$GPTRAIN_X` / `${GPTRAIN_X}` in arguments replaced by the job's values; other `$NAMES`
+    (and unknown GPTRAIN_ ones) are left as typed."""
+    def one(m):
+        name = m.group(1) or m.group(2)
+        return env.get(name, m.group(0))
+
+    return [EXPANDED.sub(one, a) for a in args]
+
+
+def resume_from(jdir: Path) -> Path | None:
+    """The newest checkpoint a restarted job continues from (jobs/found.py: gptrain step-N,
+    HF Trainer checkpoint-N, nanoGPT ckpt.pt, ... in checkpoints/ and output/)."""
+    from gptrain.jobs import found
+
+    return found.latest(jdir)
+
+
+def finish_env(env: dict, jdir: Path) -> None:
+    """What only the launch can know: GPTRAIN_RESUME_FROM (the latest checkpoint, when a
+    restart, a requeue or `gptrain resume` finds one)."""
+    latest = resume_from(jdir)
+    if latest is not None:
+        env["GPTRAIN_RESUME_FROM"] = str(latest)
+    else:
+        env.pop("GPTRAIN_RESUME_FROM", None)
+
+
+# ---- stop requests ------------------------------------------------------------------------
+
+def stop_request(jdir: Path) -> Path:
+    return jdir / "stop-request"
+
+
+def write_stop_request(jdir: Path, timeout: float) -> None:
+    stop_request(jdir).write_text(json.dumps({"timeout": timeout}))
+
+
+def stop_timeout(jdir: Path, default: float = 120.0) -> float:
+    try:
+        return float(json.loads(stop_request(jdir).read_text())["timeout"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return default

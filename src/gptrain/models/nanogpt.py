@@ -1,0 +1,81 @@
+"""nanoGPT checkpoints (its train.py's `ckpt.pt`) as gptrain GPT-2 models.
+
+nanoGPT saves {'model': state_dict, 'model_args': {n_layer, n_head, n_embd, block_size, bias,
+vocab_size, dropout}, 'iter_num', 'best_val_loss', 'optimizer', 'config'} with torch.save. Its
+parameter names are HF GPT-2's (after `_orig_mod.`, which torch.compile adds, is stripped), but
+its projections are nn.Linear where HF's are Conv1D: nanoGPT's own from_pretrained transposes
+those four weights on import, so here they are transposed to HF's layout and handed to the one
+HF import path (models/hf.py). The file is read with weights_only=True: a crafted pickle is
+refused, never run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gptrain.errors import UserError
+
+GPT2_VOCAB = 50257
+NANOGPT_GPT2_VOCAB = 50304  # nanoGPT rounds GPT-2's vocabulary up to a multiple of 64
+
+
+def read_checkpoint(path) -> dict:
+    """The checkpoint's dict (tensors and plain data only); one-line UserError otherwise."""
+    from gptrain.files import read_torch_weights
+
+    ckpt = read_torch_weights(path, "nanoGPT checkpoint")
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("model"), dict) or \
+            not isinstance(ckpt.get("model_args"), dict):
+        raise UserError(f"{path} is not a nanoGPT checkpoint (no 'model' and 'model_args'); "
+                        "gptrain loads gptrain, Hugging Face and nanoGPT checkpoints")
+    return ckpt
+
+
+def config_of(model_args: dict, source, **overrides):
+    """Our GPT-2 config from nanoGPT's model_args."""
+    from gptrain.models.registry import GPTConfig
+
+    try:
+        vocab = int(model_args["vocab_size"])
+        cfg = GPTConfig(block_size=int(model_args["block_size"]),
+                        vocab_size=GPT2_VOCAB if vocab == NANOGPT_GPT2_VOCAB else vocab,
+                        n_layer=int(model_args["n_layer"]), n_head=int(model_args["n_head"]),
+                        n_embd=int(model_args["n_embd"]), bias=bool(model_args.get("bias", True)),
+                        pad_vocab_multiple=64 if vocab == NANOGPT_GPT2_VOCAB else 0)
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"{source}: model_args is incomplete or mistyped ({type(e).__name__}: {e})") from None
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    cfg.validate()
+    return cfg
+
+
+def to_hf_layout(sd: dict, transposed) -> dict:
+    """nanoGPT's tensors under HF GPT-2's names and layouts."""
+    out = {}
+    for key, t in sd.items():
+        key = key.removeprefix("_orig_mod.")
+        out[key] = t.t() if key.endswith(transposed) else t
+    return out
+
+
+def load_nanogpt(path, **overrides):
+    """(model, tokenizer or None) from a nanoGPT ckpt.pt: GPT-2's tokenizer when the vocabulary
+    is GPT-2's; a character-level one needs --tokenizer."""
+    import torch
+
+    from gptrain import tokenizers
+    from gptrain.models.hf import copy_into, from_hf_state_dict
+    from gptrain.models.registry import build, spec_of
+
+    path = Path(path)
+    ckpt = read_checkpoint(path)
+    cfg = config_of(ckpt["model_args"], path, **overrides)
+    with torch.device("meta"):
+        model = build(cfg)
+    model.to_empty(device="cpu")
+    model.lm_head.weight = model.transformer.wte.weight  # nanoGPT ties them (weight tying)
+    sd = to_hf_layout(ckpt["model"], spec_of("gpt2").hf_transposed)
+    copy_into(model, from_hf_state_dict(sd, cfg), str(path))
+    tok = tokenizers.GPT2Tokenizer() if cfg.vocab_size == GPT2_VOCAB else None
+    return model, tok
