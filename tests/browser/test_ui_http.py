@@ -130,33 +130,42 @@ def test_secrets_are_never_shown(console):
 
 
 def test_a_checkpoint_download_never_leaves_the_job_directory(console, isolated_home, tmp_path):
-    """A checkpoint entry that is a link out of the job's directory is not served, and a link
-    inside a checkpoint is left out of its zip."""
+    """A checkpoint row whose path leads out of its job's directory (a link, or a row left from
+    elsewhere) is not served; a link inside a checkpoint stays out of its zip; another job's
+    checkpoint ID under this job's name is 404."""
     import io
     import zipfile
+
+    from gptrain.jobs import store
 
     d = record_job("linky")
     outside = tmp_path / "private"
     outside.mkdir()
     (outside / "id_rsa").write_text("PRIVATE KEY")
-    ckpts = d / "checkpoints"
-    ckpts.mkdir()
-    (ckpts / "step-000001").symlink_to(outside)
-    real = ckpts / "step-000002"
-    real.mkdir()
+    real = d / "checkpoints" / "step-000002"
+    real.mkdir(parents=True)
     (real / "model.safetensors").write_bytes(b"weights")
+    (real / "config.json").write_text('{"model_type": "gpt2"}')  # a HF model directory
     (real / "leak").symlink_to(outside / "id_rsa")
-    rows = {c["name"]: c["id"] for c in json.loads(http(console.base + "/api/jobs/linky")[2])["checkpoints"]}
-    assert set(rows) == {"step-000001", "step-000002"}
-    status, _, body = http(f"{console.base}/api/jobs/linky/checkpoints/{rows['step-000001']}.zip")
-    assert status == 404 and "PRIVATE" not in body
-    req = urllib.request.urlopen(f"{console.base}/api/jobs/linky/checkpoints/{rows['step-000002']}.zip")
-    with zipfile.ZipFile(io.BytesIO(req.read())) as z:
-        assert z.namelist() == ["linky-step-000002/model.safetensors"]
-    other = record_job("other")
-    assert other.is_dir()
-    status, _, _ = http(f"{console.base}/api/jobs/other/checkpoints/{rows['step-000002']}.zip")
-    assert status == 404  # another job's checkpoint ID under this job's name
+    (real / "leak-dir").symlink_to(outside)
+    found = json.loads(http(console.base + "/api/jobs/linky")[2])["checkpoints"]
+    assert found, "discovery lists the weights"
+    with urllib.request.urlopen(f"{console.base}/api/jobs/linky/checkpoints/{found[0]['id']}.zip") as r:
+        with zipfile.ZipFile(io.BytesIO(r.read())) as z:
+            assert b"PRIVATE" not in b"".join(z.read(n) for n in z.namelist())
+            assert all("leak" not in n for n in z.namelist())
+            assert "linky-step-000002/config.json" in z.namelist()
+    (d / "checkpoints" / "step-000001").symlink_to(outside)
+    row = {"id": "0123456789ab", "name": "step-000001", "kind": "gptrain", "step": 1, "train_loss": None,
+           "eval_loss": None, "time": 0.0, "size": 11, "mtime": 0.0, "path": str(d / "checkpoints" / "step-000001")}
+    store.sync_checkpoints("linky", [*store.checkpoints("linky"), row])  # as if discovery had listed it
+    for path in (d / "checkpoints" / "step-000001", outside):
+        store.sync_checkpoints("linky", [*[c for c in store.checkpoints("linky") if c["id"] != row["id"]],
+                                         {**row, "path": str(path)}])
+        status, _, body = http(f"{console.base}/api/jobs/linky/checkpoints/{row['id']}.zip")
+        assert status == 404 and "PRIVATE" not in body, (path, status)
+    record_job("other")
+    assert http(f"{console.base}/api/jobs/other/checkpoints/{found[0]['id']}.zip")[0] == 404
 
 
 def test_where_the_console_cannot_listen_is_one_line(isolated_home):

@@ -226,7 +226,8 @@ def datasets() -> list[dict]:
     from gptrain.data import store as data_store
 
     return [{**{k: d.get(k) for k in ("name", "kind", "tokenizer", "tokens", "bytes", "created")},
-             "sample": sample(d["name"], d["path"])} for d in data_store.list_all()]
+             "sample": sample(d["name"], d["path"]) if d.get("kind") in (None, "prepared") else None}
+            for d in data_store.list_all()]
 
 
 def sample(name: str, path: str, tokens: int = 160) -> str:

@@ -11,7 +11,7 @@
       gp.el("td", {}, d.name), gp.el("td", {}, d.kind ?? "-"), gp.el("td", {}, d.tokenizer ?? "-"),
       gp.el("td", { class: "num" }, d.tokens === null ? "-" : d.tokens.toLocaleString()),
       gp.el("td", { class: "num" }, gp.bytes(d.bytes)), gp.el("td", {}, gp.time(d.created)),
-      gp.el("td", {}, gp.el("div", { class: "sample" }, d.sample)))))));
+      gp.el("td", {}, gp.el("div", { class: "sample" }, d.sample ?? `(a ${d.kind} dataset: no token sample)`)))))));
   gp.status("");
   gp.drawnAt = performance.now();
 })();
