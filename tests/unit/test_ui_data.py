@@ -67,7 +67,7 @@ def test_sparkline_of_a_falling_loss(tmp_path):
     assert sparkline([3, 2, 1]) == "█▅▁"
     assert sparkline([1, 1, 1]) == "▁▁▁" and sparkline([]) == ""
     path = tmp_path / "metrics.jsonl"
-    assert loss_line(path) is None
+    assert loss_line(path) is None and loss_line(None) is None
     write_metrics(path, 200)
     line = loss_line(path)
     assert line.startswith("█") and "▁" in line and line.endswith("-> 0.6121 (200 steps)")

@@ -166,9 +166,10 @@ def _runs(spec: dict) -> str:
 
 def _print_loss_sparkline(name: str) -> None:
     from gptrain.jobs.local import job_dir
+    from gptrain.jobs.progress import jsonl_path
     from gptrain.ui.sparkline import loss_line
 
-    line = loss_line(job_dir(name) / "metrics.jsonl")
+    line = loss_line(jsonl_path(job_dir(name)))
     if line:
         print(f"loss       {line}")
 

@@ -20,10 +20,12 @@ def sparkline(values: list[float], width: int = 48) -> str:
     return "".join(BARS[round((m - lo) / span * (len(BARS) - 1))] for m in means)
 
 
-def loss_line(metrics_file: Path, width: int = 48) -> str | None:
+def loss_line(metrics_file: Path | None, width: int = 48) -> str | None:
     """'▇▅▃▂▁ 3.41 -> 1.87 (120 steps)' for a job's metrics.jsonl, or None without train rows."""
     from gptrain.ui.metrics import MetricsFile
 
+    if metrics_file is None:
+        return None
     mf = MetricsFile(metrics_file)
     if not mf.refresh():
         return None
