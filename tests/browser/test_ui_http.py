@@ -191,11 +191,23 @@ def test_the_token_url_opens_a_working_console_in_a_browser(shared_console, brow
 
     from tests.browser.conftest import wait_until
 
+    from selenium.webdriver.support.ui import Select
+
+    from gptrain.jobs import store
+
     record_job("rec", rows=100)
+    record_job("bad", state="failed", secrets={"TOKEN": "sesame-open"})
+    store.set_state("bad", "failed", "rank 1 failed", error="rank 1: ValueError: bad key sesame-open")
     c = shared_console
     browser.get(c.printed.replace("0.0.0.0", "127.0.0.1"))
     wait_until(lambda: browser.find_element(By.CSS_SELECTOR, 'tr[data-job="rec"] .state').text == "succeeded",
                30, "the jobs table over the event stream")
+    Select(browser.find_element(By.ID, "state-filter")).select_by_value("failed")
+    shown = 'return [...document.querySelectorAll("#jobs-body tr")].map(r => r.dataset.job)'
+    wait_until(lambda: browser.execute_script(shown) == ["bad"], 30, "only the failed job")
+    browser.get(c.base + "/jobs/bad")
+    wait_until(lambda: browser.find_element(By.ID, "error").text ==
+               "failed: rank 1: ValueError: bad key ***", 30, "the failure reason, masked")
     browser.get(c.base + "/jobs/rec")  # no token in the URL: the cookie carries it
     wait_until(lambda: browser.execute_script("return gp.curves.loss.x.length") == 100, 30, "the curves")
     browser.save_screenshot(str(tmp_path / "token-job.png"))
