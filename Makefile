@@ -5,13 +5,13 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo test test-fast clean
+.PHONY: install demo test test-fast browser clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[hf,dev]"
+	$(PY) -m pip install --quiet -e ".[hf,ui,dev]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -19,7 +19,16 @@ install: $(STAMP)
 demo: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/demo.sh
 
-test: $(STAMP)
+# The browser tests (tests/browser) drive Debian's chromium through chromium-driver: installed
+# here when missing on a Debian machine where we are root; elsewhere they skip, saying why.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ]; then \
+		apt-get install -y -qq chromium chromium-driver >/dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; }; \
+	else echo "make: not root on Debian: browser tests will skip (apt-get install chromium chromium-driver)"; fi
+
+test: $(STAMP) browser
 	$(PY) -m pytest -q tests
 
 test-fast: $(STAMP)

@@ -95,6 +95,7 @@ def test_metrics_jsonl_of_a_script_shown_by_jobs_and_inspect(jobs_env, tmp_path)
     assert jobs_row("metrics")[4:6] == ["30", "1.0000"]
     report = json.loads(ok("inspect", "metrics", "--json"))["metrics"]
     assert report == {"train": {"step": 30, "loss": 1.0}, "eval": {"step": 30, "loss": 1.125}}
+    assert "loss       █▅▁  3 -> 1 (30 steps)" in ok("inspect", "metrics")  # the sparkline
 
 
 HF_TRAINER = OUT + """

@@ -12,7 +12,8 @@ import sys
 from gptrain import __version__
 
 GROUPS = ("gptrain.cli.data", "gptrain.cli.train", "gptrain.cli.run", "gptrain.cli.jobs",
-          "gptrain.cli.checkpoints", "gptrain.cli.model", "gptrain.cli.sources", "gptrain.cli.hosted")
+          "gptrain.cli.checkpoints", "gptrain.cli.model", "gptrain.cli.sources", "gptrain.cli.hosted",
+          "gptrain.cli.ui")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -141,6 +141,7 @@ def cmd_inspect(args, extra) -> int:
     for prefix, m in report["metrics"].items():
         vals = "  ".join(f"{k} {v:.4g}" for k, v in m.items() if k != "step" and isinstance(v, (int, float)))
         print(f"{prefix:<10} step {m['step']}  {vals}")
+    _print_loss_sparkline(job["name"])
     print(f"checkpoints ({len(report['checkpoints'])})")
     for c in report["checkpoints"]:
         print(f"  {c['id']}  {c['name']}  step {c['step']}")
@@ -161,6 +162,16 @@ def _runs(spec: dict) -> str:
     elif js.code:
         what += f"   code {js.code}"
     return what
+
+
+def _print_loss_sparkline(name: str) -> None:
+    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.progress import jsonl_path
+    from gptrain.ui.sparkline import loss_line
+
+    line = loss_line(jsonl_path(job_dir(name)))
+    if line:
+        print(f"loss       {line}")
 
 
 # ---- logs -----------------------------------------------------------------------------------

@@ -22,11 +22,19 @@ TAIL_BYTES = 65536
 def latest(job_dir) -> dict:
     """{'train': {'step', 'loss', ...}, 'eval': {...}}, either missing when nothing says."""
     job_dir = Path(job_dir)
-    for path in (job_dir / "metrics.jsonl", job_dir / "output" / "metrics.jsonl"):
-        if path.is_file():
-            return from_jsonl(path)
+    path = jsonl_path(job_dir)
+    if path is not None:
+        return from_jsonl(path)
     state = newest_trainer_state(job_dir)
     return from_trainer_state(state) if state else {}
+
+
+def jsonl_path(job_dir: Path) -> Path | None:
+    """The job's metrics.jsonl (the built-in trainer's, else its script's), or None."""
+    for path in (job_dir / "metrics.jsonl", job_dir / "output" / "metrics.jsonl"):
+        if path.is_file():
+            return path
+    return None
 
 
 def from_jsonl(path: Path) -> dict:

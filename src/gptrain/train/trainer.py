@@ -388,7 +388,7 @@ class Trainer:
                     mfu = flops_tok * tok_s / peak
                     self.last["train_loss"] = loss.item()
                     self.metrics.log(self.step, {"loss": loss.item(), "lr": lr, "tokens_per_s": tok_s,
-                                                 "mfu": mfu})
+                                                 "mfu": mfu, "tokens": self.step * tokens_per_step})
                     eta = (self.total_steps - self.step) * elapsed / window_steps
                     self.log_main(console_line(self.step, self.total_steps, loss.item(), lr, tok_s, mfu, eta))
                     window_start, window_steps = time.perf_counter(), 0

@@ -1,0 +1,286 @@
+"""The console's URLs: four pages, their JSON API, the live streams and the two actions.
+
+Pages are one HTML shell (static/page.html) naming the page's script; the data comes from the
+API, then from an event stream. Actions are POST only (security.py checks origin and CSRF
+token before they get here) and call what `gptrain stop` and `gptrain rm` call.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zipfile
+from importlib import resources
+from pathlib import Path
+
+from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from gptrain.errors import UserError
+from gptrain.jobs import secrets
+from gptrain.ui import sse, views
+from gptrain.ui.downsample import MAX_POINTS
+from gptrain.ui.metrics import CURVES, XS
+
+STATIC = resources.files("gptrain.ui") / "static"
+class CachedStatic(StaticFiles):
+    """The scripts, styles and chart library: cached by browsers for a day; pages name them with
+    ?v=VERSION, which changes whenever any of them does."""
+
+    def file_response(self, *args, **kwargs):
+        response = super().file_response(*args, **kwargs)
+        response.headers["Cache-Control"] = "public, max-age=86400"
+        return response
+
+
+def _version() -> str:
+    import hashlib
+
+    from gptrain import __version__
+
+    stamp = [__version__] + [f"{p.name}:{p.stat().st_mtime_ns}" for p in sorted(Path(str(STATIC)).iterdir())]
+    return hashlib.sha1("|".join(stamp).encode()).hexdigest()[:10]
+
+
+VERSION = _version()
+STOP_TIMEOUT_S = 120.0  # as `gptrain stop`'s default --timeout
+PAGES = {"jobs": "Jobs", "job": "Job", "compare": "Compare", "datasets": "Datasets"}
+
+
+def _int(value, default: int, low: int = 0, high: int = 10 ** 12) -> int:
+    try:
+        return min(max(int(value), low), high)
+    except (TypeError, ValueError):
+        return default
+
+
+async def _call(fn, *args):
+    """fn(*args) in a worker thread, its answer as JSON; our exceptions as 400/404/409."""
+    try:
+        return JSONResponse(await run_in_threadpool(fn, *args))
+    except (views.BadName, views.NotFound, UserError) as e:
+        return JSONResponse({"error": str(e)}, status_code=_status(e))
+
+
+def _status(e: Exception) -> int:
+    """400 for a malformed name, 404 for an unknown one, 409 for what the job refuses."""
+    return {views.BadName: 400, views.NotFound: 404}.get(type(e), 409)
+
+
+def _refused(e: Exception) -> PlainTextResponse:
+    """A page, download or stream refused, in plain text."""
+    return PlainTextResponse(str(e), status_code=_status(e))
+
+
+# ---- pages ------------------------------------------------------------------------------------
+
+def page(name: str):
+    async def endpoint(request):
+        title = PAGES[name]
+        if name == "job":
+            try:
+                await run_in_threadpool(views.known_job, request.path_params["name"])
+            except (views.BadName, views.NotFound) as e:
+                return _refused(e)
+            title = request.path_params["name"]
+        html = (STATIC / "page.html").read_text().replace("{{title}}", title).replace(
+            "{{page}}", name).replace("{{csrf}}", request.app.state.csrf).replace("{{v}}", VERSION)
+        return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+    return endpoint
+
+
+# ---- API --------------------------------------------------------------------------------------
+
+async def api_jobs(request):
+    return await _call(views.job_rows, request.query_params.get("state") or None)
+
+
+async def api_job(request):
+    return await _call(views.job_detail, request.path_params["name"])
+
+
+async def api_curves(request):
+    x = request.query_params.get("x", "step")
+    if x not in XS:
+        return JSONResponse({"error": f"x must be one of {', '.join(XS)}"}, status_code=400)
+    points = _int(request.query_params.get("max"), MAX_POINTS, 0, 10 ** 6)
+    return await _call(views.curves, request.path_params["name"], x, points or None)
+
+
+async def api_log(request):
+    def read():
+        path = views.log_path(request.path_params["name"], request.path_params["rank"])
+        offset = request.query_params.get("offset")
+        text, end = views.read_log(path, _int(offset, 0) if offset is not None else None,
+                                   secrets.load(request.path_params["name"]).values())
+        return {"text": text, "offset": end}
+    return await _call(read)
+
+
+async def api_datasets(request):
+    return await _call(views.datasets)
+
+
+def _zip(src: Path, top: str) -> str:
+    """A temporary zip of a file or directory (its regular files, no links), entries under top/."""
+    fd, tmp = tempfile.mkstemp(prefix="gptrain-ui-", suffix=".zip")
+    os.close(fd)
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:  # weights hardly compress
+        files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
+        for f in files:
+            if not f.is_symlink():
+                z.write(f, f"{top}/{f.relative_to(src) if f != src else f.name}")
+    return tmp
+
+
+def _native_zip(name: str, ckpt_id: str) -> tuple[str, str]:
+    src = views.checkpoint_dir(name, ckpt_id)
+    top = f"{name}-{src.name}"
+    return _zip(src, top), top
+
+
+def _hf_zip(name: str, ckpt_id: str) -> tuple[str, str]:
+    """The checkpoint exported as a Hugging Face model directory (what `checkpoint fetch
+    --format hf` writes), zipped."""
+    import shutil
+
+    from gptrain.models.hf import export_hf
+    from gptrain.models.load import load_model
+    from gptrain.refs import resolve
+
+    src = views.checkpoint_dir(name, ckpt_id)
+    top = f"{name}-{src.name}-hf"
+    work = Path(tempfile.mkdtemp(prefix="gptrain-ui-hf-"))
+    try:
+        model, tok = load_model(resolve(str(src)))  # gptrain, Hugging Face or nanoGPT; others refused
+        export_hf(model, tok, work / top)
+        return _zip(work / top, top), top
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def download(make):
+    async def endpoint(request):
+        try:
+            tmp, top = await run_in_threadpool(make, request.path_params["name"], request.path_params["id"])
+        except (views.BadName, views.NotFound, UserError) as e:
+            return _refused(e)
+        return FileResponse(tmp, media_type="application/zip", filename=f"{top}.zip",
+                            background=BackgroundTask(os.unlink, tmp))
+    return endpoint
+
+
+# ---- actions ----------------------------------------------------------------------------------
+
+def _stop(name: str) -> dict:
+    """What `gptrain stop NAME` does: the workers save a checkpoint and exit (forced after 120 s)."""
+    from gptrain.jobs.launch import scheduler
+
+    job = views.known_job(name)
+    return {"state": scheduler(job["scheduler"]).stop(name, STOP_TIMEOUT_S)}
+
+
+def _remove(name: str) -> dict:
+    import argparse
+
+    from gptrain.cli.jobs import cmd_rm
+
+    views.known_job(name)
+    path = views.metrics_path(name)
+    cmd_rm(argparse.Namespace(name=name), [])
+    views.metrics.forget(path)
+    return {"removed": name}
+
+
+async def action_stop(request):
+    return await _call(_stop, request.path_params["name"])
+
+
+async def action_remove(request):
+    return await _call(_remove, request.path_params["name"])
+
+
+# ---- live streams -----------------------------------------------------------------------------
+
+async def stream_jobs(request):
+    state = request.query_params.get("state") or None
+    last = {"rows": None}
+
+    def tick():
+        rows = views.job_rows(state)
+        if rows == last["rows"]:
+            return []
+        last["rows"] = rows
+        return [("jobs", rows)]
+    return sse.stream(request, tick)
+
+
+async def stream_job(request):
+    """The job's record when it changes, and its new metric rows as they are written: `from`
+    counts of train and eval rows the page already has (it loaded the curves first)."""
+    name = request.path_params["name"]
+    try:
+        await run_in_threadpool(views.known_job, name)
+    except (views.BadName, views.NotFound) as e:
+        return _refused(e)
+    seen = {"train": _int(request.query_params.get("train"), 0),
+            "eval": _int(request.query_params.get("eval"), 0), "detail": None}
+
+    def tick():
+        out = []
+        try:
+            detail = views.job_detail(name)
+        except views.NotFound:
+            return [("gone", {"name": name})]  # removed meanwhile
+        if detail != seen["detail"]:
+            seen["detail"] = detail
+            out.append(("job", detail))
+        mf = views.metrics_of(name)
+        new = {}
+        for key, (prefix, _) in CURVES.items():
+            if mf.count(prefix) > seen[prefix]:
+                new[key] = mf.curve(key, "step", start=seen[prefix])
+        if new:
+            seen["train"], seen["eval"] = mf.count("train"), mf.count("eval")
+            out.append(("metrics", new))
+        return out
+    return sse.stream(request, tick)
+
+
+async def stream_log(request):
+    name, rank = request.path_params["name"], request.path_params["rank"]
+    try:
+        path = await run_in_threadpool(views.log_path, name, rank)
+    except (views.BadName, views.NotFound) as e:
+        return _refused(e)
+    values = secrets.load(name).values()
+    pos = {"offset": _int(request.query_params.get("offset"), 0)}
+
+    def tick():
+        text, pos["offset"] = views.read_log(path, pos["offset"], values)
+        return [("log", {"text": text, "offset": pos["offset"]})] if text else []
+    return sse.stream(request, tick, interval=0.5)
+
+
+ROUTES = [
+    Route("/", page("jobs")),
+    Route("/jobs/{name}", page("job")),
+    Route("/compare", page("compare")),
+    Route("/datasets", page("datasets")),
+    Route("/api/jobs", api_jobs),
+    Route("/api/jobs/stream", stream_jobs),
+    Route("/api/jobs/{name}", api_job),
+    Route("/api/jobs/{name}/stream", stream_job),
+    Route("/api/jobs/{name}/curves", api_curves),
+    Route("/api/jobs/{name}/logs/{rank}", api_log),
+    Route("/api/jobs/{name}/logs/{rank}/stream", stream_log),
+    Route("/api/jobs/{name}/checkpoints/{id}.zip", download(_native_zip)),
+    Route("/api/jobs/{name}/checkpoints/{id}/hf.zip", download(_hf_zip)),
+    Route("/api/jobs/{name}/stop", action_stop, methods=["POST"]),
+    Route("/api/jobs/{name}/remove", action_remove, methods=["POST"]),
+    Route("/api/datasets", api_datasets),
+    Mount("/static", app=CachedStatic(directory=str(STATIC)), name="static"),
+]

@@ -1,0 +1,78 @@
+// Shared by every page: DOM building (text only: nothing from the server becomes HTML),
+// JSON calls, POST actions with the CSRF token, Server-Sent Events, number formats, charts.
+"use strict";
+const gp = window.gp = { CSRF: document.querySelector('meta[name=csrf]').content };
+
+gp.el = function (tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null) e.setAttribute(k, v);
+  }
+  for (const k of kids.flat()) if (k !== undefined && k !== null) e.append(k instanceof Node ? k : String(k));
+  return e;
+};
+
+gp.get = async function (url) {
+  const r = await fetch(url);
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(body.error || `${url}: HTTP ${r.status}`);
+  return body;
+};
+
+gp.post = async function (url) {
+  const r = await fetch(url, { method: "POST", headers: { "X-CSRF-Token": gp.CSRF } });
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(body.error || `HTTP ${r.status}`);
+  return body;
+};
+
+// Streams are closed when the page goes away: a browser holds at most 6 connections to one
+// host, and streams left open would make the next pages wait for a free one.
+gp.streams = new Set();
+window.addEventListener("pagehide", () => { for (const es of gp.streams) es.close(); gp.streams.clear(); });
+
+gp.listen = function (url, handlers) {
+  const es = new EventSource(url);
+  gp.streams.add(es);
+  const close = es.close.bind(es);
+  es.close = () => { gp.streams.delete(es); close(); };
+  for (const [event, fn] of Object.entries(handlers)) es.addEventListener(event, (e) => fn(JSON.parse(e.data)));
+  es.onopen = () => gp.status("live");
+  es.onerror = () => gp.status("reconnecting…");
+  return es;
+};
+
+gp.status = (text) => { document.getElementById("status").textContent = text; };
+gp.num = (v, d = 4) => (v === null || v === undefined ? "-" : Number(v).toPrecision(d));
+gp.bytes = function (n) {
+  for (const [u, s] of [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) if (n >= s) return (n / s).toFixed(1) + " " + u;
+  return n + " B";
+};
+gp.age = function (t) {
+  if (!t) return "-";
+  const s = Date.now() / 1000 - t;
+  for (const [u, n] of [["d", 86400], ["h", 3600], ["m", 60]]) if (s >= n) return Math.floor(s / n) + u;
+  return Math.floor(Math.max(s, 0)) + "s";
+};
+gp.tick = (v) => (v === null ? "" : v !== 0 && (Math.abs(v) >= 1e5 || Math.abs(v) < 1e-2) ? v.toExponential(1) : String(+v.toPrecision(3)));
+gp.time = (t) => (t ? new Date(t * 1000).toLocaleString() : "-");
+gp.stateBadge = (s) => gp.el("span", { class: "state " + s }, s);
+gp.COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#ca8a04"];
+
+// A line chart: series = [{label, color}], data = [xs, ys1, ys2...] (uPlot's column layout).
+gp.chart = function (parent, title, xLabel, series, data) {
+  const box = gp.el("div", { class: "chart" });
+  parent.append(box);
+  const opts = {
+    title, width: Math.max(320, Math.min(660, parent.clientWidth / 2 - 24)), height: 240,
+    scales: { x: { time: false } }, axes: [{ label: xLabel }, { size: 64, values: (u, vals) => vals.map(gp.tick) }],
+    series: [{ label: xLabel }, ...series.map((s, i) => ({
+      label: s.label, stroke: s.color || gp.COLORS[i % gp.COLORS.length], width: 1.5, spanGaps: true,
+      ...(s.points ? { points: { show: true, size: 6 } } : {}) }))],
+  };
+  return new uPlot(opts, data || [[], ...series.map(() => [])], box);
+};
+
+// Curves {x: [...], y: [...]} with different xs joined into one uPlot table (gaps as null).
+gp.join = (curves) => (curves.length ? uPlot.join(curves.map((c) => [c.x, c.y])) : [[]]);
