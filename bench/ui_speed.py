@@ -28,7 +28,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
 
 def record(n_jobs: int, rows: int) -> None:
-    from tests.browser.fakes import record_job
+    from tests.browser.recorded_jobs import record_job
 
     for i in range(n_jobs):
         record_job(f"job-{i:04d}", rows=50, state=("succeeded", "failed", "stopped")[i % 3])

@@ -4,7 +4,6 @@ zip, the stop button stops a job, compare overlays two curves. Each page is scre
 the test's tmp dir."""
 
 import json
-import time
 import urllib.request
 import zipfile
 

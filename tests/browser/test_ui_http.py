@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 
 from tests.browser.conftest import Console
-from tests.browser.fakes import record_job
+from tests.browser.recorded_jobs import record_job
 
 
 def http(url, method="GET", headers=None):

@@ -8,7 +8,7 @@ import numpy as np
 from gptrain.ui.downsample import minmax
 from gptrain.ui.metrics import MetricsFile
 from gptrain.ui.sparkline import loss_line, sparkline
-from tests.browser.fakes import write_metrics
+from tests.browser.recorded_jobs import write_metrics
 
 
 def test_small_curves_are_left_whole_and_large_ones_keep_their_extremes():
