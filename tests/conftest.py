@@ -61,6 +61,17 @@ def tiny_hf_llama(tmp_path_factory):
     return save_tiny_hf_llama(tmp_path_factory.mktemp("hf") / "tiny-llama")
 
 
+@pytest.fixture
+def slots(isolated_home, monkeypatch):
+    """Two local CPU slots, one thread each, for real jobs; no supervisor left behind."""
+    from tests.integration.test_jobs import _stop_all
+
+    monkeypatch.setenv("GPTRAIN_LOCAL_SLOTS", "2")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    yield
+    _stop_all()
+
+
 def run_cli(*args, env=None, cwd=None, timeout=600):
     """Run `python -m gptrain ARGS` in a subprocess; returns CompletedProcess."""
     import subprocess

@@ -8,24 +8,13 @@ import textwrap
 import pytest
 
 from tests.conftest import run_cli
-from tests.integration.test_jobs import _stop_all, ok, wait_for
+from tests.integration.test_jobs import ok, wait_for
 
 pytestmark = pytest.mark.slow
 
-# Where a script puts its outputs: $GPTRAIN_OUTPUT_DIR (jobs/NAME/output/, or jobs/NAME itself
-# before the output folder of its own, when the script makes output/ under it).
+# Where a script puts its outputs: $GPTRAIN_OUTPUT_DIR (jobs/NAME/output/)
 OUT = ("import os, pathlib\n"
-       "out = pathlib.Path(os.environ['GPTRAIN_OUTPUT_DIR'])\n"
-       "out = out if out.name == 'output' else out / 'output'\n"
-       "out.mkdir(parents=True, exist_ok=True)\n")
-
-
-@pytest.fixture
-def jobs_env(isolated_home, monkeypatch):
-    monkeypatch.setenv("GPTRAIN_LOCAL_SLOTS", "2")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    yield
-    _stop_all()
+       "out = pathlib.Path(os.environ['GPTRAIN_OUTPUT_DIR'])\n")
 
 
 def script(tmp_path, name, body):
@@ -43,7 +32,7 @@ def jobs_row(name):
 
 
 @pytest.mark.parametrize("with_dist", [False, True])
-def test_failure_reason_is_the_root_cause_ranks_error(jobs_env, tmp_path, with_dist):
+def test_failure_reason_is_the_root_cause_ranks_error(slots, tmp_path, with_dist):
     """Rank 0 fails to open its data; torchrun then tears rank 1 down with SIGTERM. The reason
     is rank 0's error line (with torch's `[rank0]:` prefix when the process group is up), not
     'rank 1 was killed by SIGTERM'."""
@@ -64,7 +53,7 @@ def test_failure_reason_is_the_root_cause_ranks_error(jobs_env, tmp_path, with_d
                          "'/nonexistent/data/train.bin'", j["error"]
 
 
-def test_a_rank_killed_outright_is_the_reason_not_the_others_errors(jobs_env, tmp_path):
+def test_a_rank_killed_outright_is_the_reason_not_the_others_errors(slots, tmp_path):
     """Rank 0 is killed (SIGKILL, as the out-of-memory killer does); rank 1, blocked in a
     collective, may log a connection error before it is torn down: the reason is rank 0's kill."""
     s = script(tmp_path, "oom.py", """
@@ -82,7 +71,7 @@ def test_a_rank_killed_outright_is_the_reason_not_the_others_errors(jobs_env, tm
     assert j["state"] == "failed" and j["error"] == "rank 0 was killed by SIGKILL", j["error"]
 
 
-def test_metrics_jsonl_of_a_script_shown_by_jobs_and_inspect(jobs_env, tmp_path):
+def test_metrics_jsonl_of_a_script_shown_by_jobs_and_inspect(slots, tmp_path):
     s = script(tmp_path, "m.py", OUT + textwrap.dedent("""
         import json
         with open(out / "metrics.jsonl", "a") as f:
@@ -113,7 +102,7 @@ trainer.save_model()
 """
 
 
-def test_hf_trainer_script_checkpoints_listed_generated_and_fetched(jobs_env, tmp_path, tiny_hf_gpt2):
+def test_hf_trainer_script_checkpoints_listed_generated_and_fetched(slots, tmp_path, tiny_hf_gpt2):
     from transformers import GPT2LMHeadModel
 
     ok("run", "hft", "--", script(tmp_path, "hf_train.py", HF_TRAINER), tiny_hf_gpt2)
@@ -153,7 +142,7 @@ def test_hf_trainer_script_checkpoints_listed_generated_and_fetched(jobs_env, tm
         torch.testing.assert_close(a(ids).logits, b(ids).logits, atol=1e-5, rtol=1e-5)
 
 
-def test_nanogpt_style_script_checkpoint_listed_and_generated(jobs_env, tmp_path):
+def test_nanogpt_style_script_checkpoint_listed_and_generated(slots, tmp_path):
     s = script(tmp_path, "nano.py", textwrap.dedent("""
         import os, pathlib, sys
         sys.path.insert(0, sys.argv[1])
@@ -174,7 +163,7 @@ def test_nanogpt_style_script_checkpoint_listed_and_generated(jobs_env, tmp_path
     assert (dest / "ckpt.pt").is_file()
 
 
-def test_generate_on_a_job_whose_checkpoints_gptrain_cannot_load_says_so(jobs_env, tmp_path):
+def test_generate_on_a_job_whose_checkpoints_gptrain_cannot_load_says_so(slots, tmp_path):
     s = script(tmp_path, "w.py", """
         import os, pathlib
         ck = pathlib.Path(os.environ["GPTRAIN_CHECKPOINT_DIR"])
@@ -188,7 +177,7 @@ def test_generate_on_a_job_whose_checkpoints_gptrain_cannot_load_says_so(jobs_en
     assert r.returncode == 2 and "no checkpoint yet" not in r.stderr and "cannot load" in r.stderr, r.stderr
 
 
-def test_save_to_disk_dataset_pushed_as_is_is_read_by_a_script(jobs_env, tmp_path):
+def test_save_to_disk_dataset_pushed_as_is_is_read_by_a_script(slots, tmp_path):
     """The hosted tutorials' flow: a tokenized DatasetDict.save_to_disk folder, pushed as it is,
     loaded by the job's script with load_from_disk($GPTRAIN_DATASET_DIR) on every rank."""
     from tests.helpers import make_dataset, save_as_hf_blocks

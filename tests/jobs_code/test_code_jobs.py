@@ -12,18 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.integration.test_jobs import _stop_all, job, ok, wait_for
+from tests.integration.test_jobs import job, ok, wait_for
 from tests.jobs_code.programs import git_repository, head, project
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def slots(isolated_home, monkeypatch):
-    monkeypatch.setenv("GPTRAIN_LOCAL_SLOTS", "2")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    yield
-    _stop_all()
 
 
 def jdir(name) -> Path:

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.jobs_code.programs import write
-from tests.jobs_code.test_code_jobs import jdir, log, slots, succeeded  # noqa: F401 (fixture)
+from tests.jobs_code.test_code_jobs import jdir, log, succeeded
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ print("finished", flush=True)
 '''
 
 
-def test_hf_trainer_job_resumes_after_kill_9(slots, tmp_path):  # noqa: F811
+def test_hf_trainer_job_resumes_after_kill_9(slots, tmp_path):
     code = write(tmp_path / "hf", {"train.py": TRAIN})
     r = run_cli("run", "hft", "--accels", "2", "--max-restarts", "1", "--", "train.py",
                 "--output_dir=$GPTRAIN_OUTPUT_DIR/run", cwd=code)
