@@ -29,11 +29,12 @@ def register(sub) -> None:
 
 def cmd_checkpoints(args, extra) -> int:
     from gptrain.cli.data import _bytes, _table
-    from gptrain.cli.jobs import _refresh, _sync, _ts
+    from gptrain.cli.jobs import _ts
+    from gptrain.jobs import records
     from gptrain.jobs import store
 
-    _refresh(args.name)
-    _sync(args.name)
+    records.refresh(args.name)
+    records.sync_checkpoints(args.name)
     rows = store.checkpoints(args.name)
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -7,6 +7,8 @@ import json
 import sys
 import time
 
+from gptrain.jobs import records
+
 
 def register(sub) -> None:
     p = sub.add_parser("jobs", help="list jobs")
@@ -66,7 +68,7 @@ def cmd_jobs(args, extra) -> int:
     from gptrain.cli.data import _table
     from gptrain.jobs import store
 
-    jobs = [_refresh(j["name"]) for j in store.list_jobs()]
+    jobs = [records.refresh(j["name"]) for j in store.list_jobs()]
     if args.json:
         print(json.dumps([{k: v for k, v in j.items() if k != "spec"} for j in jobs], indent=2))
         return 0
@@ -83,27 +85,13 @@ def _job_report(name: str) -> dict:
     from gptrain.jobs import store
     from gptrain.jobs.local import job_dir
 
-    job = _refresh(name)
-    _sync(name)
+    job = records.refresh(name)
+    records.sync_checkpoints(name)
     cfg = job_dir(name) / "config.toml"
     return {"job": {k: v for k, v in job.items() if k != "spec"}, "spec": job["spec"],
             "events": store.events(name), "metrics": _latest_metrics(name),
             "checkpoints": store.checkpoints(name),
             "config": cfg.read_text() if cfg.is_file() else None}
-
-
-def _sync(name: str) -> None:
-    import sqlite3
-
-    from gptrain.db import out_of_space
-    from gptrain.jobs import local, store
-
-    if local.job_dir(name).is_dir():
-        try:
-            store.sync_checkpoints(name, local.scan_checkpoints(name))
-        except sqlite3.OperationalError as e:
-            if not out_of_space(e):
-                raise  # a full disk: list what was recorded
 
 
 def _ts(t) -> str:
@@ -182,15 +170,6 @@ def _log_path(name: str, rank: int):
     return job_dir(name) / "logs" / f"rank-{rank}.log"
 
 
-def _refresh(name: str) -> dict:
-    """The job, with its state first brought up to date by its scheduler (Slurm's view; for a
-    local job, reconciling: a dead supervisor's job is ended or handed to a new supervisor)."""
-    from gptrain.jobs import store
-    from gptrain.jobs.launch import scheduler
-
-    return scheduler(store.get_job(name)["scheduler"]).refresh(name)
-
-
 def _follow(name: str, rank: int) -> int:
     from gptrain.jobs import secrets, store
 
@@ -198,7 +177,7 @@ def _follow(name: str, rank: int) -> int:
     pos = 0
     values = secrets.load(name).values()
     while True:
-        state = _refresh(name)["state"]
+        state = records.refresh(name)["state"]
         if path.is_file():
             with open(path, "rb") as f:
                 f.seek(pos)
@@ -220,7 +199,7 @@ def _follow(name: str, rank: int) -> int:
 def cmd_logs(args, extra) -> int:
     from gptrain.errors import UserError
 
-    job = _refresh(args.name)
+    job = records.refresh(args.name)
     if args.rank < 0 or args.rank >= job["nodes"] * job["accels"]:
         raise UserError(f"job {args.name} has ranks 0..{job['nodes'] * job['accels'] - 1}")
     if args.follow:
@@ -244,7 +223,7 @@ def cmd_stop(args, extra) -> int:
 
     state = scheduler(store.get_job(args.name)["scheduler"]).stop(args.name, args.timeout)
     if args.wait:
-        while _refresh(args.name)["state"] not in store.TERMINAL:
+        while records.refresh(args.name)["state"] not in store.TERMINAL:
             time.sleep(0.5)
         state = store.get_job(args.name)["state"]
     print(f"job {args.name}: {state}")
@@ -260,19 +239,8 @@ def cmd_resume(args, extra) -> int:
 
 
 def cmd_rm(args, extra) -> int:
-    import shutil
+    from gptrain.jobs import records
 
-    from gptrain.errors import UserError
-    from gptrain.jobs import store
-    from gptrain.jobs.local import job_dir
-
-    job = _refresh(args.name)
-    if job["state"] in store.ACTIVE:
-        raise UserError(f"job {args.name} is {job['state']}; `gptrain stop {args.name}` first")
-    store.delete_job(args.name)
-    shutil.rmtree(job_dir(args.name), ignore_errors=True)
-    from gptrain.jobs import secrets
-
-    secrets.remove(args.name)
+    records.remove(args.name)
     print(f"removed job {args.name}")
     return 0

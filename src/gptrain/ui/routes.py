@@ -184,13 +184,11 @@ def _stop(name: str) -> dict:
 
 
 def _remove(name: str) -> dict:
-    import argparse
-
-    from gptrain.cli.jobs import cmd_rm
+    from gptrain.jobs import records
 
     views.known_job(name)
     path = views.metrics_path(name)
-    cmd_rm(argparse.Namespace(name=name), [])
+    records.remove(name)
     views.metrics.forget(path)
     return {"removed": name}
 

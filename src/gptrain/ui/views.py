@@ -140,9 +140,9 @@ def warm() -> None:
 
 def sync_checkpoints(name: str) -> None:
     """The job's checkpoint rows made to match its directory (what `gptrain checkpoints` does)."""
-    from gptrain.cli.jobs import _sync
+    from gptrain.jobs import records
 
-    _sync(name)
+    records.sync_checkpoints(name)
 
 
 def job_detail(name: str) -> dict:

@@ -1,0 +1,45 @@
+"""A job's record brought up to date, and removed: what every reader of jobs calls (the CLI's
+commands and the web console alike), so both see and do the same."""
+
+from __future__ import annotations
+
+
+def refresh(name: str) -> dict:
+    """The job, with its state first brought up to date by its scheduler (Slurm's view; for a
+    local job, reconciling: a dead supervisor's job is ended or handed to a new supervisor)."""
+    from gptrain.jobs import store
+    from gptrain.jobs.launch import scheduler
+
+    return scheduler(store.get_job(name)["scheduler"]).refresh(name)
+
+
+def sync_checkpoints(name: str) -> None:
+    """The job's checkpoint rows made to match its directory; on a full disk the rows recorded
+    so far stand (reads keep answering)."""
+    import sqlite3
+
+    from gptrain.db import out_of_space
+    from gptrain.jobs import local, store
+
+    if local.job_dir(name).is_dir():
+        try:
+            store.sync_checkpoints(name, local.scan_checkpoints(name))
+        except sqlite3.OperationalError as e:
+            if not out_of_space(e):
+                raise
+
+
+def remove(name: str) -> None:
+    """Delete a finished job: its record, its directory, its secrets."""
+    import shutil
+
+    from gptrain.errors import UserError
+    from gptrain.jobs import secrets, store
+    from gptrain.jobs.local import job_dir
+
+    job = refresh(name)
+    if job["state"] in store.ACTIVE:
+        raise UserError(f"job {name} is {job['state']}; `gptrain stop {name}` first")
+    store.delete_job(name)
+    shutil.rmtree(job_dir(name), ignore_errors=True)
+    secrets.remove(name)
