@@ -33,6 +33,8 @@ resume = os.environ.get("GPTRAIN_RESUME_FROM")
 print("attempt", os.environ["GPTRAIN_ATTEMPT"], "resume", resume, flush=True)
 Trainer(model=model, args=args, train_dataset=data, callbacks=[Crash()]).train(resume_from_checkpoint=resume)
 print("finished", flush=True)
+if torch.distributed.is_initialized():  # else gloo's threads may abort the exit ("terminate called")
+    torch.distributed.destroy_process_group()
 '''
 
 
