@@ -33,6 +33,15 @@ HF_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch
                    "pytorch_model.bin.index.json")
 
 
+def within(path, root) -> bool:
+    """Whether `path`, links followed, lies inside `root`: what a copy or a zip of a job's files
+    may take (a link a job's program made to /etc/shadow is left out)."""
+    try:
+        return Path(path).resolve().is_relative_to(Path(root).resolve())
+    except (OSError, RuntimeError):  # a link loop
+        return False
+
+
 def is_hf_dir(path) -> bool:
     p = Path(path)
     return (p / "config.json").is_file() and any((p / f).is_file() for f in HF_WEIGHT_FILES)

@@ -238,7 +238,7 @@ def test_accelerate_launch_command(slots, tmp_path):
     code = tmp_path / "acc"
     code.mkdir()
     (code / "t.py").write_text("import os\nfrom accelerate import Accelerator\na = Accelerator(cpu=True)\n"
-                               "print('acc rank', a.process_index, 'of', a.num_processes, 'cwd', os.getcwd())\n")
+                               "os.write(1, f'acc rank {a.process_index} of {a.num_processes} cwd {os.getcwd()}\\n'.encode())\n")
     r = run_cli("run", "acc", "--accels", "2", "--", prog, "launch", "--multi_gpu", "--num_processes",
                 "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "t.py", cwd=code)
     assert r.returncode == 0, r.stderr

@@ -214,3 +214,19 @@ def test_trainer_checkpoint_of_a_plain_module_is_one_row(tmp_path):
     assert [(r["name"], r["kind"], r["step"]) for r in rows] == \
         [("output/checkpoint-2", "hf-trainer", 2), ("output/checkpoint-4", "hf-trainer", 4)]
     assert found.latest(job) == job / "output" / "checkpoint-4"
+
+
+def test_a_restart_resumes_from_the_numbered_folder_of_a_single_file(tmp_path):
+    """docs/jobs-code.md's plain-PyTorch example keeps checkpoint-N/state.pt: GPTRAIN_RESUME_FROM
+    is the folder (it was the file, and the example's restart read state.pt/state.pt)."""
+    from gptrain.jobs import found
+
+    job = tmp_path / "job"
+    for step in (4, 8):
+        d = job / "output" / f"checkpoint-{step}"
+        d.mkdir(parents=True)
+        torch.save({"step": step}, d / "state.pt")
+    assert found.latest(job) == job / "output" / "checkpoint-8"
+    (job / "checkpoints").mkdir()
+    torch.save({"step": 12}, job / "checkpoints" / "step_12.pt")  # a file of its own stays the file
+    assert found.latest(job) == job / "checkpoints" / "step_12.pt"

@@ -85,3 +85,19 @@ def test_a_file_is_read_in_blocks_rows_across_their_edges(tmp_path, monkeypatch)
     mf = MetricsFile(path)
     assert mf.refresh() == 45 and mf.count("eval") == 4 and mf.offset == path.stat().st_size
     assert mf.curve("loss", max_points=None)["x"] == [float(s) for s in (*range(1, 41), *range(42, 47))]
+
+
+def test_a_log_read_from_inside_a_line_never_shows_part_of_a_secret(tmp_path):
+    """The console's log API takes a byte offset from the client: one inside a secret used to
+    return the secret's tail in clear (masking matches whole values)."""
+    from gptrain.ui.views import read_log
+
+    log = tmp_path / "rank-0.log"
+    log.write_bytes(b"step 1\nsecret is hunter2xyz\nstep 2\n")
+    start = log.read_bytes().index(b"hunter2xyz")
+    for offset in range(0, len(log.read_bytes()) + 1):
+        text, end = read_log(log, offset, ["hunter2xyz"])
+        assert "unter2" not in text and "2xyz" not in text and "xyz" not in text, (offset, text)
+    text, end = read_log(log, start + 1, ["hunter2xyz"])
+    assert text == "step 2\n" and end == len(log.read_bytes())
+    assert read_log(log, 0, ["hunter2xyz"])[0] == "step 1\nsecret is ***\nstep 2\n"

@@ -60,6 +60,13 @@ def cmd_checkpoint_fetch(args, extra) -> int:
     src = Path(ckpt["path"])
     if not src.exists():
         raise UserError(f"checkpoint {args.id} is no longer on disk (pruned by keep_last?)")
+    from gptrain.files import within
+    from gptrain.jobs.local import job_dir
+
+    jdir = job_dir(ckpt["job"])
+    if not within(src, jdir):
+        raise UserError(f"checkpoint {args.id} ({ckpt['name']}) links outside its job's directory; "
+                        "it is not copied")
     dest = Path(args.destination or args.id)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise UserError(f"destination {dest} exists and is not empty; choose another --destination")
@@ -79,8 +86,10 @@ def cmd_checkpoint_fetch(args, extra) -> int:
 
             # a root that is itself a model (save_model into output/): its files, not the checkpoints below
             flat = ckpt["name"] in ROOTS
-            shutil.copytree(src, tmp, ignore=(lambda d, names: [n for n in names if (Path(d) / n).is_dir()])
-                            if flat else None)
+
+            def left_out(d, names):  # links out of the job; with flat, the checkpoints below
+                return [n for n in names if not within(Path(d) / n, jdir) or (flat and (Path(d) / n).is_dir())]
+            shutil.copytree(src, tmp, ignore=left_out)
         else:
             tmp.mkdir()
             shutil.copy2(src, tmp / src.name)
@@ -98,6 +107,9 @@ def cmd_fetch(args, extra) -> int:
     from gptrain.jobs import store
     from gptrain.jobs.local import job_dir
 
+    from gptrain.files import within
+    from gptrain.jobs.secrets import masked
+
     store.get_job(args.name)
     src = job_dir(args.name)
     dest = Path(args.destination) / f"{args.name}.zip"
@@ -105,7 +117,11 @@ def cmd_fetch(args, extra) -> int:
     tmp = dest.with_suffix(".zip.part")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for f in sorted(src.rglob("*")):
-            if f.is_file() and not f.name.startswith(".tmp"):
+            if not f.is_file() or f.name.startswith(".tmp") or not within(f, src):
+                continue  # links out of the job (to /etc/shadow, say) are left out
+            if f.suffix in (".log", ".out"):  # logs as `gptrain logs` shows them: secrets masked
+                z.writestr(str(f.relative_to(src.parent)), masked(args.name, f.read_text(errors="replace")))
+            else:
                 z.write(f, f.relative_to(src.parent))
     tmp.rename(dest)
     print(f"wrote {dest}")

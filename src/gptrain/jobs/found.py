@@ -40,6 +40,7 @@ HF_SHARD = re.compile(r"(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)")
 NOT_WEIGHTS = re.compile(r"training_args\.bin|optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth"
                          r"|(train|val|test)(-\d+)?\.bin")
 HF_STEP_DIR = re.compile(r"checkpoint-(\d+)")
+NUMBERED_DIR = re.compile(r"(checkpoint|step|ckpt|epoch|iter)[-_]?\d+")
 MAX_DEPTH = 3  # output/run/checkpoint-N is found; deeper trees are not walked
 
 
@@ -104,7 +105,12 @@ def latest(job_dir) -> Path | None:
     """The newest checkpoint of a job (see newest), what a restarted script is told to resume
     from; None when it has none."""
     row = newest(scan(job_dir))
-    return Path(row["path"]) if row else None
+    if row is None:
+        return None
+    path = Path(row["path"])
+    # a weights file inside a numbered checkpoint folder (checkpoint-8/state.pt): the folder is
+    # the checkpoint a program resumes from
+    return path.parent if path.is_file() and NUMBERED_DIR.fullmatch(path.parent.name) else path
 
 
 def newest(rows: list[dict]) -> dict | None:

@@ -202,10 +202,13 @@ def read_log(path: Path, offset: int | None, values) -> tuple[str, int]:
     if size <= offset:
         return "", offset
     with open(path, "rb") as f:
-        f.seek(offset)
+        f.seek(max(0, offset - 1))
+        before = f.read(1) if offset else b"\n"
         chunk = f.read(size - offset)
-    if offset and offset == size - LOG_TAIL and b"\n" in chunk:
-        cut = chunk.index(b"\n") + 1  # open the tail on a line start
+    if before != b"\n":  # an offset inside a line (the tail's start, or any a client sends):
+        if b"\n" not in chunk:  # start at the next line, or a secret would be shown in part
+            return "", offset
+        cut = chunk.index(b"\n") + 1
         chunk, offset = chunk[cut:], offset + cut
     end = chunk.rfind(b"\n") + 1  # whole lines only, so a secret is masked whole
     return secrets.mask(chunk[:end].decode(errors="replace"), values), offset + end
