@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gptrain.errors import UserError
-from gptrain.jobs import code, launch
+from gptrain.jobs import code, found, launch
 from gptrain.jobs.spec import JobSpec
 
 
@@ -28,21 +28,21 @@ def _hf_checkpoint(path, step, state=True):
 
 
 def test_resume_from_the_newest_complete_checkpoint(tmp_path):
-    assert launch.resume_from(tmp_path) is None
+    assert found.latest(tmp_path) is None
     out = tmp_path / "output" / "run"
     for step in (2, 10, 9):
         _hf_checkpoint(out / f"checkpoint-{step}", step)
     _hf_checkpoint(out / "checkpoint-11", 11, state=False)  # killed while it was being written
-    assert launch.resume_from(tmp_path) == out / "checkpoint-10"
+    assert found.latest(tmp_path) == out / "checkpoint-10"
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "step-12.pt").write_bytes(b"x")
-    assert launch.resume_from(tmp_path) == tmp_path / "checkpoints" / "step-12.pt"
+    assert found.latest(tmp_path) == tmp_path / "checkpoints" / "step-12.pt"
 
 
 def test_resume_from_a_single_ckpt_pt(tmp_path):
     (tmp_path / "output").mkdir()
     (tmp_path / "output" / "ckpt.pt").write_bytes(b"x")
-    assert launch.resume_from(tmp_path) == tmp_path / "output" / "ckpt.pt"
+    assert found.latest(tmp_path) == tmp_path / "output" / "ckpt.pt"
 
 
 def test_gitignore_outside_git(tmp_path):

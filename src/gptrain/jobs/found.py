@@ -194,21 +194,21 @@ def _read_meta(p: Path) -> dict:
 
 def hf_trainer_progress(state_file) -> dict:
     """step, train_loss, eval_loss from a HF Trainer trainer_state.json (its log_history's last
-    'loss' and 'eval_loss'); {} when it is not readable."""
+    'loss' and 'eval_loss', as `gptrain jobs` reads them: jobs/progress.py); {} when it is not
+    readable."""
+    from gptrain.jobs.progress import from_trainer_state
+
     state = json_or_empty(state_file)
-    out = {}
-    if isinstance(state.get("global_step"), int):
-        out["step"] = state["global_step"]
-    history = state.get("log_history")
-    for rec in history if isinstance(history, list) else []:
-        if not isinstance(rec, dict):
-            continue
-        if _num(rec.get("loss")) is not None:
-            out["train_loss"] = rec["loss"]
-        elif _num(rec.get("train_loss")) is not None and "train_loss" not in out:
-            out["train_loss"] = rec["train_loss"]  # the run's average, logged at its end
-        if _num(rec.get("eval_loss")) is not None:
-            out["eval_loss"] = rec["eval_loss"]
+    out = {"step": state["global_step"]} if isinstance(state.get("global_step"), int) else {}
+    last = from_trainer_state(state)
+    if "train" in last:
+        out["train_loss"] = last["train"]["loss"]
+    else:  # no step losses logged: the run's average, logged at its end
+        history = state.get("log_history")
+        out.update(next(({"train_loss": r["train_loss"]} for r in history if isinstance(r, dict)
+                         and _num(r.get("train_loss")) is not None), {}) if isinstance(history, list) else {})
+    if "eval" in last:
+        out["eval_loss"] = last["eval"]["loss"]
     return out
 
 

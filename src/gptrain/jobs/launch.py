@@ -170,18 +170,12 @@ def expand(args: list[str], env) -> list[str]:
     return [EXPANDED.sub(one, a) for a in args]
 
 
-def resume_from(jdir: Path) -> Path | None:
-    """The newest checkpoint a restarted job continues from (jobs/found.py: gptrain step-N,
-    HF Trainer checkpoint-N, nanoGPT ckpt.pt, ... in checkpoints/ and output/)."""
-    from gptrain.jobs import found
-
-    return found.latest(jdir)
-
-
 def finish_env(env: dict, jdir: Path) -> None:
     """What only the launch can know: GPTRAIN_RESUME_FROM (the latest checkpoint, when a
     restart, a requeue or `gptrain resume` finds one)."""
-    latest = resume_from(jdir)
+    from gptrain.jobs import found
+
+    latest = found.latest(jdir)
     if latest is not None:
         env["GPTRAIN_RESUME_FROM"] = str(latest)
     else:

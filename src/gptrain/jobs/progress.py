@@ -1,11 +1,10 @@
 """How far a job got, for `gptrain jobs` / `inspect`: its last train and eval records.
 
 Read, without torch, from the first of:
-  jobs/NAME/metrics.jsonl          the built-in trainer's (and a script's, while
-                                   GPTRAIN_OUTPUT_DIR is the job directory)
+  jobs/NAME/metrics.jsonl          the built-in trainer's
   jobs/NAME/output/metrics.jsonl   a script's $GPTRAIN_OUTPUT_DIR/metrics.jsonl: one JSON object
                                    a line, {"step": 100, "train/loss": 2.31, "eval/loss": 2.40,
-                                   ...} as the built-in trainer writes (docs/script-jobs.md)
+                                   ...} as the built-in trainer writes (docs/script-outputs.md)
   a Hugging Face trainer_state.json  the newest among output/ and the checkpoint-N/ folders
                                    under output/ and checkpoints/: its log_history's last "loss"
                                    and "eval_loss" records
