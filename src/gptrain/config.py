@@ -89,8 +89,9 @@ class TrainConfig:
     max_steps: int = opt(-1, "Optimizer steps to run; -1: as many as num epochs need.", ge=1, special=-1)
     epochs: float = opt(1.0, "Passes over the training data when max_steps is -1.", gt=0)
     seed: int = opt(42, "Seed for init, data order and dropout.")
-    precision: str = opt("auto", "Compute precision; auto: bf16 on GPUs that support it and on CPUs with native bf16 "
-                         "(AVX512-BF16 or AMX), else fp32.",
+    precision: str = opt("auto", "Compute precision; auto: bf16 on GPUs that support it; on a CPU the dtype its "
+                         "matmuls run fastest in, measured once per CPU kind and kept with its numbers "
+                         "(bf16 needs 1.3x fp32's rate); the choice and why are printed at start.",
                          ("auto", "fp32", "bf16", "fp16"))
     loss_scale: float = opt(0.0, "fp16 loss scale: 0 for dynamic loss scaling, or a fixed scale.", ge=0)
     loss_scale_initial: float = opt(65536.0, "fp16 dynamic loss scaling: the starting scale.", gt=0)

@@ -31,6 +31,9 @@ def test_hosted_service_tutorial_command_runs_as_written(source, gpt2_data, hf_s
     data_dir = gpt2_data if source == "gptrain" else hf_saved
     r = train(*tutorial_cmd(data_dir, tiny_hf_gpt2, tmp_path / "out"))
     assert "completed at step 3" in r.stdout and "eval step 3" in r.stdout
+    # precision left at auto: the choice and its reason, then what MFU is measured against
+    assert "precision auto -> " in r.stdout and " GFLOP/s per core on " in r.stdout
+    assert "mfu basis: 1 x (" in r.stdout and " per core, measured on one-thread matmuls" in r.stdout
     rows = [json.loads(l) for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert any("eval/loss" in row for row in rows) and any("train/loss" in row for row in rows)
     assert (tmp_path / "out" / "checkpoints" / "step-000003" / "trainer_state.json").is_file()

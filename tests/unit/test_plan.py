@@ -8,11 +8,13 @@ from gptrain.errors import UserError
 from gptrain.train import plan
 
 
-@pytest.mark.parametrize("native_bf16, expected", [(True, "bf16"), (False, "fp32")])
-def test_auto_precision_on_cpu_follows_native_bf16(monkeypatch, native_bf16, expected):
-    monkeypatch.setattr(plan, "cpu_has_bf16", lambda: native_bf16)
+@pytest.mark.parametrize("faster, expected", [("bf16", "bf16"), ("fp32", "fp32")])
+def test_auto_precision_on_cpu_is_the_measured_faster_one(monkeypatch, faster, expected):
+    from gptrain.train import cpu
+
+    monkeypatch.setattr(cpu, "fastest_precision", lambda: (faster, "measured"))
     p = plan.resolve(parse_train_args([]), "cpu", 1)
-    assert p.precision == expected
+    assert (p.precision, p.precision_why) == (expected, f"auto -> {expected}: measured")
     # FSDP gathers parameters in the same dtype autocast computes in: one decision for both
     assert p.compute_dtype == {"bf16": torch.bfloat16, "fp32": None}[expected]
 

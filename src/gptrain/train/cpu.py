@@ -1,19 +1,48 @@
-"""CPU process settings for training.
+"""The CPU a run trains on: its process settings, what it is, what it multiplies fastest, its peak.
 
-glibc serves every allocation above its mmap threshold with a fresh mmap and gives it back on
-free, so a training step that allocates and frees hundreds of MB of activations page-faults all
-of it in again every step. Keeping freed memory in the heap (what jemalloc or tcmalloc do, and
-what PyTorch's CPU performance guide recommends them for) removed a third of the step time of
-bench/train_throughput.py on a 2-core machine. The price: the process keeps its peak memory.
+Precision. A CPU's flags do not say which dtype trains faster: with torch 2.13 an AMD EPYC with
+AVX512-BF16 multiplies bf16 about twice as fast as fp32, while an Intel Xeon with the same flag but
+no AMX multiplies bf16 at half the fp32 rate (158 vs 282 GFLOP/s), so a flag rule trained 2x
+slower there. `auto` therefore rests on a measurement of both dtypes on a transformer block's
+matmul shapes, made once per CPU kind (model, vector units, torch version) and kept with its
+numbers in $GPTRAIN_HOME/cache/cpu-KEY.json; bf16 is chosen only when its matmuls are at least
+BF16_MARGIN times faster (autocast also pays casts that a matmul timing does not see).
+
+Load. Each sample is one short matmul on ONE thread, the dtypes interleaved, and each dtype keeps
+its best of many samples: a busy machine slows most samples, but one free slice of a core is
+enough for a sample to run at full speed. Two such rounds must agree and the fp32 rate must be
+plausible against what the CPU can do at most (cores x frequency x FLOP/cycle of its vector
+units) before a result is kept; an unsteady one decides this run only and is measured anew next
+time. The peak behind MFU is that kept per-core rate times the cores the run computes on, so a
+job's MFU no longer depends on how busy the machine was when its peak was first timed.
+
+Memory. glibc serves every allocation above its mmap threshold with a fresh mmap and gives it
+back on free, so a training step that allocates and frees hundreds of MB of activations
+page-faults all of it in again every step. Keeping freed memory in the heap (what jemalloc or
+tcmalloc do, and what PyTorch's CPU performance guide recommends them for) removed a third of the
+step time of bench/train_throughput.py on a 2-core machine. The price: the process keeps its peak.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import fcntl
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_MAX = -4
+
+BF16_MARGIN = 1.3     # bf16 matmuls must beat fp32 by this much for `auto` to pick bf16
+STEADY = 0.85         # two measurement rounds within 15% of each other, or nothing is kept
+SHAPES = ((512, 384, 1536), (512, 1536, 384))  # (tokens, in, out) of a 384-wide block's MLP
+UNITS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "fma")  # the flags that decide, best first
+DTYPES = ("fp32", "bf16", "fp16")
 
 
 def keep_freed_memory() -> bool:
@@ -24,3 +53,187 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):
         return False
     return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, ctypes.c_int(2**31 - 1)))
+
+
+@dataclass(frozen=True)
+class CpuKind:
+    """What a CPU is, read from /proc/cpuinfo (one core's entry) and cpufreq."""
+
+    model: str
+    vendor: str
+    family: int
+    units: tuple[str, ...]      # those of UNITS it has
+    mhz: float | None           # the highest frequency the OS reports, None when unknown
+
+    @classmethod
+    def from_cpuinfo(cls, text: str, max_khz: str | None = None) -> "CpuKind":
+        fields: dict[str, str] = {}
+        for line in text.splitlines():
+            if not line.strip():
+                break  # the first processor's block says it all
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+        flags = set(fields.get("flags", fields.get("Features", "")).split())
+        mhz = float(max_khz) / 1000 if max_khz else None
+        try:
+            mhz = mhz or float(fields["cpu MHz"]) or None
+        except (KeyError, ValueError):
+            pass
+        try:
+            family = int(fields.get("cpu family", "0"))
+        except ValueError:
+            family = 0
+        import platform
+
+        return cls(model=fields.get("model name") or platform.machine() or "unknown",
+                   vendor=fields.get("vendor_id", ""), family=family,
+                   units=tuple(u for u in UNITS if u in flags), mhz=mhz)
+
+    @property
+    def key(self) -> str:
+        """One CPU kind under one torch: the name of its kept measurement."""
+        import torch
+
+        text = "|".join([self.model, ",".join(self.units), torch.__version__])
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    def fp32_flops_per_cycle(self) -> int | None:
+        """Per core: FMA units x fp32 lanes x 2. AMD before Zen 5 (family 26) runs AVX-512 on
+        256-bit units; Intel server cores have two 512-bit FMA units (some have one: the bound
+        is an upper one)."""
+        if "avx512f" in self.units:
+            return 32 if self.vendor == "AuthenticAMD" and self.family < 26 else 64
+        if "avx2" in self.units and "fma" in self.units:
+            return 32
+        return None
+
+    def bound_per_core(self, precision: str) -> float | None:
+        """The most FLOP/s one core can do in `precision`, or None where its units are unknown."""
+        per_cycle = self.fp32_flops_per_cycle()
+        if per_cycle is None or not self.mhz:
+            return None
+        if precision == "bf16" and "amx_bf16" in self.units:
+            per_cycle = 1024  # one AMX tile multiply: 16x32 by 32x16 bf16 per 16 cycles, x2
+        elif precision == "bf16" and "avx512_bf16" in self.units:
+            per_cycle *= 2  # vdpbf16ps: two bf16 products per fp32 lane
+        return per_cycle * self.mhz * 1e6
+
+    def describe(self) -> str:
+        have = ", ".join(self.units) or "no vector flags read"
+        return f"{self.model} ({have}{'' if 'amx_bf16' in self.units else ', no amx'})"
+
+
+def cpu_kind() -> CpuKind:
+    def read(path: str) -> str | None:
+        try:
+            return Path(path).read_text().strip()
+        except OSError:
+            return None
+
+    return CpuKind.from_cpuinfo(read("/proc/cpuinfo") or "",
+                                read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"))
+
+
+def cores_in_use() -> int:
+    """The cores this process computes on: torch's threads, at most the CPUs it may run on."""
+    import torch
+
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        allowed = os.cpu_count() or 1
+    return max(1, min(torch.get_num_threads(), allowed))
+
+
+def measure_per_core(precisions, samples: int = 15) -> dict[str, float]:
+    """Matmul FLOP/s of one core in each precision: one thread, SHAPES, the precisions
+    interleaved, the best of `samples` rounds each (see the module docstring for why)."""
+    import torch
+
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    gen = torch.Generator().manual_seed(0)  # leave the global RNG (dropout, init) untouched
+    mats = {p: [(torch.randn(m, k, generator=gen).to(dtypes[p]), torch.randn(k, n, generator=gen).to(dtypes[p]))
+                for m, k, n in SHAPES] for p in precisions}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    best = dict.fromkeys(precisions, 0.0)
+    try:
+        for sample in range(samples + 1):
+            for p in precisions:
+                for a, b in mats[p]:
+                    start = time.perf_counter()
+                    a @ b
+                    took = time.perf_counter() - start
+                    if sample:  # the first round warms caches and kernels up
+                        best[p] = max(best[p], 2 * a.shape[0] * a.shape[1] * b.shape[1] / took)
+    finally:
+        torch.set_num_threads(threads)
+    return best
+
+
+def _doubts(kind: CpuKind, rounds: list[dict[str, float]]) -> str | None:
+    """Why a measurement is not to be kept, or None when it is steady and plausible."""
+    for p in rounds[0]:
+        low, high = min(r[p] for r in rounds), max(r[p] for r in rounds)
+        if low < STEADY * high:
+            return f"{p} rounds disagree ({low / 1e9:.0f} vs {high / 1e9:.0f} GFLOP/s: a busy machine)"
+    bound = kind.bound_per_core("fp32")
+    fp32 = max(r["fp32"] for r in rounds) if "fp32" in rounds[0] else None
+    if bound and fp32 and not 0.3 * bound <= fp32 <= 1.6 * bound:  # 1.6: turbo above the reported MHz
+        return f"fp32 {fp32 / 1e9:.0f} GFLOP/s per core is implausible against {bound / 1e9:.0f} at most"
+    return None
+
+
+def _cache_path(kind: CpuKind) -> Path:
+    from gptrain.home import home
+
+    return home() / "cache" / f"cpu-{kind.key}.json"
+
+
+def profile(precisions=("fp32", "bf16")) -> dict:
+    """This CPU kind's per-core matmul rates: kept ones, or measured now (under a lock, so the
+    ranks of one host measure once) and kept when steady and plausible. The record says which."""
+    from gptrain.atomic import write_text_atomic
+
+    kind = cpu_kind()
+    path = _cache_path(kind)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        kept = json.loads(path.read_text()) if path.is_file() else {"per_core": {}}
+        if all(p in kept["per_core"] for p in precisions):
+            return kept
+        wanted = sorted(set(precisions) | set(kept["per_core"]) | {"fp32"}, key=DTYPES.index)
+        rounds = [measure_per_core(wanted) for _ in range(2)]
+        doubt = _doubts(kind, rounds)
+        record = {"cpu": kind.model, "units": list(kind.units), "mhz": kind.mhz, "torch_key": kind.key,
+                  "per_core": {p: max(r[p] for r in rounds) for p in wanted},
+                  "bound_per_core": {p: kind.bound_per_core(p) for p in wanted},
+                  "measured": time.strftime("%Y-%m-%dT%H:%M:%S"), "kept": doubt is None, "doubt": doubt}
+        if doubt is None:
+            write_text_atomic(path, json.dumps(record, indent=1))
+        return record
+
+
+def fastest_precision() -> tuple[str, str]:
+    """`auto` on this CPU: (precision, why), from this kind's kept or fresh measurement."""
+    rec = profile(("fp32", "bf16"))
+    fp32, bf16 = rec["per_core"]["fp32"], rec["per_core"]["bf16"]
+    choice = "bf16" if bf16 >= BF16_MARGIN * fp32 else "fp32"
+    where = "kept in " + str(_cache_path(cpu_kind())) if rec["kept"] else f"not kept: {rec['doubt']}"
+    return choice, (f"bf16 matmuls {bf16 / 1e9:.0f} vs fp32 {fp32 / 1e9:.0f} GFLOP/s per core on "
+                    f"{cpu_kind().describe()}; bf16 needs {BF16_MARGIN}x ({where})")
+
+
+def peak(precision: str) -> tuple[float, str]:
+    """This process's peak FLOP/s in `precision` and the basis it rests on."""
+    rec = profile((precision,))
+    per_core, cores = rec["per_core"][precision], cores_in_use()
+    bound = rec["bound_per_core"].get(precision)
+    kind = cpu_kind()
+    basis = (f"{cores} core(s) x {per_core / 1e9:.0f} GFLOP/s {precision} per core, measured on "
+             f"one-thread matmuls{'' if rec['kept'] else ' (unsteady: ' + str(rec['doubt']) + ')'}")
+    if bound:
+        basis += (f"; the reported clock gives {bound / 1e9:.0f} = {kind.mhz / 1000:.2f} GHz x "
+                  f"{bound / kind.mhz / 1e6:.0f} FLOP/cycle (turbo may exceed it)")
+    return per_core * cores, basis

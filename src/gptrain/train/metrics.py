@@ -19,59 +19,25 @@ def flops_per_token(model_cfg, n_params: int) -> float:
     return 6 * n_params + 12 * L * H * Q * T
 
 
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), or the architecture where that is not readable."""
-    import platform
-
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine() or "unknown"
-
-
-def peak_flops(device, configured: float | None, precision: str = "fp32") -> float:
-    """Per-device peak FLOP/s of the precision the run computes in: configured, a known GPU's
-    (its bf16/fp16 tensor-core table; fp32 runs as TF32 at half of it), or on CPU a measured
-    matmul rate in that dtype. A CPU with AMX multiplies bf16 several times faster than fp32, so
-    an fp32 peak would put a bf16 run's MFU above 100%. The measurement is cached per CPU model,
-    thread count and precision: one $GPTRAIN_HOME on a cluster's shared disk sees many machines."""
-    import hashlib
-
-    import torch
-
+def peak_flops(device, configured: float | None, precision: str = "fp32") -> tuple[float, str]:
+    """Per-device peak FLOP/s of the precision the run computes in, and its basis: configured,
+    a known GPU's (its bf16/fp16 tensor-core table; fp32 runs as TF32 at half of it), or on a
+    CPU the kept per-core matmul rate in that dtype times the cores in use (train/cpu.py). A
+    CPU with AMX multiplies bf16 several times faster than fp32, so an fp32 peak would put a
+    bf16 run's MFU above 100%."""
     if configured:
-        return configured
+        return configured, "metrics.peak_flops as configured"
     if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        peak = next((v for k, v in GPU_PEAK_FLOPS.items() if k in name), 312e12)
-        return peak / 2 if precision == "fp32" else peak
-    from gptrain.atomic import write_text_atomic
-    from gptrain.home import home
+        import torch
 
-    model = cpu_model()
-    threads = torch.get_num_threads()
-    key = hashlib.sha1(model.encode()).hexdigest()[:12]
-    cache = home() / "cache" / f"cpu_peak_flops_v3_{key}_{threads}t_{precision}.json"
-    if cache.is_file():
-        return json.loads(cache.read_text())["flops"]
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
-    gen = torch.Generator().manual_seed(0)  # leave the global RNG (dropout, init) untouched
-    flops = 0.0
-    for m, k, n in ((1024, 1024, 1024), (2048, 384, 1536), (4096, 384, 384)):  # square, MLP-like
-        a, b = torch.randn(m, k, generator=gen).to(dtype), torch.randn(k, n, generator=gen).to(dtype)
-        best = float("inf")
-        for _ in range(3):  # the best of several: a busy moment must not lower the peak
-            start = time.perf_counter()
-            a @ b
-            best = min(best, time.perf_counter() - start)
-        flops = max(flops, 2 * m * k * n / best)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(cache, json.dumps({"flops": flops, "threads": threads, "cpu": model,
-                                         "precision": precision}))
-    return flops
+        name = torch.cuda.get_device_name(device)
+        known = next((k for k in GPU_PEAK_FLOPS if k in name), None)
+        peak = GPU_PEAK_FLOPS.get(known, 312e12)
+        basis = f"{name}: dense bf16 {peak / 1e12:.0f} TFLOP/s" + ("" if known else " (unknown GPU: A100's)")
+        return (peak / 2, basis + ", fp32 as TF32 at half") if precision == "fp32" else (peak, basis)
+    from gptrain.train import cpu
+
+    return cpu.peak(precision)
 
 
 class MetricsLogger:

@@ -23,6 +23,7 @@ class Plan:
     batch_size: int         # rows per data-parallel rank per micro-step (a pipeline's whole batch)
     grad_accum_steps: int   # micro-steps per optimizer step (1 under pipeline parallel)
     pp_microbatches: int    # microbatches the pipeline splits batch_size into (0 without pp)
+    precision_why: str = "as set"  # what decided the precision (printed at start)
 
     @property
     def compute_dtype(self):
@@ -37,24 +38,31 @@ class Plan:
         return self.batch_size * self.grad_accum_steps * self.dims.dp
 
 
-def cpu_has_bf16() -> bool:
-    """Native bf16 matmuls (AVX512-BF16 or AMX): only then is bf16 autocast faster on a CPU."""
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-    return " avx512_bf16" in flags or " amx_bf16" in flags
-
-
-def resolve_precision(setting: str, device_type: str) -> str:
-    """auto: bf16 on GPUs that support it and on CPUs with native bf16, else fp32."""
+def resolve_precision(setting: str, device_type: str) -> tuple[str, str]:
+    """(precision, why). auto: bf16 on GPUs that support it; on a CPU the dtype its matmuls run
+    fastest in, measured once per CPU kind (train/cpu.py); every rank takes rank 0's choice."""
     if setting != "auto":
-        return setting
+        return setting, "as set"
     if device_type == "cuda":
         import torch
 
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_has_bf16() else "fp32"
+        return ("bf16", "auto: the GPU supports bf16") if torch.cuda.is_bf16_supported() \
+            else ("fp32", "auto: the GPU lacks bf16")
+    from gptrain.train.cpu import fastest_precision
+
+    choice, why = _decided_on_rank0(fastest_precision)
+    return choice, f"auto -> {choice}: {why}"
+
+
+def _decided_on_rank0(decide):
+    """decide() on rank 0 alone, its answer on every rank: one measurement, one precision."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return decide()
+    box = [decide() if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def resolve(cfg: Config, device_type: str, world: int) -> Plan:
@@ -75,9 +83,9 @@ def resolve(cfg: Config, device_type: str, world: int) -> Plan:
         if pc.pp_schedule == "interleaved_1f1b" and microbatches % dims.pp:
             raise UserError(f"interleaved_1f1b needs pp_microbatches ({microbatches}) to be a "
                             f"multiple of pp ({dims.pp})")
-    return Plan(precision=resolve_precision(tc.precision, device_type), dims=dims,
-                batch_size=tc.batch_size, grad_accum_steps=tc.grad_accum_steps,
-                pp_microbatches=microbatches)
+    precision, why = resolve_precision(tc.precision, device_type)
+    return Plan(precision=precision, dims=dims, batch_size=tc.batch_size,
+                grad_accum_steps=tc.grad_accum_steps, pp_microbatches=microbatches, precision_why=why)
 
 
 def apply_global_batch(cfg: Config, dp: int, pp: int) -> None:

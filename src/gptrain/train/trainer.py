@@ -368,10 +368,15 @@ class Trainer:
         stop.install()
         tokens_per_step = self.plan.rows_per_step * self.model_cfg.block_size
         flops_tok = flops_per_token(self.model_cfg, self.n_params)
-        peak = peak_flops(env.device, self.cfg.metrics.peak_flops, self.plan.precision) * env.world
         self.log_main(f"training {self.n_params / 1e6:.2f}M parameters on {env.world} x "
                       f"{env.device.type} ({self.plan.precision}), {self.total_steps} steps, "
                       f"{tokens_per_step:,} tokens/step")
+        self.log_main(f"precision {self.plan.precision_why}")
+        peak = 0.0
+        if env.is_main:  # only rank 0 reports MFU; peers on one host would time each other
+            peak, basis = peak_flops(env.device, self.cfg.metrics.peak_flops, self.plan.precision)
+            peak *= env.world
+            self.log_main(f"mfu basis: {env.world} x ({basis})")
         window_start, window_steps, run_start = time.perf_counter(), 0, time.perf_counter()
         status = "completed"
         try:
@@ -385,7 +390,7 @@ class Trainer:
                         dist.all_reduce(loss, op=dist.ReduceOp.AVG)
                     elapsed = time.perf_counter() - window_start
                     tok_s = tokens_per_step * window_steps / elapsed
-                    mfu = flops_tok * tok_s / peak
+                    mfu = flops_tok * tok_s / peak if peak else 0.0
                     self.last["train_loss"] = loss.item()
                     self.metrics.log(self.step, {"loss": loss.item(), "lr": lr, "tokens_per_s": tok_s,
                                                  "mfu": mfu, "tokens": self.step * tokens_per_step})
