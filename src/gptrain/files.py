@@ -28,11 +28,6 @@ def check_plain_name(name, where) -> str:
     return name
 
 
-# A Hugging Face model directory: config.json beside one of these (models/hf.py reads them).
-HF_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                   "pytorch_model.bin.index.json")
-
-
 def within(path, root) -> bool:
     """Whether `path`, links followed, lies inside `root`: what a copy or a zip of a job's files
     may take (a link a job's program made to /etc/shadow is left out)."""
@@ -40,11 +35,6 @@ def within(path, root) -> bool:
         return Path(path).resolve().is_relative_to(Path(root).resolve())
     except (OSError, RuntimeError):  # a link loop
         return False
-
-
-def is_hf_dir(path) -> bool:
-    p = Path(path)
-    return (p / "config.json").is_file() and any((p / f).is_file() for f in HF_WEIGHT_FILES)
 
 
 @contextmanager

@@ -66,7 +66,9 @@ def build_model(cfg: Config, vocab_size: int):
     overrides = dict(attn_implementation=mc.attn_implementation, dropout=mc.dropout)
     src = Path(mc.init_from).expanduser()
     if src.is_dir() and (ckpt.is_checkpoint_dir(src) or ckpt.find_latest(src)):
-        model, _ = ckpt.load_for_inference(src, "cpu", **overrides)
+        from gptrain.models.load import load_for_inference
+
+        model, _ = load_for_inference(src, "cpu", **overrides)
     elif src.is_file():  # a nanoGPT ckpt.pt
         from gptrain.models.nanogpt import load_nanogpt
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gptrain.errors import UserError
 from gptrain.files import is_plain_name
-from gptrain.train.checkpoint_files import is_checkpoint_dir
+from gptrain.weights.layout import by_step, is_checkpoint_dir
 
 
 def _fs(url: str):
@@ -61,7 +61,7 @@ def upload(local: Path, url: str, keep_last: int | None) -> None:
             fs.put_file(str(f), f"{dest}/{f.relative_to(local).as_posix()}")
     fs.pipe_file(f"{root}/latest", local.name.encode())
     if keep_last:
-        steps = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)
+        steps = by_step(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)
                        if p.rstrip("/").rsplit("/", 1)[-1].startswith("step-"))
         for name in steps[:-keep_last]:
             fs.rm(f"{root}/{name}", recursive=True)
