@@ -28,6 +28,16 @@ def check_plain_name(name, where) -> str:
     return name
 
 
+def is_num(v) -> bool:
+    """A number read from a file: an int or a float, not a bool."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def number(v) -> float | None:
+    """v as a float when it is a real number (not a bool, not NaN), else None."""
+    return float(v) if is_num(v) and v == v else None
+
+
 def within(path, root) -> bool:
     """Whether `path`, links followed, lies inside `root`: what a copy or a zip of a job's files
     may take (a link a job's program made to /etc/shadow is left out)."""

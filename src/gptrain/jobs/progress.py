@@ -12,7 +12,6 @@ Read, without torch, from the first of:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from gptrain.jobs.found import ROOTS
@@ -40,23 +39,8 @@ def jsonl_path(job_dir: Path) -> Path | None:
 
 
 def from_jsonl(path: Path) -> dict:
-    """The last train and eval records of a metrics.jsonl (read from its end; bad lines skipped)."""
-    out: dict = {}
-    with open(path, "rb") as f:
-        f.seek(0, 2)
-        f.seek(max(0, f.tell() - TAIL_BYTES))
-        lines = f.read().decode(errors="replace").splitlines()
-    for line in reversed(lines):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
-            continue
-        for prefix in ("train", "eval"):
-            if prefix not in out and hf.is_num(rec.get(f"{prefix}/loss")):
-                out[prefix] = {"step": rec["step"], **{k.split("/", 1)[1]: v for k, v in rec.items()
-                                                       if k.startswith(prefix + "/") and hf.is_num(v)}}
-        if len(out) == 2:
-            break
-    return out
+    """The last train and eval records of a metrics.jsonl (read from its last TAIL_BYTES by
+    jobs/metrics_file.py; bad lines skipped)."""
+    mf = MetricsFile(path, tail_bytes=TAIL_BYTES)
+    mf.refresh()
+    return {prefix: rec for prefix in ("train", "eval") if (rec := mf.last_record(prefix))}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gptrain.files import is_num, number
 from gptrain.weights.names import is_weight_file
 
 # A Hugging Face model directory: config.json beside one of these (models/hf.py reads them).
@@ -91,12 +92,3 @@ def newest_trainer_state(roots) -> dict | None:
         if isinstance(state.get("global_step"), int):
             return state
     return None
-
-
-def is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def number(v) -> float | None:
-    """v as a float when it is a real number (not a bool, not NaN), else None."""
-    return float(v) if is_num(v) and v == v else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gptrain.files import number
 from gptrain.weights import hf, layout
 from gptrain.weights.names import WEIGHT_SUFFIXES
 
@@ -45,9 +46,9 @@ def read_meta(p: Path) -> dict:
             state = layout.read_state(p)
         except UserError:  # listed, step from its name: using it says what is wrong with it
             return {"kind": "gptrain"}
-        out = {"kind": "gptrain", "step": state["step"], "train_loss": hf.number(state.get("train_loss")),
-               "eval_loss": hf.number(state.get("eval_loss"))}
-        return {**out, "time": state["saved_at"]} if hf.number(state.get("saved_at")) else out
+        out = {"kind": "gptrain", "step": state["step"], "train_loss": number(state.get("train_loss")),
+               "eval_loss": number(state.get("eval_loss"))}
+        return {**out, "time": state["saved_at"]} if number(state.get("saved_at")) else out
     if p.is_dir() and hf.is_hf_trainer_dir(p):
         return {"kind": "hf-trainer", **hf.progress(p / hf.STATE_FILE)}
     if p.is_dir():
@@ -72,4 +73,4 @@ def read_nanogpt_meta(path) -> dict | None:
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("iter_num"), int):
         return None
     loss = ckpt.get("best_val_loss")
-    return {"step": ckpt["iter_num"], "eval_loss": hf.number(loss.item() if hasattr(loss, "item") else loss)}
+    return {"step": ckpt["iter_num"], "eval_loss": number(loss.item() if hasattr(loss, "item") else loss)}
