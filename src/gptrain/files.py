@@ -9,6 +9,7 @@ No heavy imports at module level: the CLI's listing commands use this.
 from __future__ import annotations
 
 import json
+import os
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,6 +20,13 @@ def is_plain_name(name) -> bool:
     """A file name with no directory part: not empty, '.', '..', absolute, or holding '/', '\\' or NUL."""
     return (isinstance(name, str) and name not in ("", ".", "..")
             and not any(c in name for c in "/\\\0"))
+
+
+def shown(name) -> str:
+    """A file name or path from disk as text any terminal, JSON, SQLite or zip takes: bytes that
+    are not UTF-8 as \\xNN, a newline or another control character escaped (\\n, \\x1b)."""
+    text = os.fsencode(str(name)).decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def check_plain_name(name, where) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from gptrain.files import shown
+
 WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
 HF_SHARD = re.compile(r"(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)")
 # never a model: a Trainer's side files (pickled arguments, optimizer, scheduler, RNG states) and
@@ -25,13 +27,7 @@ MAX_NAME = 255  # characters: no file system makes a longer one; anything beyond
 def is_listable(name: str) -> bool:
     """Whether a file name from disk can be shown and recorded as it is: valid UTF-8, printable
     (no newline, tab or escape), not empty and not longer than MAX_NAME."""
-    if not name or len(name) > MAX_NAME or not name.isprintable():
-        return False
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:  # non-UTF-8 bytes, held by os.fsdecode as lone surrogates
-        return False
-    return True
+    return bool(name) and len(name) <= MAX_NAME and shown(name) == name  # not UTF-8: held as surrogates
 
 
 def is_weight_file(name: str) -> bool:
