@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gptrain.jobs.found import ROOTS
+from gptrain.jobs.metrics_file import MetricsFile
 from gptrain.weights import hf
 
 TAIL_BYTES = 65536
