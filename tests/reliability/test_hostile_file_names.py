@@ -7,11 +7,10 @@ was renamed. Now such names are not listed (weights/names.py) and everything els
 import json
 import os
 import textwrap
-import time
 import urllib.request
 import zipfile
 
-from tests.browser.conftest import Console
+from tests.browser.conftest import Console, wait_until
 from tests.conftest import run_cli
 from tests.integration.test_jobs import ok, wait_for
 
@@ -45,15 +44,6 @@ def _recorded(name: str) -> set[str]:
     return {c["name"] for c in store.checkpoints(name)}
 
 
-def _wait(fn, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if fn():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} after {timeout}s")
-
-
 def _no_traceback(*args):
     r = run_cli(*args)
     assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stdout, r.stderr)
@@ -67,7 +57,7 @@ def test_hostile_names_in_a_running_job_are_skipped_and_the_job_goes_on(slots, t
     prog.write_text(PROGRAM)
     ok("run", "names", "--", prog)
     # the supervisor scanned the folders after the hostile names were made, and lived
-    _wait(lambda: "output/step_1.pt" in _recorded("names") or store.get_job("names")["state"] == "failed",
+    wait_until(lambda: "output/step_1.pt" in _recorded("names") or store.get_job("names")["state"] == "failed",
           120, "checkpoint output/step_1.pt recorded by the supervisor")
     assert store.get_job("names")["state"] == "running", store.get_job("names")
     assert _recorded("names") == {"output/step_1.pt", LONG, "output/" + LONG}  # a long name is a name
