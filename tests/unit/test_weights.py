@@ -87,3 +87,18 @@ def test_the_jobs_row_reads_only_the_tail_of_metrics_jsonl(tmp_path):
         f.write(json.dumps({"step": 3001, "eval/loss": 2.0}) + "\n")
     mf.refresh()  # incremental: the appended line only
     assert mf.last_record("eval") == {"step": 3001, "loss": 2.0}
+
+
+def test_what_a_model_is_loaded_from_is_decided_once(tmp_path):
+    """models/load.py and train/model_init.py both ask weights/kinds.source_kind."""
+    from gptrain.weights.kinds import source_kind
+
+    ck = _gptrain_ckpt(tmp_path / "run" / "checkpoints" / "step-2", 2)
+    (tmp_path / "ckpt.pt").write_bytes(b"x")
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    (hf / "model.safetensors").write_bytes(b"w")
+    (tmp_path / "empty").mkdir()
+    assert [source_kind(p) for p in (ck, tmp_path / "run", tmp_path / "ckpt.pt", hf, tmp_path / "empty",
+                                      "gpt2")] == ["gptrain", "gptrain", "nanogpt", "hf", None, None]

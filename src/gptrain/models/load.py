@@ -47,14 +47,16 @@ def load_model(source: str, device: str = "cpu", **overrides):
     resolved: a gptrain checkpoint or training output directory, a Hugging Face model directory
     (a Trainer's checkpoint-N included) or hub id, or a nanoGPT ckpt.pt file."""
     from gptrain.models import hf
+    from gptrain.weights.kinds import source_kind
 
     path = Path(source).expanduser()
-    if path.is_file():
+    kind = source_kind(path)
+    if kind == "nanogpt":
         from gptrain.models.nanogpt import load_nanogpt
 
         model, tok = load_nanogpt(path, **overrides)
         return model.to(device).eval(), tok
-    if path.is_dir() and not hf.is_hf_dir(path):
+    if kind == "gptrain" or (kind is None and path.is_dir()):  # the latter: says what it lacks
         return load_for_inference(path, device, **overrides)
     model, model_dir = hf.load_hf(str(path) if path.exists() else source, **overrides)
     tok = tokenizer_of_dir(model_dir)

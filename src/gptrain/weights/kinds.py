@@ -36,6 +36,21 @@ def kind_of(path) -> str | None:
     return None
 
 
+def source_kind(path) -> str | None:
+    """What a model is loaded from, for a path resolved at the CLI edge (gptrain/refs.py):
+    'nanogpt' for a file (models/nanogpt.py says when it is not one), 'gptrain' for a checkpoint
+    or a training output directory holding one, 'hf' for a HF model directory (a Trainer's
+    checkpoint-N included), None for a directory that is none of these or no local path (a hub id)."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return "nanogpt"
+    if not p.is_dir():
+        return None
+    if layout.is_checkpoint_dir(p) or layout.find_latest(p) is not None:
+        return "gptrain"
+    return "hf" if hf.is_hf_dir(p) else None
+
+
 def read_meta(p: Path) -> dict:
     """{'kind', and what the files say: 'step', 'train_loss', 'eval_loss', 'time'} of a path
     the scan found (weights/scan.py), each read once."""
