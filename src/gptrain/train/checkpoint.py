@@ -28,7 +28,8 @@ from torch.distributed.checkpoint import FileSystemWriter
 
 from gptrain.errors import UserError
 from gptrain.weights.dcp import dcp_error, load_tensors
-from gptrain.weights.layout import STATE_FILE, by_step, find_latest, is_checkpoint_dir, read_state, resolve  # noqa: F401
+from gptrain.weights.layout import (STATE_FILE, complete, find_latest, is_checkpoint_dir, read_state,  # noqa: F401
+                                    resolve, root_of, step_name)
 
 
 def _barrier():
@@ -102,8 +103,7 @@ def save(output_dir, step: int, tensors: dict, trainer_state: dict, keep_last: i
     With `remote`, the committed checkpoint is then copied there (train/remote.py)."""
     from safetensors.torch import save_file
 
-    root = Path(output_dir) / "checkpoints"
-    name = f"step-{step:06d}"
+    root, name = root_of(output_dir), step_name(step)
     tmp = root / f".tmp-{name}"
     try:
         if _rank() == 0:
@@ -134,8 +134,7 @@ def _prune(root: Path, keep_last: int | None) -> None:
     for stale in root.glob(".tmp-step-*"):
         shutil.rmtree(stale, ignore_errors=True)
     if keep_last:
-        done = by_step(p for p in root.glob("step-*") if is_checkpoint_dir(p))
-        for old in done[:-keep_last]:
+        for old in complete(root)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
 
 

@@ -19,6 +19,20 @@ from gptrain.weights.names import step_of
 STATE_FILE = "trainer_state.json"
 
 
+def root_of(output_dir) -> Path:
+    """OUTPUT/checkpoints: where a training run's checkpoints and `latest` live."""
+    return Path(output_dir) / "checkpoints"
+
+
+def step_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+def complete(root) -> list[Path]:
+    """The complete checkpoints in OUTPUT/checkpoints, oldest to newest."""
+    return by_step(p for p in Path(root).glob("step-*") if is_checkpoint_dir(p))
+
+
 def by_step(paths) -> list[Path]:
     """Paths oldest to newest by the step in their names (then by name)."""
     return sorted(paths, key=lambda p: (step_of(Path(p).name) or -1, str(p)))
@@ -41,13 +55,13 @@ def read_state(path) -> dict:
 def find_latest(output_dir) -> Path | None:
     """The newest complete checkpoint under OUTPUT/checkpoints (None if there is none): the one
     `latest` names, else the highest step."""
-    ckpt_root = Path(output_dir) / "checkpoints"
+    ckpt_root = root_of(output_dir)
     pointer = ckpt_root / "latest"
     if pointer.is_file():
         name = pointer.read_text(errors="replace").strip()
         if is_plain_name(name) and is_checkpoint_dir(ckpt_root / name):  # never a path outside
             return ckpt_root / name
-    done = by_step(p for p in ckpt_root.glob("step-*") if is_checkpoint_dir(p))
+    done = complete(ckpt_root)
     return done[-1] if done else None
 
 
