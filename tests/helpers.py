@@ -79,7 +79,7 @@ def losses(out: Path) -> dict[int, float]:
 
 
 def model_tensors(ckpt_dir: Path) -> dict:
-    from gptrain.train.checkpoint import load_for_inference
+    from gptrain.models.load import load_for_inference
 
     model, _ = load_for_inference(ckpt_dir)
     return model.state_dict()

@@ -9,6 +9,7 @@ No heavy imports at module level: the CLI's listing commands use this.
 from __future__ import annotations
 
 import json
+import os
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,6 +22,13 @@ def is_plain_name(name) -> bool:
             and not any(c in name for c in "/\\\0"))
 
 
+def shown(name) -> str:
+    """A file name or path from disk as text any terminal, JSON, SQLite or zip takes: bytes that
+    are not UTF-8 as \\xNN, a newline or another control character escaped (\\n, \\x1b)."""
+    text = os.fsencode(str(name)).decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
 def check_plain_name(name, where) -> str:
     if not is_plain_name(name):
         raise UserError(f"{where} names the file {name!r}, which is not a plain file name in its "
@@ -28,9 +36,14 @@ def check_plain_name(name, where) -> str:
     return name
 
 
-# A Hugging Face model directory: config.json beside one of these (models/hf.py reads them).
-HF_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                   "pytorch_model.bin.index.json")
+def is_num(v) -> bool:
+    """A number read from a file: an int or a float, not a bool."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def number(v) -> float | None:
+    """v as a float when it is a real number (not a bool, not NaN), else None."""
+    return float(v) if is_num(v) and v == v else None
 
 
 def within(path, root) -> bool:
@@ -40,11 +53,6 @@ def within(path, root) -> bool:
         return Path(path).resolve().is_relative_to(Path(root).resolve())
     except (OSError, RuntimeError):  # a link loop
         return False
-
-
-def is_hf_dir(path) -> bool:
-    p = Path(path)
-    return (p / "config.json").is_file() and any((p / f).is_file() for f in HF_WEIGHT_FILES)
 
 
 @contextmanager

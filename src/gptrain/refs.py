@@ -62,7 +62,9 @@ def newest_loadable(rows: list[dict], what: str, see: str) -> str:
 
 
 def _local(path: Path, ref: str) -> Path:
-    from gptrain.jobs.found import WEIGHT_SUFFIXES, kind_of, scan_folder
+    from gptrain.weights.kinds import kind_of
+    from gptrain.weights.names import WEIGHT_SUFFIXES
+    from gptrain.weights.scan import scan_folder
 
     if path.is_file():
         if path.suffix in (".pt", ".pth", ".ckpt"):
@@ -71,7 +73,7 @@ def _local(path: Path, ref: str) -> Path:
         raise UserError(f"{ref} is a file, not a model{hint}; {KINDS_HINT}")
     if kind_of(path):
         return path
-    from gptrain.train.checkpoint_files import find_latest
+    from gptrain.weights.layout import find_latest
 
     if find_latest(path) is not None:  # a gptrain training output directory
         return path

@@ -64,7 +64,7 @@ def test_two_rank_checkpoint_loads_in_one_process_and_hf(data, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from gptrain.models.hf import export_hf
-    from gptrain.train.checkpoint import load_for_inference
+    from gptrain.models.load import load_for_inference
 
     model, tok = load_for_inference(ckpt)
     hf_dir = export_hf(model, tok, tmp_path / "hf")

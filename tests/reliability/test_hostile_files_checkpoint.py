@@ -122,7 +122,7 @@ def test_metadata_naming_bytes_entries_is_refused(trained, tmp_path):
     from torch.distributed.checkpoint.filesystem import _StorageInfo
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
 
-    from gptrain.train.checkpoint import _MetadataUnpickler
+    from gptrain.weights.dcp import _MetadataUnpickler
 
     data, ckpt = trained
     bad = _copy(ckpt, tmp_path / "bytes" / "step-000002")

@@ -68,7 +68,7 @@ def _train_args(data, out, *extra):
 
 
 def _no_checkpoint(out):
-    from gptrain.train.checkpoint_files import find_latest
+    from gptrain.weights.layout import find_latest
 
     root = out / "checkpoints"
     assert find_latest(out) is None

@@ -1,4 +1,4 @@
-"""Checkpoint discovery (jobs/found.py): one row per checkpoint of each kind, nothing else."""
+"""Checkpoint discovery (jobs/found.py over weights/scan.py): one row per checkpoint of each kind, nothing else."""
 
 import json
 import os

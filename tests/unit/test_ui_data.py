@@ -6,8 +6,8 @@ import json
 import numpy as np
 
 from gptrain.ui.downsample import minmax
-from gptrain.ui.metrics import MetricsFile
-from gptrain.ui.sparkline import loss_line, sparkline
+from gptrain.jobs.sparkline import loss_line, sparkline
+from gptrain.ui.metrics import Chart as MetricsFile  # the library's reader, with curves
 from tests.browser.recorded_jobs import write_metrics
 
 
@@ -74,9 +74,9 @@ def test_sparkline_of_a_falling_loss(tmp_path):
 
 
 def test_a_file_is_read_in_blocks_rows_across_their_edges(tmp_path, monkeypatch):
-    from gptrain.ui import metrics
+    from gptrain.jobs import metrics_file
 
-    monkeypatch.setattr(metrics, "BLOCK", 300)  # a few rows a block; rows straddle the edges
+    monkeypatch.setattr(metrics_file, "BLOCK", 300)  # a few rows a block; rows straddle the edges
     path = tmp_path / "metrics.jsonl"
     write_metrics(path, 40)
     with open(path, "a") as f:

@@ -107,7 +107,7 @@ def cmd_fetch(args, extra) -> int:
     from gptrain.jobs import store
     from gptrain.jobs.local import job_dir
 
-    from gptrain.files import within
+    from gptrain.files import shown, within
     from gptrain.jobs.secrets import masked
 
     store.get_job(args.name)
@@ -120,9 +120,9 @@ def cmd_fetch(args, extra) -> int:
             if not f.is_file() or f.name.startswith(".tmp") or not within(f, src):
                 continue  # links out of the job (to /etc/shadow, say) are left out
             if f.suffix in (".log", ".out"):  # logs as `gptrain logs` shows them: secrets masked
-                z.writestr(str(f.relative_to(src.parent)), masked(args.name, f.read_text(errors="replace")))
+                z.writestr(shown(f.relative_to(src.parent)), masked(args.name, f.read_text(errors="replace")))
             else:
-                z.write(f, f.relative_to(src.parent))
+                z.write(f, shown(f.relative_to(src.parent)))  # a non-UTF-8 name: escaped
     tmp.rename(dest)
     print(f"wrote {dest}")
     return 0

@@ -155,7 +155,7 @@ def _runs(spec: dict) -> str:
 def _print_loss_sparkline(name: str) -> None:
     from gptrain.jobs.local import job_dir
     from gptrain.jobs.progress import jsonl_path
-    from gptrain.ui.sparkline import loss_line
+    from gptrain.jobs.sparkline import loss_line
 
     line = loss_line(jsonl_path(job_dir(name)))
     if line:

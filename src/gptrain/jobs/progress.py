@@ -7,13 +7,16 @@ Read, without torch, from the first of:
                                    ...} as the built-in trainer writes (docs/script-outputs.md)
   a Hugging Face trainer_state.json  the newest among output/ and the checkpoint-N/ folders
                                    under output/ and checkpoints/: its log_history's last "loss"
-                                   and "eval_loss" records
+                                   and "eval_loss" records (weights/hf.py reads it)
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from gptrain.jobs.found import ROOTS
+from gptrain.jobs.metrics_file import MetricsFile
+from gptrain.weights import hf
 
 TAIL_BYTES = 65536
 
@@ -24,8 +27,8 @@ def latest(job_dir) -> dict:
     path = jsonl_path(job_dir)
     if path is not None:
         return from_jsonl(path)
-    state = newest_trainer_state(job_dir)
-    return from_trainer_state(state) if state else {}
+    state = hf.newest_trainer_state(job_dir / root for root in ROOTS)
+    return hf.last_records(state) if state else {}
 
 
 def jsonl_path(job_dir: Path) -> Path | None:
@@ -37,66 +40,8 @@ def jsonl_path(job_dir: Path) -> Path | None:
 
 
 def from_jsonl(path: Path) -> dict:
-    """The last train and eval records of a metrics.jsonl (read from its end; bad lines skipped)."""
-    out: dict = {}
-    with open(path, "rb") as f:
-        f.seek(0, 2)
-        f.seek(max(0, f.tell() - TAIL_BYTES))
-        lines = f.read().decode(errors="replace").splitlines()
-    for line in reversed(lines):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
-            continue
-        for prefix in ("train", "eval"):
-            if prefix not in out and _is_num(rec.get(f"{prefix}/loss")):
-                out[prefix] = {"step": rec["step"], **{k.split("/", 1)[1]: v for k, v in rec.items()
-                                                       if k.startswith(prefix + "/") and _is_num(v)}}
-        if len(out) == 2:
-            break
-    return out
-
-
-def newest_trainer_state(job_dir: Path) -> dict | None:
-    """The newest HF trainer_state.json under the job's roots (by mtime: only that one is read,
-    as `gptrain jobs` reads one per job and a long run's log history is large)."""
-    from gptrain.jobs.found import ROOTS, json_or_empty
-
-    found = []
-    for root in ROOTS:
-        base = job_dir / root
-        for pattern in ("trainer_state.json", "checkpoint-*/trainer_state.json", "*/trainer_state.json",
-                        "*/checkpoint-*/trainer_state.json"):
-            for path in base.glob(pattern):
-                try:
-                    found.append((path.stat().st_mtime, str(path)))
-                except OSError:
-                    continue
-    for _, path in sorted(found, reverse=True):
-        state = json_or_empty(path)
-        if isinstance(state.get("global_step"), int):
-            return state
-    return None
-
-
-def from_trainer_state(state: dict) -> dict:
-    """The last train ("loss") and eval ("eval_loss") records of a HF log_history."""
-    out: dict = {}
-    history = state.get("log_history")
-    for rec in reversed(history if isinstance(history, list) else []):
-        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
-            continue
-        if "train" not in out and _is_num(rec.get("loss")):
-            out["train"] = {"step": rec["step"], "loss": rec["loss"],
-                            **{k: rec[k] for k in ("learning_rate", "grad_norm", "epoch") if _is_num(rec.get(k))}}
-        if "eval" not in out and _is_num(rec.get("eval_loss")):
-            out["eval"] = {"step": rec["step"], "loss": rec["eval_loss"]}
-        if len(out) == 2:
-            break
-    return out
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """The last train and eval records of a metrics.jsonl (read from its last TAIL_BYTES by
+    jobs/metrics_file.py; bad lines skipped)."""
+    mf = MetricsFile(path, tail_bytes=TAIL_BYTES)
+    mf.refresh()
+    return {prefix: rec for prefix in ("train", "eval") if (rec := mf.last_record(prefix))}

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from gptrain.errors import UserError
-from gptrain.files import is_hf_dir  # noqa: F401  (the one test of a HF model directory)
+from gptrain.weights.hf import is_hf_dir  # noqa: F401  (the one test of a HF model directory)
 
 
 def resolve(name_or_path: str) -> Path:

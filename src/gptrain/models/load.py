@@ -47,16 +47,16 @@ def load_model(source: str, device: str = "cpu", **overrides):
     resolved: a gptrain checkpoint or training output directory, a Hugging Face model directory
     (a Trainer's checkpoint-N included) or hub id, or a nanoGPT ckpt.pt file."""
     from gptrain.models import hf
+    from gptrain.weights.kinds import source_kind
 
     path = Path(source).expanduser()
-    if path.is_file():
+    kind = source_kind(path)
+    if kind == "nanogpt":
         from gptrain.models.nanogpt import load_nanogpt
 
         model, tok = load_nanogpt(path, **overrides)
         return model.to(device).eval(), tok
-    if path.is_dir() and not hf.is_hf_dir(path):
-        from gptrain.train.checkpoint import load_for_inference
-
+    if kind == "gptrain" or (kind is None and path.is_dir()):  # the latter: says what it lacks
         return load_for_inference(path, device, **overrides)
     model, model_dir = hf.load_hf(str(path) if path.exists() else source, **overrides)
     tok = tokenizer_of_dir(model_dir)
@@ -65,4 +65,26 @@ def load_model(source: str, device: str = "cpu", **overrides):
             tok = tokenizer_of_dir(model_dir.parent)
         except Exception:  # not loadable there: as if absent (--tokenizer names one)
             tok = None
+    return model.to(device).eval(), tok
+
+
+def load_for_inference(path, device="cpu", **overrides):
+    """(GPT in eval mode, tokenizer) from a checkpoint directory or training output directory."""
+    from gptrain import tokenizers
+    from gptrain.files import reading
+    from gptrain.models.registry import build, config_from_dict
+    from gptrain.weights.dcp import load_tensors
+    from gptrain.weights.layout import STATE_FILE, read_state, resolve
+
+    path = resolve(path)
+    state = read_state(path)
+    with reading(path / STATE_FILE, "checkpoint state"):
+        cfg = config_from_dict(state["model_config"], overrides)
+        model = build(cfg)
+        tok = tokenizers.from_spec(state["tokenizer"]) if state.get("tokenizer") else None
+    sd = {"model": model.state_dict()}
+    if cfg.tie_embeddings:
+        sd["model"].pop("lm_head.weight")  # it is wte
+    load_tensors(path, sd)
+    model.load_state_dict(sd["model"], strict=False)
     return model.to(device).eval(), tok

@@ -242,7 +242,7 @@ def weights_positions(init_from: str) -> int | None:
     trainer_state.json or a HF config.json without loading them; None when unknown (hub ids)."""
     import json
 
-    from gptrain.train.checkpoint_files import find_latest, is_checkpoint_dir, read_state
+    from gptrain.weights.layout import find_latest, is_checkpoint_dir, read_state
 
     path = Path(init_from).expanduser()
     if not path.is_dir():

@@ -9,7 +9,6 @@ import torch
 from gptrain.config import Config
 from gptrain.data.formats import read_meta
 from gptrain.errors import UserError
-from gptrain.train import checkpoint as ckpt
 
 
 def resolve_data(path: str, tokenizer: str = "", init_from: str = "") -> Path:
@@ -37,12 +36,15 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "") -> Path:
 
 def _model_tokenizer(init_from: str) -> str:
     """The tokenizer of the weights a run starts from: a HF directory's own, else gpt2."""
-    if init_from and Path(init_from).expanduser().is_file():
+    from gptrain.weights.kinds import source_kind
+
+    kind = source_kind(init_from) if init_from else None
+    if kind == "nanogpt":
         return "gpt2"  # a nanoGPT ckpt.pt: GPT-2's vocabulary (models/nanogpt.py)
     if init_from:
-        from gptrain.models.hf import is_hf_dir, resolve
+        from gptrain.models.hf import resolve
 
-        if Path(init_from).expanduser().is_dir() and not is_hf_dir(Path(init_from).expanduser()):
+        if kind == "gptrain" or (kind is None and Path(init_from).expanduser().is_dir()):
             raise UserError("data.path is a raw file and model.init_from a gptrain checkpoint: "
                             "set --data.tokenizer to the checkpoint's tokenizer (e.g. gpt2)")
         model_dir = resolve(init_from)
@@ -64,10 +66,15 @@ def build_model(cfg: Config, vocab_size: int):
         torch.manual_seed(cfg.train.seed)  # identical init on every rank
         return build(build_model_config(mc, vocab_size))
     overrides = dict(attn_implementation=mc.attn_implementation, dropout=mc.dropout)
+    from gptrain.weights.kinds import source_kind
+
     src = Path(mc.init_from).expanduser()
-    if src.is_dir() and (ckpt.is_checkpoint_dir(src) or ckpt.find_latest(src)):
-        model, _ = ckpt.load_for_inference(src, "cpu", **overrides)
-    elif src.is_file():  # a nanoGPT ckpt.pt
+    kind = source_kind(src)
+    if kind == "gptrain":
+        from gptrain.models.load import load_for_inference
+
+        model, _ = load_for_inference(src, "cpu", **overrides)
+    elif kind == "nanogpt":
         from gptrain.models.nanogpt import load_nanogpt
 
         model, _ = load_nanogpt(src, **overrides)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gptrain.errors import UserError
 from gptrain.files import is_plain_name
-from gptrain.train.checkpoint_files import is_checkpoint_dir
+from gptrain.weights.layout import by_step, is_checkpoint_dir, root_of
 
 
 def _fs(url: str):
@@ -61,7 +61,7 @@ def upload(local: Path, url: str, keep_last: int | None) -> None:
             fs.put_file(str(f), f"{dest}/{f.relative_to(local).as_posix()}")
     fs.pipe_file(f"{root}/latest", local.name.encode())
     if keep_last:
-        steps = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)
+        steps = by_step(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)
                        if p.rstrip("/").rsplit("/", 1)[-1].startswith("step-"))
         for name in steps[:-keep_last]:
             fs.rm(f"{root}/{name}", recursive=True)
@@ -70,7 +70,7 @@ def upload(local: Path, url: str, keep_last: int | None) -> None:
 def download(url: str, name: str, output_dir: Path) -> Path:
     """REMOTE/name into OUTPUT/checkpoints/name (appears whole or not at all)."""
     fs, root = _fs(url)
-    ckpt_root = Path(output_dir) / "checkpoints"
+    ckpt_root = root_of(output_dir)
     final, tmp = ckpt_root / name, ckpt_root / f".tmp-remote-{name}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

@@ -20,6 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from gptrain.errors import UserError
+from gptrain.files import shown
 from gptrain.jobs import secrets
 from gptrain.ui import sse, views
 from gptrain.ui.downsample import MAX_POINTS
@@ -132,7 +133,7 @@ def _zip(src: Path, top: str) -> str:
         files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
         for f in files:
             if not f.is_symlink():
-                z.write(f, f"{top}/{f.relative_to(src) if f != src else f.name}")
+                z.write(f, shown(f"{top}/{f.relative_to(src) if f != src else f.name}"))
     return tmp
 
 

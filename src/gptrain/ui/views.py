@@ -71,7 +71,7 @@ def metrics_path(name: str) -> Path:
     return jsonl_path(d) or d / "metrics.jsonl"
 
 
-def metrics_of(name: str) -> metrics.MetricsFile:
+def metrics_of(name: str) -> metrics.Chart:
     return metrics.of(metrics_path(name))
 
 

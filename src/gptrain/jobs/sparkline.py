@@ -1,4 +1,4 @@
-"""A loss curve in one line of text, for `gptrain inspect`: ▇▅▄▃▂▂▁▁ (each character the mean of
+"""A loss curve in one line of text, for `gptrain inspect` (and any face that wants one): ▇▅▄▃▂▂▁▁ (each character the mean of
 its share of the train rows, scaled between the lowest and highest of them)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def sparkline(values: list[float], width: int = 48) -> str:
 
 def loss_line(metrics_file: Path | None, width: int = 48) -> str | None:
     """'▇▅▃▂▁ 3.41 -> 1.87 (120 steps)' for a job's metrics.jsonl, or None without train rows."""
-    from gptrain.ui.metrics import MetricsFile
+    from gptrain.jobs.metrics_file import MetricsFile
 
     if metrics_file is None:
         return None

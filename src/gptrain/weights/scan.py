@@ -1,0 +1,117 @@
+"""Finding checkpoints of every kind (weights/kinds.py) in a folder, and "the newest" of them.
+
+Under a folder (and in sub-folders, MAX_DEPTH levels deep) each checkpoint is one row: a
+directory of any kind is one row (not one per file; the folder itself can be one), and any
+other weights file is one row. Everything else (logs, json, txt, tokenizer files, optimizer
+states inside the above) is ignored, and so is a name that cannot be listed as it is
+(weights/names.py: not UTF-8, a newline, too long), a dot-name, a link and `latest`.
+A HF Trainer writes checkpoint-N in place, trainer_state.json last: one without it is skipped.
+
+Reading a nanoGPT file needs torch: `known` passes the rows found before, and a row whose files
+have the same size and mtime is reused, so listing again stays light.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gptrain.weights.hf import HF_WEIGHT_FILES
+from gptrain.weights.kinds import kind_of, read_meta
+from gptrain.weights.names import HF_SHARD, HF_STEP_DIR, NUMBERED_DIR, is_listable, is_weight_file, step_of
+
+MAX_DEPTH = 3  # output/run/checkpoint-N is found; deeper trees are not walked
+
+
+def scan_folder(folder, name: str = "", known: dict | None = None) -> list[dict]:
+    """The checkpoints in one folder (itself included, when it is one), named `name/...`: rows of
+    name, kind, path, step, train_loss, eval_loss, time, mtime, size. `known`: rows found
+    before, by name; a checkpoint whose files are unchanged keeps its row."""
+    folder, rows = Path(folder), []
+    if not folder.is_dir():
+        return rows
+    row = _known(folder, name or folder.name, known or {})
+    if row or kind_of(folder):  # save_model(GPTRAIN_OUTPUT_DIR): the folder itself is a model
+        rows.append(row or _row(folder, name or folder.name))
+    _walk(folder, name + "/" if name else "", 1, known or {}, rows, dirs_only=bool(rows))
+    return rows
+
+
+def newest(rows: list[dict], tops: tuple = ()) -> dict | None:
+    """The newest checkpoint: the row with the highest step, or None. At equal (or unknown)
+    steps a checkpoint proper comes before a row named in `tops` (a folder that is itself a
+    model: an HF Trainer's final save_model into output/ has the last checkpoint-N's step, but
+    not its optimizer state), then the newest in time."""
+    if not rows:
+        return None
+    return max(rows, key=lambda r: (r["step"] if r["step"] is not None else -1, r["name"] not in tops,
+                                    r["time"] or 0))
+
+
+def resume_path(row: dict) -> Path:
+    """What a restarted program resumes from for a found row: a weights file inside a numbered
+    checkpoint folder (checkpoint-8/state.pt) stands for that folder."""
+    path = Path(row["path"])
+    return path.parent if path.is_file() and NUMBERED_DIR.fullmatch(path.parent.name) else path
+
+
+def _walk(folder: Path, prefix: str, depth: int, known: dict, rows: list, dirs_only: bool = False) -> None:
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return
+    for p in entries:
+        if not is_listable(p.name) or p.name.startswith(".") or p.name == "latest" or p.is_symlink():
+            continue
+        name = prefix + p.name
+        if p.is_dir():
+            if HF_STEP_DIR.fullmatch(p.name) and not (p / "trainer_state.json").is_file() and \
+                    ((p / "config.json").is_file() or (p / "optimizer.pt").is_file()):
+                continue  # a Trainer writes checkpoint-N in place, trainer_state.json last: not one yet
+            row = _known(p, name, known)
+            if row or kind_of(p):
+                rows.append(row or _row(p, name))
+            elif depth < MAX_DEPTH:
+                _walk(p, name + "/", depth + 1, known, rows)
+        elif p.is_file() and is_weight_file(p.name) \
+                and not (dirs_only and (p.name in HF_WEIGHT_FILES or HF_SHARD.fullmatch(p.name))):
+            rows.append(_known(p, name, known) or _row(p, name))
+
+
+def _known(p: Path, name: str, known: dict) -> dict | None:
+    """The row found before for this checkpoint when its files are unchanged (same newest
+    mtime and total size): a nanoGPT file is not loaded, a trainer_state.json not parsed again."""
+    old = known.get(name)
+    if not old or not old.get("kind") or old.get("mtime") is None:
+        return None
+    mtime, size = _mtime_size(p)
+    return dict(old) if (old["mtime"], old["size"]) == (mtime, size) and old["path"] == str(p) else None
+
+
+def _row(p: Path, name: str) -> dict:
+    mtime, size = _mtime_size(p)
+    row = {"name": name, "kind": None, "path": str(p), "step": None, "train_loss": None,
+           "eval_loss": None, "time": mtime, "mtime": mtime, "size": size}
+    row.update(read_meta(p))
+    if row["step"] is None:
+        row["step"] = step_of(name, is_file=p.is_file())
+    return row
+
+
+def _mtime_size(p: Path) -> tuple[float, int]:
+    """The newest mtime and the total size of a file or of the files directly in a checkpoint
+    directory (all kinds are flat; a file rewritten in place changes them, not the directory's
+    own mtime; a folder that is a model does not count the checkpoints below it)."""
+    if p.is_file():
+        st = p.stat()
+        return st.st_mtime, st.st_size
+    mtime, size = p.stat().st_mtime, 0
+    with os.scandir(p) as entries:
+        for e in entries:
+            try:
+                if e.is_file(follow_symlinks=False):
+                    st = e.stat()
+                    mtime, size = max(mtime, st.st_mtime), size + st.st_size
+            except OSError:
+                continue
+    return mtime, size
