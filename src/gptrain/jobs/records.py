@@ -1,5 +1,5 @@
-"""A job's record brought up to date, and removed: what every reader of jobs calls (the CLI's
-commands and the web console alike), so both see and do the same."""
+"""A job's record brought up to date, zipped and removed: what every reader of jobs calls (the
+CLI's commands and the web console alike), so both see and do the same."""
 
 from __future__ import annotations
 
@@ -43,3 +43,35 @@ def remove(name: str) -> None:
     store.delete_job(name)
     shutil.rmtree(job_dir(name), ignore_errors=True)
     secrets.remove(name)
+
+
+def zip_job(name: str, dest) -> None:
+    """The job's directory as the zip file `dest` (written beside it, then renamed; nothing is
+    left on failure): its own files only (a link out of the job, to /etc/shadow say, is left
+    out) and its logs as `gptrain logs` shows them, read a page at a time with secrets masked."""
+    import zipfile
+    from pathlib import Path
+
+    from gptrain.files import within
+    from gptrain.jobs import logs, secrets, store
+    from gptrain.jobs.local import job_dir
+
+    store.get_job(name)
+    src, dest = job_dir(name), Path(dest)
+    values = secrets.load(name).values()
+    tmp = dest.with_suffix(".zip.part")
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+            for f in sorted(src.rglob("*")):
+                if not f.is_file() or f.name.startswith(".tmp") or not within(f, src):
+                    continue
+                if f.suffix in (".log", ".out"):
+                    with z.open(str(f.relative_to(src.parent)), "w", force_zip64=True) as out:
+                        for page in logs.pages(f, values):
+                            out.write(page.encode())
+                else:
+                    z.write(f, f.relative_to(src.parent))
+        tmp.rename(dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -20,7 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from gptrain.errors import UserError
-from gptrain.jobs import secrets
+from gptrain.jobs import logs, secrets
 from gptrain.ui import sse, views
 from gptrain.ui.downsample import MAX_POINTS
 from gptrain.ui.metrics import CURVES, XS
@@ -110,12 +110,18 @@ async def api_curves(request):
     return await _call(views.curves, request.path_params["name"], x, points or None)
 
 
+def _offset(request) -> int | None:
+    """The byte offset a log read starts at; None (the log's last page) when not given."""
+    offset = request.query_params.get("offset")
+    return _int(offset, 0) if offset is not None else None
+
+
 async def api_log(request):
+    """One page of a rank's log (jobs/logs.read_page: whole lines, capped, masked) and the offset
+    of the next."""
     def read():
         path = views.log_path(request.path_params["name"], request.path_params["rank"])
-        offset = request.query_params.get("offset")
-        text, end = views.read_log(path, _int(offset, 0) if offset is not None else None,
-                                   secrets.load(request.path_params["name"]).values())
+        text, end = logs.read_page(path, _offset(request), secrets.load(request.path_params["name"]).values())
         return {"text": text, "offset": end}
     return await _call(read)
 
@@ -255,10 +261,10 @@ async def stream_log(request):
     except (views.BadName, views.NotFound) as e:
         return _refused(e)
     values = secrets.load(name).values()
-    pos = {"offset": _int(request.query_params.get("offset"), 0)}
+    pos = {"offset": _offset(request)}
 
     def tick():
-        text, pos["offset"] = views.read_log(path, pos["offset"], values)
+        text, pos["offset"] = logs.read_page(path, pos["offset"], values)
         return [("log", {"text": text, "offset": pos["offset"]})] if text else []
     return sse.stream(request, tick, interval=0.5)
 
