@@ -179,3 +179,28 @@ def test_logs_follow_reads_through_the_same_reader(isolated_home, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout == 'token \'sesame open\' {"t": "***"}\nlast line without newline', r.stdout
     assert "ended succeeded" in r.stderr
+
+
+def test_a_killed_agent_is_named_by_its_node(slots, tmp_path):
+    """kill -9 of the torchrun agent: no rank reported anything, and the reason was
+    "rank ? exited with code -9"; now it names the node whose agent died."""
+    from tests.integration.test_jobs import job, ok, wait_for
+    from tests.reliability.test_job_death import _parent, job_processes, wait_until
+
+    script = tmp_path / "sleepy.py"
+    script.write_text("import time\nprint('ready', flush=True)\ntime.sleep(120)\n")
+    ok("run", "headless", "--", script)
+    log = job_dir_log("headless")
+    wait_until(lambda: log.is_file() and "ready" in log.read_text(), 120, "the job never ran")
+    sup = job("headless")["supervisor_pid"]
+    agent = next(p for p in job_processes("headless") if _parent(p) == sup)
+    os.kill(agent, 9)
+    j = wait_for("headless", timeout=60)
+    assert j["state"] == "failed", j
+    assert j["error"] == "the agent of node 0 (torchrun, or the node's command) was killed by SIGKILL", j
+
+
+def job_dir_log(name):
+    from gptrain.jobs.local import job_dir
+
+    return job_dir(name) / "logs" / "rank-0.log"
