@@ -204,3 +204,23 @@ def job_dir_log(name):
     from gptrain.jobs.local import job_dir
 
     return job_dir(name) / "logs" / "rank-0.log"
+
+
+def test_fetch_zips_files_with_hostile_names_escaped(isolated_home, tmp_path):
+    """A job's program may name a file with any bytes: before, one that was not UTF-8 made
+    `gptrain fetch` trace back (UnicodeEncodeError) and write no zip."""
+    d = record_job("names", secrets={"TOKEN": "sesame-open"}, log="token sesame-open\n")
+    out = os.fsencode(d / "output")
+    os.makedirs(out)
+    for name in (b"bad\xffname.txt", b"new\nline.txt"):
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(b"kept")
+    with open(os.path.join(os.fsencode(d / "logs"), b"rank-\xfe.log"), "wb") as f:
+        f.write(b"token sesame-open\n")
+    r = run_cli("fetch", "names", "--destination", tmp_path / "z")
+    assert r.returncode == 0, r.stderr
+    with zipfile.ZipFile(tmp_path / "z" / "names.zip") as z:
+        names = z.namelist()
+        assert z.read("names/output/bad\\xffname.txt") == b"kept"
+        assert z.read("names/output/new\\nline.txt") == b"kept"
+        assert z.read("names/logs/rank-\\xfe.log") == b"token ***\n", names

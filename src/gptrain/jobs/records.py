@@ -65,13 +65,21 @@ def zip_job(name: str, dest) -> None:
             for f in sorted(src.rglob("*")):
                 if not f.is_file() or f.name.startswith(".tmp") or not within(f, src):
                     continue
+                entry = _entry_name(f.relative_to(src.parent))
                 if f.suffix in (".log", ".out"):
-                    with z.open(str(f.relative_to(src.parent)), "w", force_zip64=True) as out:
+                    with z.open(entry, "w", force_zip64=True) as out:
                         for page in logs.pages(f, values):
                             out.write(page.encode())
                 else:
-                    z.write(f, f.relative_to(src.parent))
+                    z.write(f, entry)
         tmp.rename(dest)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _entry_name(rel) -> str:
+    """A zip entry's name for a job's file: names are bytes from elsewhere, so bytes that are
+    not UTF-8 are written escaped (\\xff), as are control characters such as a newline."""
+    raw = str(rel).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in raw)
