@@ -80,12 +80,8 @@ def cmd_checkpoint_fetch(args, extra) -> int:
         tmp.rename(dest)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        import errno
-
         from gptrain.errors import disk_full
 
-        if isinstance(e, shutil.Error) and any(f"[Errno {c}]" in str(e) for c in (errno.ENOSPC, errno.EDQUOT)):
-            e = OSError(errno.ENOSPC, "copytree")  # copytree gathers each file's OSError in one Error
         full = disk_full(e, dest) if isinstance(e, Exception) else None
         if full is not None:
             raise full from None
@@ -98,9 +94,6 @@ def _copy_out(ckpt: dict, src, jdir, tmp, fmt: str) -> None:
     """The checkpoint written into the new directory `tmp`: exported as a HF model (hf), else
     the directory as it is (links out of the job left out), a single file inside it."""
     import shutil
-    from pathlib import Path
-
-    from gptrain.files import within
 
     if fmt == "hf":
         from gptrain.models.hf import export_hf
@@ -109,18 +102,13 @@ def _copy_out(ckpt: dict, src, jdir, tmp, fmt: str) -> None:
 
         model, tok = load_model(resolve(str(src)))  # gptrain, Hugging Face or nanoGPT; others refused
         export_hf(model, tok, tmp)
-    elif src.is_dir():
-        from gptrain.jobs.found import ROOTS
+    else:  # as it is, by the one copy-out rule (jobs/records.py)
+        from gptrain.jobs import records
 
-        # a root that is itself a model (save_model into output/): its files, not the checkpoints below
-        flat = ckpt["name"] in ROOTS
-
-        def left_out(d, names):  # links out of the job; with flat, the checkpoints below
-            return [n for n in names if not within(Path(d) / n, jdir) or (flat and (Path(d) / n).is_dir())]
-        shutil.copytree(src, tmp, ignore=left_out)
-    else:
         tmp.mkdir()
-        shutil.copy2(src, tmp / src.name)
+        for f, rel in records.checkpoint_files(ckpt, jdir):
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, tmp / rel)
 
 
 def cmd_fetch(args, extra) -> int:

@@ -3,6 +3,8 @@ CLI's commands and the web console alike), so both see and do the same."""
 
 from __future__ import annotations
 
+import os
+
 
 def refresh(name: str) -> dict:
     """The job, with its state first brought up to date by its scheduler (Slurm's view; for a
@@ -76,6 +78,38 @@ def zip_job(name: str, dest) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def checkpoint_files(ckpt: dict, job_dir) -> list[tuple]:
+    """(file, its path inside the copy) for every file a copy of checkpoint row `ckpt` takes:
+    the one copy-out rule of `checkpoint fetch` and the console's zip. Links are followed only
+    while they stay inside the job's directory (nothing outside the job, ever); a root that is
+    itself a model (save_model into output/) gives its own files, not the checkpoints below it;
+    a single-file checkpoint is that file."""
+    from pathlib import Path
+
+    from gptrain.files import within
+    from gptrain.jobs.found import ROOTS
+
+    src = Path(ckpt["path"])
+    if not src.is_dir():
+        return [(src, Path(src.name))] if within(src, job_dir) else []
+    flat, seen, out = ckpt["name"] in ROOTS, set(), []
+    for d, dirs, files in os.walk(src, followlinks=True):
+        seen.add(os.path.realpath(d))  # a link to a folder above: walked once, not forever
+        dirs[:] = [] if flat else sorted(n for n in dirs if within(Path(d) / n, job_dir)
+                                         and os.path.realpath(Path(d) / n) not in seen)
+        for n in sorted(files):
+            f = Path(d) / n
+            if within(f, job_dir) and f.is_file():
+                out.append((f, f.relative_to(src)))
+    return out
+
+
+def zip_files(files, z, top: str) -> None:
+    """`files` from checkpoint_files written into the open ZipFile `z` under `top/`."""
+    for f, rel in files:
+        z.write(f, _entry_name(f"{top}/{rel}"))
 
 
 def _entry_name(rel) -> str:

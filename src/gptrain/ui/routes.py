@@ -130,22 +130,29 @@ async def api_datasets(request):
     return await _call(views.datasets)
 
 
-def _zip(src: Path, top: str) -> str:
-    """A temporary zip of a file or directory (its regular files, no links), entries under top/."""
+def _zip(files, top: str) -> str:
+    """A temporary zip of (file, path inside) pairs, entries under top/ (nothing left on failure)."""
+    from gptrain.jobs import records
+
     fd, tmp = tempfile.mkstemp(prefix="gptrain-ui-", suffix=".zip")
     os.close(fd)
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:  # weights hardly compress
-        files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
-        for f in files:
-            if not f.is_symlink():
-                z.write(f, f"{top}/{f.relative_to(src) if f != src else f.name}")
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:  # weights hardly compress
+            records.zip_files(files, z, top)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return tmp
 
 
 def _native_zip(name: str, ckpt_id: str) -> tuple[str, str]:
-    src = views.checkpoint_dir(name, ckpt_id)
-    top = f"{name}-{src.name}"
-    return _zip(src, top), top
+    """The checkpoint as it is, by `checkpoint fetch`'s copy-out rule (jobs/records.py)."""
+    from gptrain.jobs import records
+    from gptrain.jobs.local import job_dir
+
+    row = views.checkpoint_row(name, ckpt_id)
+    top = f"{name}-{Path(row['path']).name}"
+    return _zip(records.checkpoint_files(row, job_dir(name)), top), top
 
 
 def _hf_zip(name: str, ckpt_id: str) -> tuple[str, str]:
@@ -163,7 +170,8 @@ def _hf_zip(name: str, ckpt_id: str) -> tuple[str, str]:
     try:
         model, tok = load_model(resolve(str(src)))  # gptrain, Hugging Face or nanoGPT; others refused
         export_hf(model, tok, work / top)
-        return _zip(work / top, top), top
+        files = [(p, p.relative_to(work / top)) for p in sorted((work / top).rglob("*")) if p.is_file()]
+        return _zip(files, top), top
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

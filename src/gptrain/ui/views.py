@@ -169,10 +169,10 @@ def checkpoints(name: str) -> list[dict]:
             for c in store.checkpoints(name)]
 
 
-def checkpoint_dir(name: str, ckpt_id: str) -> Path:
-    """The directory (or file) of one of the job's checkpoints, checked to lie in its job dir."""
+def checkpoint_row(name: str, ckpt_id: str) -> dict:
+    """The row of one of the job's checkpoints, its path checked to lie in its job dir."""
     known_job(name)
-    if not ckpt_id.isalnum():
+    if not ckpt_id.isascii() or not ckpt_id.isalnum():
         raise BadName(f"invalid checkpoint ID {ckpt_id!r}")
     row = next((c for c in store.checkpoints(name) if c["id"] == ckpt_id), None)
     if row is None:
@@ -180,7 +180,12 @@ def checkpoint_dir(name: str, ckpt_id: str) -> Path:
     path = Path(row["path"]).resolve()
     if not path.is_relative_to(job_dir(name).resolve()) or not path.exists():
         raise NotFound(f"checkpoint {ckpt_id} is no longer on disk")
-    return path
+    return row
+
+
+def checkpoint_dir(name: str, ckpt_id: str) -> Path:
+    """The directory (or file) of one of the job's checkpoints, checked to lie in its job dir."""
+    return Path(checkpoint_row(name, ckpt_id)["path"]).resolve()
 
 
 def log_path(name: str, rank: str) -> Path:
