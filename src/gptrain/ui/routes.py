@@ -46,6 +46,7 @@ def _version() -> str:
 
 
 VERSION = _version()
+LOG_PAGES_PER_TICK = 8  # a log stream sends at most 8 pages (512 KiB) each half second
 STOP_TIMEOUT_S = 120.0  # as `gptrain stop`'s default --timeout
 PAGES = {"jobs": "Jobs", "job": "Job", "compare": "Compare", "datasets": "Datasets"}
 
@@ -271,9 +272,14 @@ async def stream_log(request):
     values = secrets.load(name).values()
     pos = {"offset": _offset(request)}
 
-    def tick():
-        text, pos["offset"] = logs.read_page(path, pos["offset"], values)
-        return [("log", {"text": text, "offset": pos["offset"]})] if text else []
+    def tick():  # up to LOG_PAGES_PER_TICK pages: a chatty job is followed, a long log paged
+        out = []
+        for _ in range(LOG_PAGES_PER_TICK):
+            text, pos["offset"] = logs.read_page(path, pos["offset"], values)
+            if not text:
+                break
+            out.append(("log", {"text": text, "offset": pos["offset"]}))
+        return out
     return sse.stream(request, tick, interval=0.5)
 
 
