@@ -90,7 +90,7 @@ def test_a_file_is_read_in_blocks_rows_across_their_edges(tmp_path, monkeypatch)
 def test_a_log_read_from_inside_a_line_never_shows_part_of_a_secret(tmp_path):
     """The console's log API takes a byte offset from the client: one inside a secret used to
     return the secret's tail in clear (masking matches whole values)."""
-    from gptrain.ui.views import read_log
+    from gptrain.jobs.logs import read_page as read_log
 
     log = tmp_path / "rank-0.log"
     log.write_bytes(b"step 1\nsecret is hunter2xyz\nstep 2\n")

@@ -71,58 +71,53 @@ def cmd_checkpoint_fetch(args, extra) -> int:
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise UserError(f"destination {dest} exists and is not empty; choose another --destination")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if args.format == "hf":
+    tmp = dest.parent / f".{dest.name}.fetch"  # filled, then renamed: a failed copy leaves nothing
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _copy_out(ckpt, src, jdir, tmp, args.format)
+        if dest.exists():
+            dest.rmdir()
+        tmp.rename(dest)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        from gptrain.errors import disk_full
+
+        full = disk_full(e, dest) if isinstance(e, Exception) else None
+        if full is not None:
+            raise full from None
+        raise
+    print(f"fetched checkpoint {args.id} ({ckpt['job']}/{ckpt['name']}) to {dest} ({args.format})")
+    return 0
+
+
+def _copy_out(ckpt: dict, src, jdir, tmp, fmt: str) -> None:
+    """The checkpoint written into the new directory `tmp`: exported as a HF model (hf), else
+    the directory as it is (links out of the job left out), a single file inside it."""
+    import shutil
+
+    if fmt == "hf":
         from gptrain.models.hf import export_hf
         from gptrain.models.load import load_model
         from gptrain.refs import resolve
 
         model, tok = load_model(resolve(str(src)))  # gptrain, Hugging Face or nanoGPT; others refused
-        export_hf(model, tok, dest)
-    else:  # the directory as it is; a single-file checkpoint lands inside the destination
-        tmp = dest.parent / f".{dest.name}.fetch"
-        shutil.rmtree(tmp, ignore_errors=True)
-        if src.is_dir():
-            from gptrain.jobs.found import ROOTS
+        export_hf(model, tok, tmp)
+    else:  # as it is, by the one copy-out rule (jobs/records.py)
+        from gptrain.jobs import records
 
-            # a root that is itself a model (save_model into output/): its files, not the checkpoints below
-            flat = ckpt["name"] in ROOTS
-
-            def left_out(d, names):  # links out of the job; with flat, the checkpoints below
-                return [n for n in names if not within(Path(d) / n, jdir) or (flat and (Path(d) / n).is_dir())]
-            shutil.copytree(src, tmp, ignore=left_out)
-        else:
-            tmp.mkdir()
-            shutil.copy2(src, tmp / src.name)
-        if dest.exists():
-            dest.rmdir()
-        tmp.rename(dest)
-    print(f"fetched checkpoint {args.id} ({ckpt['job']}/{ckpt['name']}) to {dest} ({args.format})")
-    return 0
+        tmp.mkdir()
+        for f, rel in records.checkpoint_files(ckpt, jdir):
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, tmp / rel)
 
 
 def cmd_fetch(args, extra) -> int:
-    import zipfile
     from pathlib import Path
 
-    from gptrain.jobs import store
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs import records
 
-    from gptrain.files import shown, within
-    from gptrain.jobs.secrets import masked
-
-    store.get_job(args.name)
-    src = job_dir(args.name)
     dest = Path(args.destination) / f"{args.name}.zip"
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".zip.part")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
-        for f in sorted(src.rglob("*")):
-            if not f.is_file() or f.name.startswith(".tmp") or not within(f, src):
-                continue  # links out of the job (to /etc/shadow, say) are left out
-            if f.suffix in (".log", ".out"):  # logs as `gptrain logs` shows them: secrets masked
-                z.writestr(shown(f.relative_to(src.parent)), masked(args.name, f.read_text(errors="replace")))
-            else:
-                z.write(f, shown(f.relative_to(src.parent)))  # a non-UTF-8 name: escaped
-    tmp.rename(dest)
+    records.zip_job(args.name, dest)
     print(f"wrote {dest}")
     return 0

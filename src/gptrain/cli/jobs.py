@@ -166,49 +166,39 @@ def _print_loss_sparkline(name: str) -> None:
 
 def _log_path(name: str, rank: int):
     from gptrain.jobs.local import job_dir
+    from gptrain.jobs.logs import rank_log
 
-    return job_dir(name) / "logs" / f"rank-{rank}.log"
+    return rank_log(job_dir(name) / "logs", rank)
 
 
 def _follow(name: str, rank: int) -> int:
-    from gptrain.jobs import secrets, store
+    """Print the rank's log as it is written (jobs/logs.follow) until the job ends."""
+    from gptrain.jobs import logs, secrets, store
 
-    path = _log_path(name, rank)
-    pos = 0
-    values = secrets.load(name).values()
-    while True:
-        state = records.refresh(name)["state"]
-        if path.is_file():
-            with open(path, "rb") as f:
-                f.seek(pos)
-                chunk = f.read()
-            if state not in store.TERMINAL and b"\n" in chunk:
-                chunk = chunk[:chunk.rindex(b"\n") + 1]  # whole lines, so a secret is masked whole
-            elif state not in store.TERMINAL:
-                chunk = b""
-            pos += len(chunk)
-            if chunk:
-                sys.stdout.write(secrets.mask(chunk.decode(errors="replace"), values))
-                sys.stdout.flush()
-        if state in store.TERMINAL and (not path.is_file() or path.stat().st_size == pos):
-            print(f"--- job {name} {state}", file=sys.stderr)
-            return 0 if state == "succeeded" else 1
-        time.sleep(0.5)
+    state = {}
+
+    def ended() -> bool:
+        state["now"] = records.refresh(name)["state"]
+        return state["now"] in store.TERMINAL
+
+    for page in logs.follow(_log_path(name, rank), secrets.load(name).values(), ended):
+        sys.stdout.write(page)
+        sys.stdout.flush()
+    print(f"--- job {name} {state['now']}", file=sys.stderr)
+    return 0 if state["now"] == "succeeded" else 1
 
 
 def cmd_logs(args, extra) -> int:
-    from gptrain.errors import UserError
+    from gptrain.jobs import logs, secrets
 
     job = records.refresh(args.name)
-    if args.rank < 0 or args.rank >= job["nodes"] * job["accels"]:
-        raise UserError(f"job {args.name} has ranks 0..{job['nodes'] * job['accels'] - 1}")
+    logs.check_rank(str(args.rank), job["nodes"] * job["accels"])
     if args.follow:
         return _follow(args.name, args.rank)
     path = _log_path(args.name, args.rank)
     if path.is_file():
-        from gptrain.jobs.secrets import masked
-
-        sys.stdout.write(masked(args.name, path.read_text(errors="replace")))
+        for page in logs.pages(path, secrets.load(args.name).values()):
+            sys.stdout.write(page)
     else:
         print(f"(no log for rank {args.rank} yet: the job is {job['state']})", file=sys.stderr)
     return 0

@@ -1,21 +1,125 @@
 """Reading a job's logs: logs/rank-R.log per rank, logs/agent-nodeN.log per torchrun agent.
 
 Each attempt appends to the same files, after a `--- gptrain: attempt N` line.
+
+The one log reader (as Ray's job_log_storage_client.py), for `gptrain logs [--follow]`, the
+console's log API and stream, and `gptrain fetch`'s zip: `read_page` gives whole lines from a
+byte offset, at most PAGE_BYTES of them (a log of any size costs one page of memory), masked by
+jobs/secrets.py as they are read; `follow` pages on until the job ends; `tail` is the last part
+of a log, for failure text.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import time
 from pathlib import Path
 
 ATTEMPT_MARK = "--- gptrain: attempt"
 NO_SPACE = "no space left on device"
+PAGE_BYTES = 64 * 1024  # a page of log, and a log view's first look: its last 64 KiB
+TAIL_BYTES = 1 << 20  # what failure text is looked for in: the last MiB of a log
 _ERROR_LINE = re.compile(r"^(gptrain: error: .*|([A-Za-z_][\w.]*)?(Error|Exception)\b.*|.*\bError: .*)$")
 
 
+def rank_log(logs: Path, rank: int) -> Path:
+    return logs / f"rank-{rank}.log"
+
+
+def check_rank(text: str, ranks: int) -> int:
+    """The rank named by `text` (from a URL or a command line), one of 0..ranks-1; else a
+    UserError saying which ranks there are."""
+    from gptrain.errors import UserError
+
+    if not (text.isascii() and text.isdigit() and len(text) <= 9) or int(text) >= ranks:
+        raise UserError(f"no rank {text!r}: the job has ranks 0..{ranks - 1}")
+    return int(text)
+
+
+def _next_line(f, pos: int, size: int) -> int | None:
+    """The offset just past the first newline at or after `pos`, read a page at a time; None if none."""
+    while pos < size:
+        f.seek(pos)
+        block = f.read(min(PAGE_BYTES, size - pos))
+        if b"\n" in block:
+            return pos + block.index(b"\n") + 1
+        pos += len(block)
+    return None
+
+
+def read_page(path: Path, offset: int | None, values, cap: int = PAGE_BYTES,
+              final: bool = False) -> tuple[str, int]:
+    """(whole lines of `path` from byte `offset`, at most `cap` bytes of them, with the secret
+    `values` masked; the offset to read from next). offset None, or past the end: the log's
+    last `cap` bytes. An offset inside a line starts at the next line, so no part of a line is
+    shown alone; a line longer than `cap` is left out with a note; `final` (the job has ended)
+    also gives a last line that has no newline."""
+    from gptrain.jobs.secrets import mask
+
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return "", 0
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if offset is None or offset > size:
+            offset = max(0, size - cap)
+        if offset >= size:
+            return "", offset
+        if offset:
+            f.seek(offset - 1)
+            if f.read(1) != b"\n":
+                start = _next_line(f, offset, size)
+                if start is None:
+                    return "", offset
+                offset = start
+        f.seek(offset)
+        chunk = f.read(min(cap, size - offset))
+        end = chunk.rfind(b"\n") + 1
+        if end == 0 and final and offset + len(chunk) == size:
+            end = len(chunk)
+        elif end == 0 and len(chunk) == cap:  # one line longer than a page
+            after = _next_line(f, offset + cap, size) or (size if final else None)
+            if after is not None:
+                return f"(a line of {after - offset} bytes left out)\n", after
+        if end == 0:
+            return "", offset
+        return mask(chunk[:end].decode(errors="replace"), values), offset + end
+
+
+def follow(path: Path, values, ended, offset: int = 0, poll_s: float = 0.5):
+    """Yield pages of `path` from `offset` as they are written, until `ended()` and all is read."""
+    while True:
+        done = ended()
+        text, offset = read_page(path, offset, values, final=done)
+        if text:
+            yield text
+        elif done:
+            return
+        else:
+            time.sleep(poll_s)
+
+
+def pages(path: Path, values):
+    """The whole log, masked, a page at a time (the job may still be writing it)."""
+    yield from follow(path, values, ended=lambda: True)
+
+
+def tail(path: Path, cap: int = TAIL_BYTES) -> str:
+    """The last `cap` bytes of a log (from a line start), unmasked: for failure text."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        f.seek(max(0, size - cap))
+        data = f.read()
+    if size > cap and b"\n" in data:
+        data = data[data.index(b"\n") + 1:]
+    return data.decode(errors="replace")
+
+
 def last_attempt(path: Path) -> str:
-    return path.read_text(errors="replace").split(ATTEMPT_MARK)[-1]
+    return tail(path).split(ATTEMPT_MARK)[-1]
 
 
 _RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")  # torch's excepthook: "[rank0]: Traceback ..."
@@ -52,15 +156,16 @@ def mentions_no_space(logs: Path) -> bool:
     return any(NO_SPACE in last_attempt(p).lower() for p in sorted(logs.glob("*.log")))
 
 
-def failure_summary(logs: Path, code: int) -> str:
-    """The failing rank's last error line, or what torchrun says of it, with the job's secret
-    values masked (logs is $GPTRAIN_HOME/jobs/NAME/logs)."""
+def failure_summary(logs: Path, code: int, node: int | None = None) -> str:
+    """The failing rank's last error line, or what torchrun says of it, or else what became of
+    the agent of `node` (the first to fail, when known), with the job's secret values masked
+    (logs is $GPTRAIN_HOME/jobs/NAME/logs)."""
     from gptrain.jobs.secrets import masked
 
-    return masked(logs.parent.name, _failure_summary(logs, code))
+    return masked(logs.parent.name, _failure_summary(logs, code, node))
 
 
-def _failure_summary(logs: Path, code: int) -> str:
+def _failure_summary(logs: Path, code: int, node: int | None) -> str:
     rank, exitcode = failed_rank(logs, code)
     # the root cause's own error; when it was torn down by SIGTERM (or is unknown), another
     # rank's that failed meanwhile; a root cause killed otherwise (SIGKILL: out of memory?) is that
@@ -68,10 +173,20 @@ def _failure_summary(logs: Path, code: int) -> str:
     if rank is not None and exitcode != -signal.SIGTERM:
         others = []
     for r in ([rank] if rank is not None else []) + [r for r in others if r != rank]:
-        path = logs / f"rank-{r}.log"
+        path = rank_log(logs, r)
         errors = error_lines(path) if path.is_file() else []
         if errors:
             return f"rank {r}: {errors[-1]}"
-    if rank is not None and exitcode < 0:
-        return f"rank {rank} was killed by {signal.Signals(-exitcode).name}"
-    return f"rank {rank if rank is not None else '?'} exited with code {exitcode}"
+    how = f"was killed by {_signal_name(-exitcode)}" if exitcode < 0 else f"exited with code {exitcode}"
+    if rank is not None:
+        return f"rank {rank} {how}"
+    if node is not None:  # no rank's failure was reported: the node's agent itself died
+        return f"the agent of node {node} (torchrun, or the node's command) {how}"
+    return f"the job {how}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

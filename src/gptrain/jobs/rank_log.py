@@ -23,6 +23,7 @@ def main() -> None:
     from pathlib import Path
 
     from gptrain.jobs.launch import expand, finish_env
+    from gptrain.jobs.logs import rank_log
 
     argv = sys.argv[1:]
     node = argv[:1] == ["--node"]
@@ -38,7 +39,7 @@ def main() -> None:
         rank = os.environ.get("RANK", "0")
     finish_env(os.environ, Path(log_dir).parent)
     entry = expand(entry, os.environ)
-    fd = os.open(os.path.join(log_dir, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fd = os.open(rank_log(Path(log_dir), int(rank)), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     attempt = os.environ.get("GPTRAIN_ATTEMPT", "0")
     os.write(fd, f"--- gptrain: attempt {attempt}, rank {rank}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
     os.dup2(fd, 1)

@@ -45,6 +45,7 @@ class Supervisor:
         self.signaled: set[int] = set()  # workers already asked to stop (once each)
         self.last_sync = 0.0
         self.run_id = uuid.uuid4().hex
+        self.failed_node: int | None = None  # the node whose agent exited in error first
 
     # ---- slots -------------------------------------------------------------------------------
 
@@ -77,7 +78,7 @@ class Supervisor:
         env[procs.RUN_ID_ENV] = self.run_id  # every process of the job carries it (reconcile.py)
         launch.prepare_dirs(spec, self.dir)
         port = free_port()
-        self.agents = []
+        self.agents, self.failed_node = [], None
         for node in range(spec.nodes):
             node_env = dict(env)
             mine = slots[node * spec.accels:(node + 1) * spec.accels]
@@ -105,6 +106,8 @@ class Supervisor:
         stop_deadline = None
         while True:
             codes = [a.poll() for a in self.agents]
+            if self.failed_node is None:
+                self.failed_node = next((n for n, c in enumerate(codes) if c not in (None, 0)), None)
             if all(c is not None for c in codes):
                 return next((c for c in codes if c != 0), 0)
             if any(c not in (None, 0) for c in codes) and stop_deadline is None:
@@ -168,7 +171,7 @@ class Supervisor:
             if code == 0:
                 store.set_state(self.name, "succeeded", exit_code=0)
                 return
-            error = failure_summary(self.dir / "logs", code)
+            error = failure_summary(self.dir / "logs", code, self.failed_node)
             final = self.no_restart_reason(code, error)
             if final is None and attempt < self.spec.max_restarts:
                 attempt += 1
@@ -209,7 +212,8 @@ def main() -> None:
     except Exception as e:  # record the last word; the reconciler covers a supervisor that cannot
         for a in sup.agents:
             _killpg(a.pid, signal.SIGKILL)
-        store.set_state(sup.name, "failed", f"the supervisor failed: {e!r}", error=f"the supervisor failed: {e!r}")
+        why = secrets.masked(sup.name, f"the supervisor failed: {e!r}")  # repr: its escaped forms too
+        store.set_state(sup.name, "failed", why, error=why)
         raise
 
 

@@ -20,8 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from gptrain.errors import UserError
-from gptrain.files import shown
-from gptrain.jobs import secrets
+from gptrain.jobs import logs, secrets
 from gptrain.ui import sse, views
 from gptrain.ui.downsample import MAX_POINTS
 from gptrain.ui.metrics import CURVES, XS
@@ -47,6 +46,7 @@ def _version() -> str:
 
 
 VERSION = _version()
+LOG_PAGES_PER_TICK = 8  # a log stream sends at most 8 pages (512 KiB) each half second
 STOP_TIMEOUT_S = 120.0  # as `gptrain stop`'s default --timeout
 PAGES = {"jobs": "Jobs", "job": "Job", "compare": "Compare", "datasets": "Datasets"}
 
@@ -111,12 +111,18 @@ async def api_curves(request):
     return await _call(views.curves, request.path_params["name"], x, points or None)
 
 
+def _offset(request) -> int | None:
+    """The byte offset a log read starts at; None (the log's last page) when not given."""
+    offset = request.query_params.get("offset")
+    return _int(offset, 0) if offset is not None else None
+
+
 async def api_log(request):
+    """One page of a rank's log (jobs/logs.read_page: whole lines, capped, masked) and the offset
+    of the next."""
     def read():
         path = views.log_path(request.path_params["name"], request.path_params["rank"])
-        offset = request.query_params.get("offset")
-        text, end = views.read_log(path, _int(offset, 0) if offset is not None else None,
-                                   secrets.load(request.path_params["name"]).values())
+        text, end = logs.read_page(path, _offset(request), secrets.load(request.path_params["name"]).values())
         return {"text": text, "offset": end}
     return await _call(read)
 
@@ -125,22 +131,29 @@ async def api_datasets(request):
     return await _call(views.datasets)
 
 
-def _zip(src: Path, top: str) -> str:
-    """A temporary zip of a file or directory (its regular files, no links), entries under top/."""
+def _zip(files, top: str) -> str:
+    """A temporary zip of (file, path inside) pairs, entries under top/ (nothing left on failure)."""
+    from gptrain.jobs import records
+
     fd, tmp = tempfile.mkstemp(prefix="gptrain-ui-", suffix=".zip")
     os.close(fd)
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:  # weights hardly compress
-        files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
-        for f in files:
-            if not f.is_symlink():
-                z.write(f, shown(f"{top}/{f.relative_to(src) if f != src else f.name}"))
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:  # weights hardly compress
+            records.zip_files(files, z, top)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return tmp
 
 
 def _native_zip(name: str, ckpt_id: str) -> tuple[str, str]:
-    src = views.checkpoint_dir(name, ckpt_id)
-    top = f"{name}-{src.name}"
-    return _zip(src, top), top
+    """The checkpoint as it is, by `checkpoint fetch`'s copy-out rule (jobs/records.py)."""
+    from gptrain.jobs import records
+    from gptrain.jobs.local import job_dir
+
+    row = views.checkpoint_row(name, ckpt_id)
+    top = f"{name}-{Path(row['path']).name}"
+    return _zip(records.checkpoint_files(row, job_dir(name)), top), top
 
 
 def _hf_zip(name: str, ckpt_id: str) -> tuple[str, str]:
@@ -158,7 +171,8 @@ def _hf_zip(name: str, ckpt_id: str) -> tuple[str, str]:
     try:
         model, tok = load_model(resolve(str(src)))  # gptrain, Hugging Face or nanoGPT; others refused
         export_hf(model, tok, work / top)
-        return _zip(work / top, top), top
+        files = [(p, p.relative_to(work / top)) for p in sorted((work / top).rglob("*")) if p.is_file()]
+        return _zip(files, top), top
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -256,11 +270,16 @@ async def stream_log(request):
     except (views.BadName, views.NotFound) as e:
         return _refused(e)
     values = secrets.load(name).values()
-    pos = {"offset": _int(request.query_params.get("offset"), 0)}
+    pos = {"offset": _offset(request)}
 
-    def tick():
-        text, pos["offset"] = views.read_log(path, pos["offset"], values)
-        return [("log", {"text": text, "offset": pos["offset"]})] if text else []
+    def tick():  # up to LOG_PAGES_PER_TICK pages: a chatty job is followed, a long log paged
+        out = []
+        for _ in range(LOG_PAGES_PER_TICK):
+            text, pos["offset"] = logs.read_page(path, pos["offset"], values)
+            if not text:
+                break
+            out.append(("log", {"text": text, "offset": pos["offset"]}))
+        return out
     return sse.stream(request, tick, interval=0.5)
 
 

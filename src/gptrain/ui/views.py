@@ -19,7 +19,6 @@ from gptrain.jobs import secrets, store
 from gptrain.jobs.local import job_dir
 from gptrain.ui import metrics
 
-LOG_TAIL = 64 * 1024  # a log view opens on its last 64 KiB
 REFRESH_S = 2.0
 
 
@@ -170,10 +169,10 @@ def checkpoints(name: str) -> list[dict]:
             for c in store.checkpoints(name)]
 
 
-def checkpoint_dir(name: str, ckpt_id: str) -> Path:
-    """The directory (or file) of one of the job's checkpoints, checked to lie in its job dir."""
+def checkpoint_row(name: str, ckpt_id: str) -> dict:
+    """The row of one of the job's checkpoints, its path checked to lie in its job dir."""
     known_job(name)
-    if not ckpt_id.isalnum():
+    if not ckpt_id.isascii() or not ckpt_id.isalnum():
         raise BadName(f"invalid checkpoint ID {ckpt_id!r}")
     row = next((c for c in store.checkpoints(name) if c["id"] == ckpt_id), None)
     if row is None:
@@ -181,37 +180,23 @@ def checkpoint_dir(name: str, ckpt_id: str) -> Path:
     path = Path(row["path"]).resolve()
     if not path.is_relative_to(job_dir(name).resolve()) or not path.exists():
         raise NotFound(f"checkpoint {ckpt_id} is no longer on disk")
-    return path
+    return row
+
+
+def checkpoint_dir(name: str, ckpt_id: str) -> Path:
+    """The directory (or file) of one of the job's checkpoints, checked to lie in its job dir."""
+    return Path(checkpoint_row(name, ckpt_id)["path"]).resolve()
 
 
 def log_path(name: str, rank: str) -> Path:
+    """The log of a job's rank named in a URL (404 for junk such as `²` or `-1`, or a rank the job lacks)."""
+    from gptrain.jobs.logs import check_rank, rank_log
+
     job = known_job(name)
-    if not rank.isdigit() or int(rank) >= job["nodes"] * job["accels"]:
-        raise NotFound(f"job {name} has ranks 0..{job['nodes'] * job['accels'] - 1}")
-    return job_dir(name) / "logs" / f"rank-{int(rank)}.log"
-
-
-def read_log(path: Path, offset: int | None, values) -> tuple[str, int]:
-    """(the whole lines written since `offset`, masked; the new offset). offset None: the tail."""
     try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return "", 0
-    if offset is None or offset > size:
-        offset = max(0, size - LOG_TAIL)
-    if size <= offset:
-        return "", offset
-    with open(path, "rb") as f:
-        f.seek(max(0, offset - 1))
-        before = f.read(1) if offset else b"\n"
-        chunk = f.read(size - offset)
-    if before != b"\n":  # an offset inside a line (the tail's start, or any a client sends):
-        if b"\n" not in chunk:  # start at the next line, or a secret would be shown in part
-            return "", offset
-        cut = chunk.index(b"\n") + 1
-        chunk, offset = chunk[cut:], offset + cut
-    end = chunk.rfind(b"\n") + 1  # whole lines only, so a secret is masked whole
-    return secrets.mask(chunk[:end].decode(errors="replace"), values), offset + end
+        return rank_log(job_dir(name) / "logs", check_rank(rank, job["nodes"] * job["accels"]))
+    except UserError as e:
+        raise NotFound(f"job {name}: {e}") from None
 
 
 def curves(name: str, x: str, max_points: int | None) -> dict:
