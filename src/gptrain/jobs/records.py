@@ -69,7 +69,7 @@ def zip_job(name: str, dest) -> None:
             for f in sorted(src.rglob("*")):
                 if not f.is_file() or f.name.startswith(".tmp") or not within(f, src):
                     continue
-                entry = _entry_name(f.relative_to(src.parent))
+                entry = shown(f.relative_to(src.parent))
                 if f.suffix in (".log", ".out"):
                     with z.open(entry, "w", force_zip64=True) as out:
                         for page in logs.pages(f, values):
