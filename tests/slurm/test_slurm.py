@@ -97,6 +97,23 @@ def test_requeue_resumes_from_the_latest_checkpoint(dataset, slurm):
     assert "attempt 1" in log and re.search(r"resumed from .*step-\d+ at step", log), log[-2000:]
 
 
+def test_resume_submits_a_stopped_job_again_from_its_checkpoint(dataset):
+    ok("run", "sres", "--scheduler", "slurm", "--nodes", "1", "--accels", "1", "--dataset", dataset,
+       "--", "--train.max_steps=60", "--checkpoint.every=20", "--train.do_eval=false", *TRAIN)
+    _wait_for_log("sres", "tokens/step")
+    ok("stop", "sres", "--wait", "--timeout", "60")
+    first = json.loads(ok("inspect", "sres", "--json"))["job"]
+    assert first["state"] == "stopped", first
+    assert "resumed job sres" in ok("resume", "sres")  # was: "resume works for local jobs"
+    seen = states_until_done("sres")
+    report = json.loads(ok("inspect", "sres", "--json"))
+    assert seen[-1] == "succeeded", (seen, _logs("sres"))
+    assert report["job"]["external_id"] != first["external_id"]
+    assert any("submitted again as Slurm job" in e["message"] for e in report["events"]), report["events"]
+    assert re.search(r"resumed from .*step-\d+ at step", ok("logs", "sres")), _logs("sres")
+    assert json.loads(ok("checkpoints", "sres", "--json"))[-1]["step"] == 60
+
+
 def test_dry_run_matches_docs(tmp_path, monkeypatch):
     import os
 

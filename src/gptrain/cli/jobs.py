@@ -221,9 +221,9 @@ def cmd_stop(args, extra) -> int:
 
 
 def cmd_resume(args, extra) -> int:
-    from gptrain.jobs import local
+    from gptrain.jobs import records
 
-    local.resume(args.name)
+    records.resume(args.name)
     print(f"resumed job {args.name}; watch it with `gptrain logs {args.name} --follow`")
     return _follow(args.name, rank=0) if args.follow else 0
 

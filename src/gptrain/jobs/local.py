@@ -119,9 +119,6 @@ def resume(name: str) -> None:
     from gptrain.jobs.reconcile import reconcile
 
     reconcile()
-    job = store.get_job(name)
-    if job["scheduler"] != "local":
-        raise UserError(f"job {name} runs on {job['scheduler']}; resume works for local jobs")
     d = job_dir(name)
     if not d.is_dir():
         raise UserError(f"job {name} has no directory {d} any more; submit it again with `gptrain run`")

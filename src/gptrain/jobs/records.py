@@ -17,6 +17,14 @@ def refresh(name: str) -> dict:
     return scheduler(store.get_job(name)["scheduler"]).refresh(name)
 
 
+def resume(name: str) -> None:
+    """A failed or stopped job started again by the scheduler it ran on, from its newest checkpoint."""
+    from gptrain.jobs import store
+    from gptrain.jobs.launch import scheduler
+
+    scheduler(store.get_job(name)["scheduler"]).resume(name)
+
+
 def sync_checkpoints(name: str) -> None:
     """The job's checkpoint rows made to match its directory; on a full disk the rows recorded
     so far stand (reads keep answering)."""

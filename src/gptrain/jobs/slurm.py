@@ -215,6 +215,32 @@ def _submit(spec: JobSpec, snapshot) -> str:
     return job_id
 
 
+def resume(name: str) -> str:
+    """Submit a failed or stopped job's batch script again (`gptrain resume`): same name, spec,
+    code snapshot and folder; the run continues from the job's newest checkpoint, as after a
+    requeue. Returns the new Slurm job id."""
+    require("sbatch")
+    jdir = local.job_dir(name)
+    script = jdir / "job.sbatch"
+    if not script.is_file():
+        raise UserError(f"job {name} has no batch script {script} any more; submit it again with `gptrain run`")
+    job = refresh(name)
+    latest = local.latest_checkpoint(name)
+    store.reopen(name, f"continues from {latest}" if latest else "starts again (no checkpoint yet)")
+    launch.stop_request(jdir).unlink(missing_ok=True)
+    (jdir / "slurm-exit").unlink(missing_ok=True)
+    r = _run(["sbatch", "--parsable", str(script)])
+    if r.returncode != 0:
+        reason = f"sbatch refused the job: {(r.stderr.strip().splitlines() or ['?'])[-1]}"
+        store.set_state(name, "failed", reason, exit_code=job["exit_code"])
+        raise UserError(reason)
+    job_id = r.stdout.strip().split(";")[0]
+    store.update(name, external_id=job_id)
+    with store.transaction() as conn:
+        store.add_event(conn, name, "slurm", f"submitted again as Slurm job {job_id}")
+    return job_id
+
+
 def query(job_id: str) -> dict | None:
     """{'state', 'reason', 'exit_code'} from scontrol, or sacct for jobs scontrol has forgotten."""
     r = _run(["scontrol", "show", "job", "-o", job_id])
