@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shlex
 import sqlite3
+import sys
 import time
 from contextlib import contextmanager
 
@@ -224,7 +225,7 @@ def transaction():
 def _begin() -> sqlite3.Connection:
     """A connection inside BEGIN IMMEDIATE: waits out another program's lock (each try waits
     the busy timeout; then a pause, doubling to 5 s) until LOCK_WAIT_S, then one clear error."""
-    deadline, pause, freed = time.monotonic() + LOCK_WAIT_S, 0.05, False
+    deadline, pause, freed, said = time.monotonic() + LOCK_WAIT_S, 0.05, False, False
     while True:
         conn = None
         try:
@@ -243,6 +244,10 @@ def _begin() -> sqlite3.Connection:
                 raise UserError(f"{db_path()} has been locked by another program for over "
                                 f"{LOCK_WAIT_S:.0f} s ({e}); end it (`fuser {shlex.quote(str(db_path()))}` "
                                 "names it) and run again") from None
+            if not said:  # once per write (a supervisor's goes to its supervisor.log)
+                said = True
+                print(f"gptrain: {db_path()} is locked by another program; waiting for it "
+                      f"(up to {LOCK_WAIT_S / 60:.0f} minutes)", file=sys.stderr, flush=True)
             time.sleep(pause)
             pause = min(pause * 2, 5.0)
 
