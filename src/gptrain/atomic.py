@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -72,3 +73,31 @@ def build_once(out, build, done: str = "meta.json") -> Path:
         if not (out / done).is_file():
             build(out)
     return out
+
+
+LEFTOVER = re.compile(r"\..+\.(?:push|code|rm)-([0-9]+)")  # data push / run's code stage / data rm
+
+
+def sweep_leftovers(*folders) -> None:
+    """Remove the hidden working folders (`.NAME.push-PID`, `.NAME.code-PID`, `.NAME.rm-PID`)
+    that a command killed half-way left in `folders`, once their PID is gone: a live one is
+    some other command still at work. A reused PID only postpones the removal."""
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            m = LEFTOVER.fullmatch(entry.name)
+            if m and entry.is_dir(follow_symlinks=False) and not _pid_alive(int(m.group(1))):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # someone else's process (or a number no pid can be): left alone
+    return pid > 0

@@ -1,7 +1,9 @@
 """gptrain's embedded state: SQLite in $GPTRAIN_HOME/gptrain.db, in WAL mode.
 
-Tables: jobs, events, checkpoints and sources (jobs/store.py), datasets (data/store.py). Connections
-wait up to a minute for the write lock, so many CLI calls can run at once.
+Tables: jobs, events, checkpoints and sources (jobs/store.py), datasets (data/store.py). A write
+waits for the lock as long as another program holds it, up to LOCK_WAIT_S (SQLite's busy timeout,
+retried with a growing pause): a backup tool or an sqlite3 shell holding the database never kills
+a job's supervisor. A file that is not an SQLite database is one UserError naming it.
 
 A full disk: reads fall back to a read-only connection (WAL needs to write its -shm file even to
 read), and a write that fails for lack of space frees a small reserve file kept beside the
@@ -11,9 +13,13 @@ database and tries once more, so the last word of a job (failed: no space left) 
 from __future__ import annotations
 
 import os
+import shlex
 import sqlite3
+import sys
+import time
 from contextlib import contextmanager
 
+from gptrain.errors import UserError
 from gptrain.home import home
 
 SCHEMA = """
@@ -78,6 +84,8 @@ CREATE TABLE IF NOT EXISTS sources (
 # Columns added after the first release: (table, column, type), added to older databases.
 MIGRATIONS = (("jobs", "supervisor", "TEXT"), ("jobs", "run_id", "TEXT"), ("checkpoints", "kind", "TEXT"),
               ("checkpoints", "mtime", "REAL"), ("datasets", "kind", "TEXT"))
+LOCK_WAIT_S = 600.0  # how long a write waits for another program's lock before giving up
+BUSY_TIMEOUT_MS = 60000  # one wait inside SQLite; transaction() retries it up to LOCK_WAIT_S
 RESERVE = ".disk-reserve"
 RESERVE_BYTES = 1 << 20
 
@@ -86,13 +94,48 @@ def db_path():
     return home() / "gptrain.db"
 
 
+def identity() -> tuple[int, int] | None:
+    """(device, inode) of the database file, None when there is none: a supervisor compares it
+    with the one it started with, to notice a database deleted or replaced under it."""
+    try:
+        st = os.stat(db_path())
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def corrupt(e: BaseException) -> UserError | None:
+    """The UserError for a database file SQLite cannot read (not a database, malformed), else None."""
+    if type(e) is not sqlite3.DatabaseError:  # Operational/Integrity/...: not about the file itself
+        return None
+    path = db_path()
+    return UserError(f"{path} is not a usable gptrain database ({e}); move it aside "
+                     f"(mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.corrupt')}) and run "
+                     "again: a new, empty one is made")
+
+
+def locked(e: BaseException) -> bool:
+    """Another connection holds the lock (SQLITE_BUSY / SQLITE_LOCKED)."""
+    return isinstance(e, sqlite3.OperationalError) and ("locked" in str(e) or "busy" in str(e))
+
+
 def connect() -> sqlite3.Connection:
+    try:
+        return _connect()
+    except sqlite3.DatabaseError as e:
+        bad = corrupt(e)
+        if bad is None:
+            raise
+        raise bad from None
+
+
+def _connect() -> sqlite3.Connection:
     path = db_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, timeout=60, isolation_level=None)
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
     try:
         conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA busy_timeout = 60000")
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.executescript(SCHEMA)
@@ -167,14 +210,7 @@ def transaction():
     """One IMMEDIATE transaction: the write lock is taken up front, so readers never upgrade.
     On a (nearly) full disk the reserve is freed first, so the write can land."""
     _free_reserve(only_if_low=True)
-    try:
-        conn = connect()
-        conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.OperationalError as e:
-        if not (out_of_space(e) and _free_reserve()):
-            raise
-        conn = connect()
-        conn.execute("BEGIN IMMEDIATE")
+    conn = _begin()
     try:
         yield conn
         conn.execute("COMMIT")
@@ -184,6 +220,36 @@ def transaction():
         raise
     finally:
         conn.close()
+
+
+def _begin() -> sqlite3.Connection:
+    """A connection inside BEGIN IMMEDIATE: waits out another program's lock (each try waits
+    the busy timeout; then a pause, doubling to 5 s) until LOCK_WAIT_S, then one clear error."""
+    deadline, pause, freed, said = time.monotonic() + LOCK_WAIT_S, 0.05, False, False
+    while True:
+        conn = None
+        try:
+            conn = connect()
+            conn.execute("BEGIN IMMEDIATE")
+            return conn
+        except sqlite3.OperationalError as e:
+            if conn is not None:
+                conn.close()
+            if out_of_space(e) and not freed and _free_reserve():
+                freed = True
+                continue
+            if not locked(e):
+                raise
+            if time.monotonic() > deadline:
+                raise UserError(f"{db_path()} has been locked by another program for over "
+                                f"{LOCK_WAIT_S:.0f} s ({e}); end it (`fuser {shlex.quote(str(db_path()))}` "
+                                "names it) and run again") from None
+            if not said:  # once per write (a supervisor's goes to its supervisor.log)
+                said = True
+                print(f"gptrain: {db_path()} is locked by another program; waiting for it "
+                      f"(up to {LOCK_WAIT_S / 60:.0f} minutes)", file=sys.stderr, flush=True)
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
 
 
 def fetch_all(sql: str, params=()) -> list[dict]:

@@ -44,7 +44,18 @@ def private_home() -> None:
     os.chmod(home(), 0o700)
 
 
+def sweep_leftovers() -> None:
+    """What a killed `data push` / `data rm` / `run` left half-made is removed by the next command."""
+    from gptrain.atomic import sweep_leftovers
+    from gptrain.home import home
+
+    sweep_leftovers(home() / "datasets", home() / "jobs")
+
+
 def main(argv: list[str] | None = None) -> int:
+    import sqlite3
+
+    from gptrain.db import corrupt
     from gptrain.errors import UserError, disk_full
 
     argv = sys.argv[1:] if argv is None else argv
@@ -58,10 +69,17 @@ def main(argv: list[str] | None = None) -> int:
     if extra and not getattr(args, "takes_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     private_home()
+    sweep_leftovers()
     try:
         return args.func(args, extra) or 0
     except UserError as e:
         print(f"gptrain: error: {e}", file=sys.stderr)
+        return 2
+    except sqlite3.DatabaseError as e:  # gptrain.db unreadable past its header: one line too
+        bad = corrupt(e)
+        if bad is None:
+            raise
+        print(f"gptrain: error: {bad}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0

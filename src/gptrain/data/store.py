@@ -8,7 +8,8 @@ A dataset is one of three kinds, recorded with it:
   files         any other folder, kept as it is
 The last two get a manifest (MANIFEST: each file's size and sha256) beside their files.
 push copies and verifies into a hidden directory (removed again on any failure, a full disk
-included), renames it into place, then registers it; rm unregisters first, then deletes. A
+included; after a SIGKILL, by the next gptrain command: atomic.sweep_leftovers), renames it into
+place, then registers it; rm unregisters first, then deletes. A
 name is usable exactly when it is registered and its files are complete.
 """
 

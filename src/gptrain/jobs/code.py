@@ -79,7 +79,8 @@ def resolve_source(spec) -> None:
 @contextmanager
 def staged(spec):
     """The job's code snapshot, made beside its job folder before anything is recorded (a user
-    error leaves nothing behind); `place` moves it in once the job is recorded."""
+    error leaves nothing behind; a SIGKILL's leftover goes with the next gptrain command,
+    atomic.sweep_leftovers); `place` moves it in once the job is recorded."""
     resolve_source(spec)
     if spec.repository_url and spec.code:
         raise UserError("give --code or --repository-url (--source), not both")

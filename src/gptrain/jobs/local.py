@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -78,14 +79,53 @@ def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
     from gptrain.jobs import code
 
     with code.staged(spec) as snapshot:  # the code, before anything is recorded
-        store.create_job(spec.name, spec.to_dict(), spec.nodes, spec.accels, "local")
-        secrets.save(spec.name, spec.secrets)  # apart from the record (0600); the supervisor reads it
-        d = job_dir(spec.name)
-        (d / "logs").mkdir(parents=True, exist_ok=True)
-        code.place(snapshot, d)
-    (d / "job.json").write_text(json.dumps(spec.to_dict(), indent=2))
-    start_supervisor(spec.name)
+        d = create(spec, snapshot, "local")
+    try:
+        start_supervisor(spec.name)
+    except BaseException:  # no supervisor (fork failed): no job either
+        forget(spec.name, d)
+        raise
     return None
+
+
+def create(spec: JobSpec, snapshot, scheduler: str) -> Path:
+    """Record a new job and make its folder (secrets, code snapshot, job.json): all of it or,
+    on any failure, none of it (the row, the folder and the secrets are removed again). A folder
+    already there without a record (left by a job whose gptrain.db was deleted) is refused."""
+    from gptrain.errors import disk_full
+    from gptrain.jobs import code
+
+    d = job_dir(spec.name)
+    store.create_job(spec.name, spec.to_dict(), spec.nodes, spec.accels, scheduler)
+    made = False
+    try:
+        try:
+            d.mkdir(parents=True)
+        except FileExistsError:
+            raise UserError(f"job folder {d} is already there, left by a job gptrain.db does not know "
+                            "(was the database deleted or replaced?); move it away or pick another name") from None
+        made = True
+        secrets.save(spec.name, spec.secrets)  # apart from the record (0600); the supervisor reads it
+        (d / "logs").mkdir()
+        code.place(snapshot, d)
+        (d / "job.json").write_text(json.dumps(spec.to_dict(), indent=2))
+    except BaseException as e:
+        forget(spec.name, d if made else None)
+        full = disk_full(e, d)
+        if full is not None:
+            raise full from None
+        if isinstance(e, OSError):
+            raise UserError(f"cannot make job folder {d}: {e.strerror or e}; nothing was recorded") from None
+        raise
+    return d
+
+
+def forget(name: str, folder: Path | None) -> None:
+    """Undo a submit that failed half-way: the row and, when it made them, folder and secrets."""
+    store.delete_job(name)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        secrets.remove(name)
 
 
 def start_supervisor(name: str) -> None:
@@ -135,7 +175,7 @@ def stop(name: str, timeout: float) -> str:
 
     reconcile()
     state = store.get_job(name)["state"]
-    if state in store.TERMINAL:
+    if store.JobState(state).is_terminal():
         return state
     write_stop_request(job_dir(name), timeout)
     job = store.get_job(name)  # read after the request is on disk: no start slips between

@@ -16,6 +16,7 @@ import time
 
 from gptrain.db import out_of_space
 from gptrain.jobs import procs, store
+from gptrain.jobs.store import JobState
 
 GRACE_S = 10.0  # a row may wait this long for its supervisor to be recorded (submit -> Popen)
 
@@ -40,7 +41,7 @@ def reconcile(skip: str | None = None) -> dict[str, dict]:
                 raise
             from gptrain.jobs import local
 
-            state = "stopped" if local.stop_request(local.job_dir(row["name"])).exists() else "failed"
+            state = JobState.STOPPED if local.stop_request(local.job_dir(row["name"])).exists() else JobState.FAILED
             unrecorded[row["name"]] = {"state": state, "error": f"{_how_it_died(_ident(row))} "
                                        "(not recorded yet: no space left on device)"}
     return unrecorded
@@ -69,16 +70,16 @@ def _check(row: dict) -> None:
     where = f"from {latest}" if latest else "from the start (no checkpoint yet)"
     full = local.full_disk_of(name)  # a new supervisor would die the same way
     if local.stop_request(local.job_dir(name)).exists():
-        store.end_orphan(name, row["supervisor"], "stopped", f"stopped ({how})")
+        store.end_orphan(name, row["supervisor"], JobState.STOPPED, f"stopped ({how})")
     elif full:
-        store.end_orphan(name, row["supervisor"], "failed", f"{how}; {full}: free some space, "
+        store.end_orphan(name, row["supervisor"], JobState.FAILED, f"{how}; {full}: free some space, "
                          f"then `gptrain resume {name}` continues {where}")
-    elif row["started"] and row["state"] != "stopping" and restarts < max_restarts:
+    elif row["started"] and row["state"] != JobState.STOPPING and restarts < max_restarts:
         msg = f"{how}; restart {restarts + 1} of {max_restarts} {where} by a new supervisor"
         if store.requeue_orphan(name, row["supervisor"], restarts + 1, msg):
             local.start_supervisor(name)
     else:
-        store.end_orphan(name, row["supervisor"], "failed",
+        store.end_orphan(name, row["supervisor"], JobState.FAILED,
                          f"{how} while {row['state']}; `gptrain resume {name}` continues {where}")
 
 

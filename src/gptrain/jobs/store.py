@@ -2,22 +2,49 @@
 timestamped), checkpoints (what each job has written) and sources (named code repositories),
 in $GPTRAIN_HOME/gptrain.db.
 
-The whole job state machine is here: every transition, local slot claims, and the compare-and-set
-writes the reconciler (jobs/reconcile.py) uses to end or hand over a job whose supervisor died.
-Every write is one short IMMEDIATE transaction (gptrain/db.py), so concurrent CLI calls wait
-on the busy timeout instead of failing.
+All SQL about jobs is here, and with it the job state machine's guard: a state is a JobState;
+a job in a terminal state never leaves it (only `reopen`, the user's `gptrain resume`, queues it
+again); and a supervisor writes with its owner token (the run_id it recorded), so a stale one
+(its job ended, taken over, or recreated under the same name) is refused instead of overwriting
+a newer record. Every write is one short IMMEDIATE transaction (gptrain/db.py), which waits out
+another program's lock instead of failing.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from enum import Enum
 
 from gptrain.db import fetch_all, fetch_one, transaction
 from gptrain.errors import UserError
 
-ACTIVE = ("queued", "starting", "running", "restarting", "stopping")
-TERMINAL = ("succeeded", "failed", "stopped")
+
+class JobState(str, Enum):
+    """Where a job is: queued -> starting -> running (-> restarting -> running) -> stopping ->
+    one of the terminal states succeeded, failed, stopped."""
+
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    STOPPING = "stopping"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    def is_terminal(self) -> bool:
+        return self in TERMINAL
+
+    def __str__(self) -> str:
+        return self.value
+
+    __format__ = str.__format__
+
+
+ACTIVE = (JobState.QUEUED, JobState.STARTING, JobState.RUNNING, JobState.RESTARTING, JobState.STOPPING)
+TERMINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED)
+_ACTIVE_SQL = f"({', '.join(repr(s.value) for s in ACTIVE)})"
 
 
 def add_event(conn, job: str, kind: str, message: str = "") -> None:
@@ -33,26 +60,35 @@ def create_job(name: str, spec: dict, nodes: int, accels: int, scheduler: str) -
                             f"`gptrain rm {name}`")
         seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
         conn.execute("INSERT INTO jobs (name, seq, state, scheduler, nodes, accels, spec, created, "
-                     "updated) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
-                     (name, seq, scheduler, nodes, accels, json.dumps(spec), now, now))
+                     "updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     (name, seq, JobState.QUEUED.value, scheduler, nodes, accels, json.dumps(spec), now, now))
         add_event(conn, name, "submitted", f"{nodes} node(s) x {accels} accelerator(s), {scheduler}")
-        add_event(conn, name, "queued")
+        add_event(conn, name, JobState.QUEUED.value)
 
 
-def set_state(name: str, state: str, message: str = "", **fields) -> None:
-    """Move a job to `state` (recording the event) and update other columns."""
+def set_state(name: str, state: JobState | str, message: str = "", owner: str | None = None,
+              **fields) -> bool:
+    """Move a job to `state` (recording the event) and update other columns; False, with nothing
+    written, when the job is gone, already ended, or (given an `owner`) owned by another run."""
+    state = JobState(state)  # any other string is a bug: ValueError
     now = time.time()
     with transaction() as conn:
+        row = conn.execute("SELECT state, run_id FROM jobs WHERE name = ?", (name,)).fetchone()
+        if row is None or JobState(row["state"]).is_terminal():
+            return False
+        if owner is not None and row["run_id"] != owner:
+            return False
         sets = ["state = ?", "updated = ?"] + [f"{k} = ?" for k in fields]
-        values = [state, now, *fields.values()]
-        if state == "running":
+        values = [state.value, now, *fields.values()]
+        if state is JobState.RUNNING:
             sets.append("started = COALESCE(started, ?)")
             values.append(now)
-        if state in TERMINAL:
+        if state.is_terminal():
             sets.append("ended = ?")
             values.append(now)
         conn.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE name = ?", (*values, name))
-        add_event(conn, name, state, message)
+        add_event(conn, name, state.value, message)
+        return True
 
 
 def update(name: str, **fields) -> None:
@@ -130,7 +166,7 @@ def record_supervisor(name: str, ident: list, run_id: str | None = None) -> bool
     longer queued or another live supervisor was recorded since (then this one must leave)."""
     with transaction() as conn:
         row = conn.execute("SELECT state, supervisor FROM jobs WHERE name = ?", (name,)).fetchone()
-        if row is None or row["state"] != "queued":
+        if row is None or row["state"] != JobState.QUEUED:
             return False
         if row["supervisor"] and json.loads(row["supervisor"])[:2] != ident[:2] and run_id is not None:
             return False
@@ -145,27 +181,28 @@ def record_supervisor(name: str, ident: list, run_id: str | None = None) -> bool
 def active_local() -> list[dict]:
     """The local jobs not yet ended (few rows: the reconciler reads /proc for each)."""
     return fetch_all("SELECT name, state, created, updated, started, restarts, spec, supervisor, "
-                     "supervisor_pid, run_id FROM jobs WHERE scheduler = 'local' AND state IN "
-                     f"({','.join('?' * len(ACTIVE))}) ORDER BY seq", ACTIVE)
+                     f"supervisor_pid, run_id FROM jobs WHERE scheduler = 'local' AND state IN {_ACTIVE_SQL} "
+                     "ORDER BY seq")
 
 
-def claim_slots(name: str, kind: str, total: int, need: int) -> list[int] | None:
+def claim_slots(name: str, kind: str, total: int, need: int, owner: str) -> list[int] | None:
     """Move a queued job to starting with `need` free slots, if it is first in line and they
-    are free: the slots; [] to wait; None when the job is no longer queued (ended meanwhile)."""
+    are free: the slots; [] to wait; None when the job is no longer queued (ended meanwhile) or
+    no longer `owner`'s."""
     with transaction() as conn:
-        rows = conn.execute("SELECT name, state, slots FROM jobs WHERE scheduler = 'local' AND state "
-                            f"IN ({','.join('?' * len(ACTIVE))}) ORDER BY seq", ACTIVE).fetchall()
-        if not any(r["name"] == name and r["state"] == "queued" for r in rows):
+        rows = conn.execute("SELECT name, state, slots, run_id FROM jobs WHERE scheduler = 'local' AND "
+                            f"state IN {_ACTIVE_SQL} ORDER BY seq").fetchall()
+        if not any(r["name"] == name and r["state"] == JobState.QUEUED and r["run_id"] == owner for r in rows):
             return None
-        used = {s for r in rows if r["state"] != "queued" and r["slots"] for s in json.loads(r["slots"])}
-        queued = [r["name"] for r in rows if r["state"] == "queued"]
+        used = {s for r in rows if r["state"] != JobState.QUEUED and r["slots"] for s in json.loads(r["slots"])}
+        queued = [r["name"] for r in rows if r["state"] == JobState.QUEUED]
         free = [i for i in range(total) if i not in used]
         if queued[0] != name or len(free) < need:
             return []
         slots = free[:need]
-        conn.execute("UPDATE jobs SET state = 'starting', slots = ?, updated = ? WHERE name = ?",
-                     (json.dumps(slots), time.time(), name))
-        add_event(conn, name, "starting", f"{kind} slots {slots}")
+        conn.execute("UPDATE jobs SET state = ?, slots = ?, updated = ? WHERE name = ?",
+                     (JobState.STARTING.value, json.dumps(slots), time.time(), name))
+        add_event(conn, name, JobState.STARTING.value, f"{kind} slots {slots}")
         return slots
 
 
@@ -175,15 +212,16 @@ def _owned_by(conn, name: str, supervisor: str | None) -> bool:
     return row is not None and row["state"] in ACTIVE and row["supervisor"] == supervisor
 
 
-def end_orphan(name: str, supervisor: str | None, state: str, message: str) -> bool:
+def end_orphan(name: str, supervisor: str | None, state: JobState, message: str) -> bool:
     """End a job whose supervisor is gone (slots freed); False if someone else got there first."""
-    now = time.time()
+    state, now = JobState(state), time.time()
+    assert state.is_terminal(), state
     with transaction() as conn:
         if not _owned_by(conn, name, supervisor):
             return False
-        conn.execute("UPDATE jobs SET state = ?, error = ?, slots = NULL, ended = ?, updated = ? "
-                     "WHERE name = ?", (state, message if state == "failed" else None, now, now, name))
-        add_event(conn, name, state, message)
+        conn.execute("UPDATE jobs SET state = ?, error = ?, slots = NULL, ended = ?, updated = ? WHERE name = ?",
+                     (state.value, message if state is JobState.FAILED else None, now, now, name))
+        add_event(conn, name, state.value, message)
         return True
 
 
@@ -193,10 +231,9 @@ def requeue_orphan(name: str, supervisor: str | None, restarts: int, message: st
     with transaction() as conn:
         if not _owned_by(conn, name, supervisor):
             return False
-        conn.execute("UPDATE jobs SET state = 'queued', slots = NULL, supervisor = NULL, "
-                     "supervisor_pid = NULL, restarts = ?, updated = ? WHERE name = ?",
-                     (restarts, time.time(), name))
-        add_event(conn, name, "restarting", message)
+        conn.execute("UPDATE jobs SET state = ?, slots = NULL, supervisor = NULL, supervisor_pid = NULL, "
+                     "restarts = ?, updated = ? WHERE name = ?", (JobState.QUEUED.value, restarts, time.time(), name))
+        add_event(conn, name, JobState.RESTARTING.value, message)
         return True
 
 
@@ -206,14 +243,14 @@ def reopen(name: str, message: str) -> None:
         row = conn.execute("SELECT state FROM jobs WHERE name = ?", (name,)).fetchone()
         if row is None:
             raise UserError(f"no job named {name!r}; see `gptrain jobs`")
-        if row["state"] not in ("failed", "stopped"):
+        if row["state"] not in (JobState.FAILED, JobState.STOPPED):
             raise UserError(f"job {name} is {row['state']}; only a failed or stopped job can be resumed")
         seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
-        conn.execute("UPDATE jobs SET state = 'queued', seq = ?, slots = NULL, supervisor = NULL, "
-                     "supervisor_pid = NULL, ended = NULL, error = NULL, exit_code = NULL, restarts = 0, "
-                     "updated = ? WHERE name = ?", (seq, time.time(), name))
+        conn.execute("UPDATE jobs SET state = ?, seq = ?, slots = NULL, supervisor = NULL, "
+                     "supervisor_pid = NULL, run_id = NULL, ended = NULL, error = NULL, exit_code = NULL, "
+                     "restarts = 0, updated = ? WHERE name = ?", (JobState.QUEUED.value, seq, time.time(), name))
         add_event(conn, name, "resumed", message)
-        add_event(conn, name, "queued")
+        add_event(conn, name, JobState.QUEUED.value)
 
 
 def delete_job(name: str) -> None:

@@ -7,6 +7,12 @@ stopped, with restarting in between when an attempt fails and restarts are left.
 runs one torchrun agent per node on this machine, joined by c10d rendezvous, to exercise the
 multi-node path. SIGTERM (from `gptrain stop`) is passed to the workers, which save a
 checkpoint and exit; after the stop timeout the whole process tree is killed.
+
+Every write carries this supervisor's owner token (its run_id, jobs/store.py): when the store
+refuses one (the job was ended or taken over meanwhile), or gptrain.db is deleted or replaced
+under it, the supervisor stops the job's processes the same way, says why in supervisor.log and
+the agents' logs, and leaves without writing: no orphan runs on unseen, no newer record is
+overwritten.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ import sys
 import time
 import uuid
 
+from gptrain import db
 from gptrain.jobs import launch, local, procs, secrets, store
 from gptrain.jobs.logs import NO_SPACE, failed_rank, failure_summary, mentions_no_space
 from gptrain.jobs.reconcile import reconcile
 from gptrain.jobs.spec import JobSpec
+from gptrain.jobs.store import JobState
 
 POLL_S = 0.5
 SYNC_EVERY_S = 2.0
@@ -34,9 +42,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class LostJob(Exception):
+    """This supervisor no longer owns its job's record: it must stop the job and write nothing."""
+
+
 class Supervisor:
     def __init__(self, name: str):
         self.name = name
+        self.db_id = db.identity()  # the database this job is recorded in (checked at each poll)
         self.job = store.get_job(name)
         self.spec = JobSpec.from_dict(self.job["spec"])
         self.dir = local.job_dir(name)
@@ -44,7 +57,8 @@ class Supervisor:
         self.agents: list[subprocess.Popen] = []
         self.signaled: set[int] = set()  # workers already asked to stop (once each)
         self.last_sync = 0.0
-        self.run_id = uuid.uuid4().hex
+        self.run_id = uuid.uuid4().hex  # also the owner token of every write (jobs/store.py)
+        self.agent_logs = []
         self.failed_node: int | None = None  # the node whose agent exited in error first
 
     # ---- slots -------------------------------------------------------------------------------
@@ -55,8 +69,9 @@ class Supervisor:
         kind, total = local.local_slots()
         need = self.spec.nodes * self.spec.accels
         while not self._stop_asked():
+            self._check_db()
             reconcile(skip=self.name)
-            slots = store.claim_slots(self.name, kind, total, need)
+            slots = store.claim_slots(self.name, kind, total, need, owner=self.run_id)
             if slots != []:
                 return slots
             time.sleep(POLL_S)
@@ -68,6 +83,40 @@ class Supervisor:
             self.stop_requested = True
         return self.stop_requested
 
+    # ---- the record: written only while it is this supervisor's ----------------------------
+
+    def _check_db(self) -> None:
+        if db.identity() != self.db_id:
+            raise LostJob(f"{db.db_path()} was deleted or replaced while the job ran")
+
+    def _set(self, state: JobState, message: str = "", **fields) -> None:
+        self._check_db()
+        if not store.set_state(self.name, state, message, owner=self.run_id, **fields):
+            raise LostJob(f"the record of job {self.name} is no longer this supervisor's "
+                          f"(ended or taken over meanwhile), so {state} was not written")
+
+    def abandon(self, reason: str) -> None:
+        """Stop the job's processes (SIGTERM to the workers, SIGKILL after the stop timeout)
+        without writing to the store, and say why where the user looks."""
+        line = f"--- gptrain: {reason}; stopping this job's processes, nothing more is recorded\n"
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        for path in self.agent_logs:
+            try:
+                with open(path, "ab") as f:
+                    f.write(line.encode(errors="backslashreplace"))
+            except OSError:
+                pass
+        if self.agents:
+            deadline = time.time() + self._stop_timeout()
+            while any(a.poll() is None for a in self.agents) and time.time() < deadline:
+                self._signal_workers(signal.SIGTERM)  # each poll: a worker may just be starting
+                time.sleep(POLL_S)
+            for a in self.agents:
+                _killpg(a.pid, signal.SIGKILL)
+                a.wait()
+        procs.kill_run(self.run_id)
+
     # ---- one attempt -------------------------------------------------------------------------
 
     def launch(self, attempt: int, slots: list[int]) -> None:
@@ -78,7 +127,7 @@ class Supervisor:
         env[procs.RUN_ID_ENV] = self.run_id  # every process of the job carries it (reconcile.py)
         launch.prepare_dirs(spec, self.dir)
         port = free_port()
-        self.agents, self.failed_node = [], None
+        self.agents, self.agent_logs, self.failed_node = [], [], None
         for node in range(spec.nodes):
             node_env = dict(env)
             mine = slots[node * spec.accels:(node + 1) * spec.accels]
@@ -93,7 +142,8 @@ class Supervisor:
                 torchrun = []
                 node_env.update(launch.rendezvous_env(spec.nodes, node, spec.accels, "127.0.0.1", port))
             cmd = launch.node_command(spec, self.dir, torchrun)
-            out = open(logs / f"agent-node{node}.log", "ab")
+            self.agent_logs.append(logs / f"agent-node{node}.log")
+            out = open(self.agent_logs[-1], "ab")
             out.write(f"--- gptrain: attempt {attempt}, node {node}: {' '.join(cmd)}\n".encode())
             out.flush()
             # the agent dies with this supervisor, and its workers with it (jobs/rank_log.py)
@@ -105,6 +155,7 @@ class Supervisor:
         """Watch the agents until all exit; returns the attempt's exit code (first failure)."""
         stop_deadline = None
         while True:
+            self._check_db()
             codes = [a.poll() for a in self.agents]
             if self.failed_node is None:
                 self.failed_node = next((n for n, c in enumerate(codes) if c not in (None, 0)), None)
@@ -114,7 +165,7 @@ class Supervisor:
                 stop_deadline = time.time() + 30  # a failed node: give the others 30 s to notice
             if self._stop_asked():
                 if stop_deadline is None:
-                    store.set_state(self.name, "stopping", "stop requested: workers save a checkpoint and exit")
+                    self._set(JobState.STOPPING, "stop requested: workers save a checkpoint and exit")
                     stop_deadline = time.time() + self._stop_timeout()
                 self._signal_workers(signal.SIGTERM)  # each poll: a worker may just be starting
             if stop_deadline is not None and time.time() > stop_deadline:
@@ -152,33 +203,38 @@ class Supervisor:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by start_supervisor
         if not store.record_supervisor(self.name, procs.identity(os.getpid()), self.run_id):
             return  # ended, or taken over by another supervisor, before this one started
+        try:
+            self._run()
+        except LostJob as e:
+            self.abandon(str(e))
+
+    def _run(self) -> None:
         slots = self.wait_for_slots()
-        if slots is None:
-            if store.get_job(self.name)["state"] == "queued":
-                store.set_state(self.name, "stopped", "stopped while queued")
+        if slots is None:  # stopped while queued (or no longer ours: then nothing is written)
+            store.set_state(self.name, JobState.STOPPED, "stopped while queued", owner=self.run_id)
             return
         attempt = self.job["restarts"]  # > 0 when this supervisor took over from a dead one
         while True:
             self.launch(attempt, slots)
-            store.set_state(self.name, "running", f"attempt {attempt}: {self.spec.nodes} node(s) x "
-                            f"{self.spec.accels} process(es)")
+            self._set(JobState.RUNNING, f"attempt {attempt}: {self.spec.nodes} node(s) x "
+                      f"{self.spec.accels} process(es)")
             code = self.wait()
             procs.kill_run(self.run_id)  # nothing of this attempt outlives it (workers' children)
             self.sync_checkpoints()
             if self.stop_requested:
-                store.set_state(self.name, "stopped", "stopped on request", exit_code=code)
+                self._set(JobState.STOPPED, "stopped on request", exit_code=code)
                 return
             if code == 0:
-                store.set_state(self.name, "succeeded", exit_code=0)
+                self._set(JobState.SUCCEEDED, exit_code=0)
                 return
             error = failure_summary(self.dir / "logs", code, self.failed_node)
             final = self.no_restart_reason(code, error)
             if final is None and attempt < self.spec.max_restarts:
                 attempt += 1
-                store.set_state(self.name, "restarting", f"attempt {attempt - 1} failed ({error}); "
-                                f"restart {attempt} of {self.spec.max_restarts}", restarts=attempt)
+                self._set(JobState.RESTARTING, f"attempt {attempt - 1} failed ({error}); "
+                          f"restart {attempt} of {self.spec.max_restarts}", restarts=attempt)
                 continue
-            store.set_state(self.name, "failed", final or error, exit_code=code, error=final or error)
+            self._set(JobState.FAILED, final or error, exit_code=code, error=final or error)
             return
 
     def no_restart_reason(self, code: int, error: str) -> str | None:
@@ -213,7 +269,7 @@ def main() -> None:
         for a in sup.agents:
             _killpg(a.pid, signal.SIGKILL)
         why = secrets.masked(sup.name, f"the supervisor failed: {e!r}")  # repr: its escaped forms too
-        store.set_state(sup.name, "failed", why, error=why)
+        store.set_state(sup.name, JobState.FAILED, why, owner=sup.run_id, error=why)
         raise
 
 

@@ -1,0 +1,171 @@
+"""The job store tells the truth whatever happens to gptrain.db: a stale supervisor cannot write,
+a deleted database leaves no orphan, a busy one kills nothing, a corrupt one is one line, and a
+failed submit records nothing (real supervisors, real processes, the real SQLite file)."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.integration.test_jobs import job, kinds, ok, wait_for
+
+
+def wait_until(cond, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{what} after {timeout}s")
+
+
+def gated_script(tmp_path, after_go="", name="gated.py"):
+    """A program that waits for a file `go` beside it, then (after `after_go`) writes `done`."""
+    script = tmp_path / name
+    script.write_text("import os, time\n"
+                      f"d = {str(tmp_path)!r}\n"
+                      "print('waiting', flush=True)\n"
+                      "while not os.path.exists(os.path.join(d, 'go')):\n    time.sleep(0.1)\n"
+                      f"{after_go}"
+                      "open(os.path.join(d, 'done'), 'w').write('ok')\n")
+    return script
+
+
+def db_file():
+    from gptrain.db import db_path
+
+    return db_path()
+
+
+def raw(sql, params=()):
+    """The database as any other sqlite3 client sees it (not through gptrain)."""
+    conn = sqlite3.connect(db_file(), isolation_level=None, timeout=60)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def alive(pid) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] not in "ZX"
+    except OSError:
+        return False
+
+
+def tagged(run_id) -> set[int]:
+    """The live processes carrying the job's GPTRAIN_RUN_ID (its agents, workers, their children)."""
+    needle = f"GPTRAIN_RUN_ID={run_id}".encode()
+    found = set()
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/environ", "rb") as f:
+                    if needle in f.read().split(b"\0") and alive(int(d)):
+                        found.add(int(d))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.parametrize("newer", ["ended", "taken over"])
+def test_a_stale_supervisor_cannot_write(slots, tmp_path, newer):
+    """A supervisor whose job was ended, or handed to another owner, while it was frozen: its
+    'succeeded' is refused and the newer record stands."""
+    ok("run", "stale", "--", gated_script(tmp_path))
+    wait_for("stale", ("running",), timeout=120)
+    sup = job("stale")["supervisor_pid"]
+    os.kill(sup, signal.SIGSTOP)
+    try:
+        if newer == "ended":
+            raw("UPDATE jobs SET state = 'failed', error = 'ended by a newer owner' WHERE name = 'stale'")
+        else:
+            raw("UPDATE jobs SET run_id = 'a-newer-supervisor' WHERE name = 'stale'")
+    finally:
+        os.kill(sup, signal.SIGCONT)
+    (tmp_path / "go").write_text("")
+    wait_until(lambda: not alive(sup), 60, "the stale supervisor did not leave")
+    assert (tmp_path / "done").exists()  # the program itself ran to its end
+    j = job("stale")
+    assert j["state"] == ("failed" if newer == "ended" else "running"), j
+    assert "succeeded" not in kinds("stale")
+    log = (tmp_path / "gptrain-home" / "jobs" / "stale" / "supervisor.log").read_text()
+    assert "no longer this supervisor's" in log and "Traceback" not in log, log
+
+
+def test_a_deleted_database_leaves_no_orphan(slots, tmp_path):
+    """gptrain.db deleted while a job runs: its supervisor notices, stops the job's processes and
+    says so in its log; resubmitting the name is one line, and no junk row is left."""
+    ok("run", "ghost", "--", gated_script(tmp_path))
+    wait_for("ghost", ("running",), timeout=120)
+    j = job("ghost")
+    sup, run_id = j["supervisor_pid"], j["run_id"]
+    assert tagged(run_id), "the job's processes were not found"
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.unlink(f"{db_file()}{suffix}")
+        except FileNotFoundError:
+            pass
+    wait_until(lambda: not alive(sup) and not tagged(run_id), 60,
+               "the job ran on after its database was deleted")
+    log = (tmp_path / "gptrain-home" / "jobs" / "ghost" / "supervisor.log").read_text()
+    assert "was deleted or replaced" in log and "Traceback" not in log, log
+    r = run_cli("run", "ghost", "--", gated_script(tmp_path, name="again.py"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (r.stdout, r.stderr)
+    assert "already there" in r.stderr and "Traceback" not in r.stderr
+    assert raw("SELECT name FROM jobs") == []
+
+
+@pytest.mark.slow
+def test_a_database_locked_for_70_s_kills_nothing(slots, tmp_path):
+    """Another sqlite3 client holds `BEGIN EXCLUSIVE` for 70 s while the job runs and finishes:
+    the program is untouched and the job is recorded succeeded once the lock is gone."""
+    ok("run", "busy", "--", gated_script(tmp_path, after_go="time.sleep(5)\n"))
+    wait_for("busy", ("running",), timeout=120)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sqlite3, sys, time\n"
+         "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+         "c.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\ntime.sleep(70)\nc.execute('COMMIT')\n",
+         str(db_file())], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        (tmp_path / "go").write_text("")
+        wait_until(lambda: (tmp_path / "done").exists(), 60, "the program did not finish")
+        assert holder.wait(timeout=120) == 0
+    finally:
+        holder.kill()
+    j = wait_for("busy", timeout=120)
+    assert j["state"] == "succeeded" and j["exit_code"] == 0, j
+    log = (tmp_path / "gptrain-home" / "jobs" / "busy" / "supervisor.log").read_text()
+    assert "Traceback" not in log and "is locked by another program; waiting" in log, log
+
+
+@pytest.mark.parametrize("args", [("jobs",), ("data", "list"), ("inspect", "x"), ("run", "x", "--", "SCRIPT")])
+def test_a_corrupt_database_is_one_line(isolated_home, tmp_path, args):
+    """Every command: one line naming the file and what to do, exit 2, the file left as it was."""
+    args = [str(gated_script(tmp_path)) if a == "SCRIPT" else a for a in args]
+    isolated_home.mkdir(parents=True)
+    db = isolated_home / "gptrain.db"
+    junk = b"this is not an SQLite database\n" * 200
+    db.write_bytes(junk)
+    r = run_cli(*args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(db) in lines[0] and "move it aside" in lines[0], r.stderr
+    assert db.read_bytes() == junk
+
+
+def test_a_failed_submit_records_nothing(slots, isolated_home, tmp_path):
+    """The job's folder cannot be made ($GPTRAIN_HOME/jobs is a file): one line, no row."""
+    ok("jobs")  # the database exists
+    (isolated_home / "jobs").write_text("not a folder")
+    r = run_cli("run", "nope", "--", gated_script(tmp_path))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (r.stdout, r.stderr)
+    assert "nothing was recorded" in r.stderr
+    assert raw("SELECT name FROM jobs") == [] and raw("SELECT job FROM events") == []

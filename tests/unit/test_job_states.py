@@ -1,0 +1,46 @@
+"""The job store's guard on the real SQLite file: typed states, terminal states final, only the
+owner's writes taken (jobs/store.py)."""
+
+import pytest
+
+from gptrain.jobs import store
+from gptrain.jobs.store import JobState
+
+
+def new_job(name="j"):
+    store.create_job(name, {"name": name}, 1, 1, "local")
+    return name
+
+
+def test_states_are_typed_and_terminal_ones_are_known():
+    assert [s for s in JobState if s.is_terminal()] == [JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED]
+    assert f"{JobState.RUNNING}" == "running" and JobState("queued") is JobState.QUEUED
+    with pytest.raises(ValueError):
+        store.set_state(new_job(), "finished")  # not a state: a bug, not a row
+    assert store.get_job("j")["state"] == "queued"
+
+
+def test_a_terminal_state_is_never_left():
+    name = new_job()
+    assert store.set_state(name, JobState.RUNNING)
+    assert store.set_state(name, JobState.FAILED, "boom", error="boom")
+    for later in (JobState.SUCCEEDED, JobState.RUNNING, JobState.FAILED):
+        assert store.set_state(name, later) is False
+    job = store.get_job(name)
+    assert job["state"] == "failed" and job["error"] == "boom"
+    assert [e["kind"] for e in store.events(name)].count("failed") == 1
+
+
+def test_only_the_owner_writes():
+    name = new_job()
+    assert store.record_supervisor(name, [1, 2, "boot"], run_id="owner-a")
+    assert store.set_state(name, JobState.RUNNING, owner="owner-b") is False
+    assert store.claim_slots(name, "cpu", 2, 1, owner="owner-b") is None
+    assert store.claim_slots(name, "cpu", 2, 1, owner="owner-a") == [0]
+    assert store.set_state(name, JobState.RUNNING, owner="owner-a")
+    assert store.get_job(name)["state"] == "running"
+
+
+def test_a_write_to_a_job_that_is_gone_writes_nothing():
+    assert store.set_state("nobody", JobState.SUCCEEDED) is False
+    assert store.events("nobody") == []
