@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from gptrain.train.checkpoint import find_latest
+from gptrain.weights.layout import find_latest
 from tests.helpers import TINY, env, losses, make_dataset, model_tensors, train
 
 pytestmark = pytest.mark.slow  # real multi-process runs: `pytest -m slow` runs them alone

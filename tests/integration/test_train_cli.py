@@ -69,7 +69,7 @@ def test_nan_loss_stops_without_a_poisoned_checkpoint(tmp_path):
               *TINY, "--train.lr=1e30", "--train.warmup_steps=0", "--train.grad_clip=0",
               "--checkpoint.every=1", "--train.do_eval=false", check=False)
     assert r.returncode == 2 and "NaN/inf" in r.stderr, r.stderr
-    from gptrain.train.checkpoint import find_latest, read_state
+    from gptrain.weights.layout import find_latest, read_state
 
     latest = find_latest(out)
     import math

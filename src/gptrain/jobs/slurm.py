@@ -191,12 +191,9 @@ def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
 
 
 def _submit(spec: JobSpec, snapshot) -> str:
-    store.create_job(spec.name, spec.to_dict(), spec.nodes, spec.accels, "slurm")
-    jdir = local.job_dir(spec.name)
-    (jdir / "logs").mkdir(parents=True, exist_ok=True)
+    jdir = local.create(spec, snapshot, "slurm")  # the record and the folder: all or nothing
     try:
-        secrets.save(spec.name, _secrets_of(spec))
-        code.place(snapshot, jdir)
+        secrets.save(spec.name, _secrets_of(spec))  # with the passed-through ones (SLURM_*)
         launch.write_config(spec, jdir)
         script = jdir / "job.sbatch"
         script.write_text(build_script(spec))
@@ -204,9 +201,7 @@ def _submit(spec: JobSpec, snapshot) -> str:
         if r.returncode != 0:
             raise UserError(f"sbatch refused the job: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
     except BaseException:
-        store.delete_job(spec.name)
-        shutil.rmtree(jdir, ignore_errors=True)
-        secrets.remove(spec.name)
+        local.forget(spec.name, jdir)
         raise
     job_id = r.stdout.strip().split(";")[0]
     store.update(spec.name, external_id=job_id)

@@ -28,8 +28,7 @@ from torch.distributed.checkpoint import FileSystemWriter
 
 from gptrain.errors import UserError
 from gptrain.weights.dcp import dcp_error, load_tensors
-from gptrain.weights.layout import (STATE_FILE, complete, find_latest, is_checkpoint_dir, read_state,  # noqa: F401
-                                    resolve, root_of, step_name)
+from gptrain.weights.layout import STATE_FILE, complete, root_of, step_name
 
 
 def _barrier():

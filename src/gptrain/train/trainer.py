@@ -37,6 +37,7 @@ from gptrain.train.loss_scale import LossScaler
 from gptrain.train.metrics import MetricsLogger, console_line, flops_per_token, peak_flops
 from gptrain.train.model_init import build_model, resolve_data
 from gptrain.train.optim import build_optimizer, clip_grads, lr_at
+from gptrain.weights import layout
 
 
 def train(cfg: Config) -> dict:
@@ -199,14 +200,14 @@ class Trainer:
         if where == "none":
             return
         if where == "auto":
-            path = ckpt.find_latest(self.out)
+            path = layout.find_latest(self.out)
             if self.cfg.checkpoint.remote:
                 path = self._fetch_remote(path)
         else:
-            path = ckpt.resolve(where)  # a directory (names were resolved by gptrain/refs.py)
+            path = layout.resolve(where)  # a directory (names were resolved by gptrain/refs.py)
         if path is None:
             return
-        state = ckpt.read_state(path)
+        state = layout.read_state(path)
         ckpt.load_training_tensors(path, self.parts, self.optims)
         self.step = state["step"]
         self.last.update(train_loss=state.get("train_loss"), eval_loss=state.get("eval_loss"))
@@ -233,7 +234,7 @@ class Trainer:
                 remote.download(url, name, self.out)
         if dist.is_initialized():
             dist.barrier()
-        return ckpt.find_latest(self.out)
+        return layout.find_latest(self.out)
 
     # ---- one step ----------------------------------------------------------------------------
 
