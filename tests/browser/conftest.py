@@ -33,7 +33,7 @@ class Console:
         assert m, f"gptrain ui printed {line!r}"
         self.printed = m.group(1)
         self.base = f"http://127.0.0.1:{self.port}"
-        deadline = time.time() + 20
+        deadline = time.time() + 60
         while time.time() < deadline:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()

@@ -65,7 +65,7 @@ def test_a_job_watched_in_the_browser(dataset, console, browser, tmp_path):
     browser.get(console.base + "/jobs/live")
     browser.execute_script("window.notReloaded = true")
     log = browser.find_element(By.ID, "log")
-    wait_until(lambda: "| loss" in log.text, 120, "rank 0's log lines")
+    wait_until(lambda: "| loss" in log.text, 300, "rank 0's log lines")
     assert state("live") == "running"  # they came while it ran, not at the end
     first = log.text.count("| loss")
     wait_until(lambda: state("live") != "running" or log.text.count("| loss") > first, 60, "more log lines")
@@ -108,11 +108,11 @@ def test_stop_button_and_compare(dataset, console, browser, tmp_path):
     submit("long", "--train.max_steps=100000", "--checkpoint.every=0")
     submit("short", "--train.max_steps=30")  # queued behind long: both need the 2 slots
     browser.get(console.base + "/jobs/long")
-    wait_until(lambda: "| loss" in browser.find_element(By.ID, "log").text, 120, "long to train")
+    wait_until(lambda: "| loss" in browser.find_element(By.ID, "log").text, 300, "long to train")
     assert state("long") == "running" and state("short") == "queued"
     browser.find_element(By.ID, "stop").click()
     wait_until(lambda: browser.find_element(By.ID, "state").get_attribute("data-state") == "stopped",
-               120, "the job page to say stopped")
+               300, "the job page to say stopped")
     wait_until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#checkpoints tr")) >= 1, 30,
                "the checkpoint saved on stop")
     assert state("long") == "stopped"

@@ -52,7 +52,10 @@ def test_mixed_precision_tracks_fp32(data, reference, tmp_path, precision, tol):
     for step, value in reference.items():
         assert math.isfinite(got[step]) and abs(got[step] - value) < tol, (precision, step, got[step], value)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert all(0 < r["train/mfu"] < 1 for r in rows if "train/mfu" in r)  # against this precision's peak
+    # MFU against this precision's peak: the basis names it. Its size (< 1) is a ratio of two
+    # speeds, one timed while the machine may be busy, so it is not asserted here (bench/)
+    assert f" GFLOP/s {precision} per core, measured on one-thread matmuls" in r.stdout, r.stdout
+    assert all(r["train/mfu"] > 0 for r in rows if "train/mfu" in r)
 
 
 @pytest.mark.slow

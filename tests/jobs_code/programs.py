@@ -60,6 +60,10 @@ for step in range(start + 1, steps + 1):
     dist.barrier()
     if step == int(args.get("fail_at", 0)) and not resume and rank == 0:
         sys.exit("failing on purpose at step %d" % step)
+    if step == int(args.get("hold_at", 0)) and attempt == "0":
+        open(os.path.join(out, f"held-{rank}"), "w").close()
+        while True:  # the first attempt waits here, its checkpoint written, for a test to kill a rank
+            time.sleep(0.2)
     time.sleep(float(args.get("sleep", "0")))
 print(f"done at step {steps} w {w.item()}", flush=True)
 dist.destroy_process_group()

@@ -77,10 +77,10 @@ def test_kill_9_of_a_worker_restarts_from_the_latest_checkpoint(slots, tmp_path)
     checkpoint is written again."""
     repo = git_repository(project(tmp_path / "repo"))
     ok("run", "hf", "--accels", "2", "--max-restarts", "1", "--repository-url", f"file://{repo}",
-       "--ref", "v1", "--", "hf_train.py", "--output_dir=$GPTRAIN_OUTPUT_DIR", "--max_steps=8", "--sleep=0.7")
+       "--ref", "v1", "--", "hf_train.py", "--output_dir=$GPTRAIN_OUTPUT_DIR", "--max_steps=8", "--hold_at=3")
     out = jdir("hf") / "output"
-    deadline = time.time() + 120
-    while not (out / "checkpoint-3").is_dir() or not (out / "pid-1-0").is_file():
+    deadline = time.time() + 300  # a hang guard: the first attempt holds at step 3 until killed
+    while not (out / "held-1").is_file() or not (out / "pid-1-0").is_file():
         assert time.time() < deadline and job("hf")["state"] not in ("succeeded", "failed"), job("hf")
         time.sleep(0.2)
     os.kill(int((out / "pid-1-0").read_text()), signal.SIGKILL)
@@ -179,11 +179,11 @@ def test_stop_reaches_a_command(slots, tmp_path):
     (code / "loop.sh").write_text("trap 'echo got-term; exit 0' TERM\necho started\n"
                                   "while true; do sleep 0.2; done\n")
     assert run_cli("run", "loop", "--", "loop.sh", cwd=code).returncode == 0
-    deadline = time.time() + 60
+    deadline = time.time() + 180
     while not (jdir("loop") / "logs/rank-0.log").is_file() or "started" not in log("loop"):
         assert time.time() < deadline, job("loop")
         time.sleep(0.2)
-    ok("stop", "loop", "--timeout", "20", "--wait")
+    ok("stop", "loop", "--timeout", "120", "--wait")
     assert job("loop")["state"] == "stopped" and "got-term" in log("loop"), (job("loop"), log("loop"))
 
 

@@ -50,7 +50,7 @@ def test_enospc_fails_the_job_once_and_reads_still_tell_the_truth(small_disk, tm
     script = tmp_path / "fill_disk.py"
     script.write_text(FILL)
     ok("run", "filler", "--max-restarts", "2", "--", script)
-    j = wait_for("filler", timeout=120)
+    j = wait_for("filler", timeout=300)
     assert j["state"] == "failed" and j["restarts"] == 0, j  # no restart wasted on a full disk
     assert "no space left on device" in j["error"] and str(small_disk) in j["error"], j["error"]
     assert "gptrain resume filler" in j["error"]

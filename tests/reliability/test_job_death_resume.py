@@ -12,7 +12,7 @@ import torch
 
 from tests.helpers import model_tensors
 from tests.integration.test_jobs import TRAIN, dataset, job, kinds, ok, wait_for  # noqa: F401 (fixture)
-from tests.reliability.test_job_death import job_processes
+from tests.reliability.test_job_death import job_processes, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -34,8 +34,8 @@ def kill_everything_at_step_4(name):
         for pid in victims:
             os.kill(pid, sig)
     assert job(name)["state"] == "running"  # nothing recorded the deaths
-    time.sleep(0.5)
-    assert not job_processes(name)
+    # a SIGKILLed torch process takes a while to exit (its memory is torn down) on a busy machine
+    wait_until(lambda: not job_processes(name), 60, f"processes alive after SIGKILL: {job_processes(name)}")
 
 
 def final_weights(name):

@@ -30,7 +30,7 @@ def ok(*args):
     return r.stdout
 
 
-def states_until_done(name, timeout=300):
+def states_until_done(name, timeout=600):
     """Poll `gptrain inspect` (as a user would) and return the states it showed."""
     seen, deadline = [], time.time() + timeout
     while time.time() < deadline:
@@ -67,7 +67,7 @@ def test_stop_ends_a_running_job_with_a_checkpoint(dataset):
        "--", "--parallel.dp_replicate=2", "--parallel.dp_shard=1", "--train.max_steps=1000000",
        "--checkpoint.every=1000000", "--train.do_eval=false", *TRAIN)
     _wait_for_log("slong", "tokens/step")
-    ok("stop", "slong", "--wait", "--timeout", "60")
+    ok("stop", "slong", "--wait", "--timeout", "180")
     job = json.loads(ok("inspect", "slong", "--json"))["job"]
     assert job["state"] == "stopped", job
     ckpts = json.loads(ok("checkpoints", "slong", "--json"))
@@ -86,7 +86,7 @@ def test_requeue_resumes_from_the_latest_checkpoint(dataset, slurm):
     ok("run", "sreq", "--scheduler", "slurm", "--nodes", "1", "--accels", "1", "--dataset", dataset,
        "--", "--train.max_steps=400", "--checkpoint.every=20", "--train.do_eval=false", *TRAIN)
     ckpt = _job_dir("sreq") / "checkpoints" / "step-000020"
-    deadline = time.time() + 120
+    deadline = time.time() + 300
     while not ckpt.exists():
         assert time.time() < deadline, _logs("sreq")
         time.sleep(0.2)
@@ -153,7 +153,7 @@ def _logs(name):
     return {p.name: p.read_text()[-1500:] for p in logs.glob("*")} if logs.is_dir() else {}
 
 
-def _wait_for_log(name, text, timeout=120):
+def _wait_for_log(name, text, timeout=300):
     deadline = time.time() + timeout
     path = _job_dir(name) / "logs" / "rank-0.log"
     while time.time() < deadline:
