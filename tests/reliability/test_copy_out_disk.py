@@ -82,7 +82,7 @@ def test_the_console_zip_and_checkpoint_fetch_take_the_same_files(isolated_home,
                        "trainer_state.json"], fetched
     c = Console()
     try:
-        with urllib.request.urlopen(f"{c.base}/api/jobs/shared/checkpoints/{ckpt}.zip", timeout=20) as resp:
+        with urllib.request.urlopen(f"{c.base}/api/jobs/shared/checkpoints/{ckpt}.zip", timeout=120) as resp:
             body = resp.read()
     finally:
         c.close()

@@ -140,7 +140,7 @@ def test_a_database_locked_for_70_s_kills_nothing(slots, tmp_path):
         assert holder.wait(timeout=120) == 0
     finally:
         holder.kill()
-    j = wait_for("busy", timeout=120)
+    j = wait_for("busy", timeout=300)
     assert j["state"] == "succeeded" and j["exit_code"] == 0, j
     log = (tmp_path / "gptrain-home" / "jobs" / "busy" / "supervisor.log").read_text()
     assert "Traceback" not in log and "is locked by another program; waiting" in log, log

@@ -195,7 +195,7 @@ def test_a_killed_agent_is_named_by_its_node(slots, tmp_path):
     sup = job("headless")["supervisor_pid"]
     agent = next(p for p in job_processes("headless") if _parent(p) == sup)
     os.kill(agent, 9)
-    j = wait_for("headless", timeout=60)
+    j = wait_for("headless", timeout=180)
     assert j["state"] == "failed", j
     assert j["error"] == "the agent of node 0 (torchrun, or the node's command) was killed by SIGKILL", j
 

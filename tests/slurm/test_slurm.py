@@ -101,7 +101,7 @@ def test_resume_submits_a_stopped_job_again_from_its_checkpoint(dataset):
     ok("run", "sres", "--scheduler", "slurm", "--nodes", "1", "--accels", "1", "--dataset", dataset,
        "--", "--train.max_steps=60", "--checkpoint.every=20", "--train.do_eval=false", *TRAIN)
     _wait_for_log("sres", "tokens/step")
-    ok("stop", "sres", "--wait", "--timeout", "60")
+    ok("stop", "sres", "--wait", "--timeout", "180")
     first = json.loads(ok("inspect", "sres", "--json"))["job"]
     assert first["state"] == "stopped", first
     assert "resumed job sres" in ok("resume", "sres")  # was: "resume works for local jobs"
