@@ -79,7 +79,7 @@ def test_a_stale_supervisor_cannot_write(slots, tmp_path, newer):
     """A supervisor whose job was ended, or handed to another owner, while it was frozen: its
     'succeeded' is refused and the newer record stands."""
     ok("run", "stale", "--", gated_script(tmp_path))
-    wait_for("stale", ("running",), timeout=120)
+    wait_for("stale", ("running",), timeout=300)
     sup = job("stale")["supervisor_pid"]
     os.kill(sup, signal.SIGSTOP)
     try:
@@ -103,7 +103,7 @@ def test_a_deleted_database_leaves_no_orphan(slots, tmp_path):
     """gptrain.db deleted while a job runs: its supervisor notices, stops the job's processes and
     says so in its log; resubmitting the name is one line, and no junk row is left."""
     ok("run", "ghost", "--", gated_script(tmp_path))
-    wait_for("ghost", ("running",), timeout=120)
+    wait_for("ghost", ("running",), timeout=300)
     j = job("ghost")
     sup, run_id = j["supervisor_pid"], j["run_id"]
     assert tagged(run_id), "the job's processes were not found"
@@ -127,7 +127,7 @@ def test_a_database_locked_for_70_s_kills_nothing(slots, tmp_path):
     """Another sqlite3 client holds `BEGIN EXCLUSIVE` for 70 s while the job runs and finishes:
     the program is untouched and the job is recorded succeeded once the lock is gone."""
     ok("run", "busy", "--", gated_script(tmp_path, after_go="time.sleep(5)\n"))
-    wait_for("busy", ("running",), timeout=120)
+    wait_for("busy", ("running",), timeout=300)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sqlite3, sys, time\n"
          "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
