@@ -78,7 +78,7 @@ def main() -> None:
                     sys.exit(f"{precision} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
                 res = json.loads(line[7:])
                 if precision == "auto":
-                    res["chosen"] = next((ln.split("auto ->")[1].split()[0] for ln in proc.stdout.splitlines()
+                    res["chosen"] = next((ln.split("auto ->")[1].split()[0].rstrip(":") for ln in proc.stdout.splitlines()
                                           if "auto ->" in ln), "?")
                 results[precision].append(res)
                 print(f"  round {r + 1}/{args.rounds} {precision:<5} {res['tokens_per_s']:>8,.0f} tokens/s  "

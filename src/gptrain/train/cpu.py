@@ -40,7 +40,7 @@ M_MMAP_MAX = -4
 
 BF16_MARGIN = 1.3     # bf16 matmuls must beat fp32 by this much for `auto` to pick bf16
 STEADY = 0.85         # two measurement rounds within 15% of each other, or nothing is kept
-SHAPES = ((512, 384, 1536), (512, 1536, 384))  # (tokens, in, out) of a 384-wide block's MLP
+SHAPES = ((128, 384, 1536), (128, 1536, 384))  # (tokens, in, out) of a 384-wide block's MLP
 UNITS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "fma")  # the flags that decide, best first
 DTYPES = ("fp32", "bf16", "fp16")
 
@@ -145,7 +145,7 @@ def cores_in_use() -> int:
     return max(1, min(torch.get_num_threads(), allowed))
 
 
-def measure_per_core(precisions, samples: int = 15) -> dict[str, float]:
+def measure_per_core(precisions, samples: int = 40) -> dict[str, float]:
     """Matmul FLOP/s of one core in each precision: one thread, SHAPES, the precisions
     interleaved, the best of `samples` rounds each (see the module docstring for why)."""
     import torch
