@@ -23,7 +23,8 @@ from pathlib import Path
 from gptrain.home import home
 
 # scheduler -> the module that runs its jobs: submit(spec, dry_run), refresh(name) -> job,
-# stop(name, timeout) -> state, describe(job) -> line or None. The CLI goes through this table only.
+# stop(name, timeout) -> state, resume(name), describe(job) -> line or None. Readers of a job go
+# through this table (jobs/records.py); `gptrain run` picks the module of the --scheduler asked.
 SCHEDULERS = {"local": "gptrain.jobs.local", "slurm": "gptrain.jobs.slurm"}
 ENTRY_KINDS = ("trainer", "script", "module", "command")
 SUBMITTED_CONFIG = "submitted-config.toml"
