@@ -30,7 +30,7 @@ def resolve(ref: str) -> str:
         return str(_local(path, ref))
     if not NAME_RE.fullmatch(ref) or not (home() / "gptrain.db").is_file():
         return ref
-    from gptrain.jobs import local, store
+    from gptrain.jobs import found, store
 
     try:
         row = store.checkpoint_by_id(ref)
@@ -45,7 +45,7 @@ def resolve(ref: str) -> str:
         store.get_job(ref)
     except UserError:
         return ref
-    return newest_loadable(local.scan_checkpoints(ref), f"job {ref}", f"gptrain checkpoints {ref}")
+    return newest_loadable(found.scan_job(ref), f"job {ref}", f"gptrain checkpoints {ref}")
 
 
 def newest_loadable(rows: list[dict], what: str, see: str) -> str:

@@ -10,7 +10,7 @@ def record_job(name: str, state: str = "succeeded", rows: int = 100, secrets: di
                log: str = "step 1 | loss 3.0\n", eval_every: int = 10) -> Path:
     from gptrain.jobs import secrets as secrets_mod
     from gptrain.jobs import store
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
     from gptrain.jobs.spec import JobSpec
 
     spec = JobSpec(name=name, accels=2, secrets=secrets or {}, args=["--train.max_steps=100"])

@@ -43,7 +43,7 @@ def state(name):
 
 
 def train_rows(name):
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     lines = (job_dir(name) / "metrics.jsonl").read_text().splitlines()
     return sum("train/loss" in json.loads(line) for line in lines)

@@ -244,7 +244,7 @@ def test_duplicate_name_is_refused(dataset, tmp_path):
 
 
 def _job_dir(name):
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     return job_dir(name)
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 
 def jdir(name) -> Path:
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     return job_dir(name)
 

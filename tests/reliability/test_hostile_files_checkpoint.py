@@ -88,12 +88,12 @@ def test_code_in_checkpoint_metadata_never_runs(evil, tmp_path, entry):
 def test_code_in_checkpoint_metadata_never_runs_by_job_name_id_or_fetch(evil, tmp_path):
     """A checkpoint listed under a job: generate JOB, generate ID, checkpoint fetch --format hf."""
     from gptrain.home import home
-    from gptrain.jobs import local, store
+    from gptrain.jobs import found, store
 
     data, bad, marker = evil
     store.create_job("evil", {}, 1, 1, "local")
     _copy(bad, home() / "jobs" / "evil" / "checkpoints" / "step-000002")
-    store.sync_checkpoints("evil", local.scan_checkpoints("evil"))
+    store.sync_checkpoints("evil", found.scan_job("evil"))
     (ckpt_id,) = [c["id"] for c in store.checkpoints("evil")]
     for args in (["generate", "evil", "--prompt", "the"], ["generate", ckpt_id, "--prompt", "the"],
                  ["checkpoint", "fetch", ckpt_id, "--format", "hf", "--destination", tmp_path / "hf"]):

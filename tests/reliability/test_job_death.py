@@ -17,7 +17,7 @@ from tests.integration.test_jobs import TRAIN, dataset, job, ok, wait_for  # noq
 def job_processes(name) -> set[int]:
     """Every live process of a job, found independently of the code under test: the supervisor
     recorded for it and whatever runs with the job's GPTRAIN_CHECKPOINT_DIR in its environment."""
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     needle = f"GPTRAIN_CHECKPOINT_DIR={job_dir(name) / 'checkpoints'}".encode()
     found = set()
@@ -60,7 +60,7 @@ def noop_script(tmp_path, body="pass\n"):
 
 @pytest.mark.slow
 def test_kill_9_of_the_supervisor_takes_its_workers_and_frees_its_slots(dataset, tmp_path):
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     ok("run", "victim", "--dataset", dataset, "--accels", "2", "--", "--train.max_steps=100000",
        "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)
@@ -90,7 +90,7 @@ def _text(path):
 def _record(name, script, state, supervisor):
     """A job row as a supervisor left it (what `gptrain run` + the supervisor record)."""
     from gptrain.jobs import store
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
     from gptrain.jobs.spec import JobSpec
 
     store.create_job(name, JobSpec(name=name, script=str(script)).to_dict(), 1, 1, "local")
@@ -171,7 +171,7 @@ def test_stop_before_the_supervisor_is_ready_still_stops_the_job(tmp_path, monke
 def test_kill_9_of_the_torchrun_agent_takes_its_workers(dataset):
     """torchrun starts workers in sessions of their own: killing the agent used to leave them
     training while the supervisor recorded the attempt as over."""
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     ok("run", "headless", "--dataset", dataset, "--accels", "2", "--", "--train.max_steps=100000",
        "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)

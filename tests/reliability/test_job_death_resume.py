@@ -22,7 +22,7 @@ ARGS = ["--train.max_steps=20", "--checkpoint.every=2", "--train.precision=fp32"
 
 def kill_everything_at_step_4(name):
     """Freeze every process of the job once step-000004 is written, then SIGKILL them all."""
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     ckpt = job_dir(name) / "checkpoints" / "step-000004"
     deadline = time.time() + 180
@@ -39,7 +39,7 @@ def kill_everything_at_step_4(name):
 
 
 def final_weights(name):
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     return model_tensors(job_dir(name) / "checkpoints" / "step-000020")
 

@@ -201,7 +201,7 @@ def test_a_killed_agent_is_named_by_its_node(slots, tmp_path):
 
 
 def job_dir_log(name):
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     return job_dir(name) / "logs" / "rank-0.log"
 

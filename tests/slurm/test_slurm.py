@@ -143,7 +143,7 @@ def test_bad_input(dataset, monkeypatch):
 
 
 def _job_dir(name):
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     return job_dir(name)
 

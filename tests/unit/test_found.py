@@ -105,16 +105,16 @@ def test_crafted_pickle_is_refused_and_never_run(tmp_path):
 
 def test_rewritten_checkpoint_refreshes_its_row(tmp_path, isolated_home):
     """A script that saves ckpt.pt again at a later step: the row follows (not only new names)."""
-    from gptrain.jobs import local, store
+    from gptrain.jobs import folder, found, store
 
     store.create_job("nano", {"name": "nano"}, 1, 1, "local")
-    path = nanogpt_ckpt(local.job_dir("nano") / "output" / "ckpt.pt", iter_num=100, val=2.0)
-    store.sync_checkpoints("nano", local.scan_checkpoints("nano"))
+    path = nanogpt_ckpt(folder.job_dir("nano") / "output" / "ckpt.pt", iter_num=100, val=2.0)
+    store.sync_checkpoints("nano", found.scan_job("nano"))
     assert [(c["step"], c["eval_loss"]) for c in store.checkpoints("nano")] == [(100, 2.0)]
     time.sleep(0.01)
     nanogpt_ckpt(path, iter_num=300, val=1.5)
     os.utime(path, (time.time() + 5, time.time() + 5))
-    store.sync_checkpoints("nano", local.scan_checkpoints("nano"))
+    store.sync_checkpoints("nano", found.scan_job("nano"))
     rows = store.checkpoints("nano")
     assert [(c["name"], c["step"], c["eval_loss"]) for c in rows] == [("output/ckpt.pt", 300, 1.5)]
     assert "rewritten at step 300" in store.events("nano")[-1]["message"]
@@ -166,11 +166,11 @@ def test_nanogpt_checkpoint_matches_its_own_forward(tmp_path, vocab):
 def test_training_starts_from_a_nanogpt_checkpoint_named_by_job(tmp_path, isolated_home):
     """--model.init_from JOB: the job's nanoGPT ckpt.pt, resolved at the CLI edge (gptrain/refs.py)
     and converted; the first loss is the converted model's own."""
-    from gptrain.jobs import local, store
+    from gptrain.jobs import folder, store
     from tests.helpers import TINY, losses, make_dataset, train
 
     store.create_job("nano", {"name": "nano"}, 1, 1, "local")
-    nanogpt_ckpt(local.job_dir("nano") / "output" / "ckpt.pt", vocab=65)
+    nanogpt_ckpt(folder.job_dir("nano") / "output" / "ckpt.pt", vocab=65)
     data = make_dataset(tmp_path)
     out = tmp_path / "run"
     train(f"--data.path={data}", f"--output_dir={out}", "--model.init_from=nano", "--train.max_steps=1",
@@ -185,10 +185,10 @@ def test_training_starts_from_a_nanogpt_checkpoint_named_by_job(tmp_path, isolat
 def test_listing_an_unchanged_nanogpt_checkpoint_does_not_load_torch(tmp_path, isolated_home):
     """The first listing reads ckpt.pt (torch); later ones reuse its row, so `checkpoints` and
     `inspect` stay light."""
-    from gptrain.jobs import local, store
+    from gptrain.jobs import folder, store
 
     store.create_job("nano", {"name": "nano", "script": "x.py", "args": [], "datasets": []}, 1, 1, "local")
-    nanogpt_ckpt(local.job_dir("nano") / "checkpoints" / "ckpt.pt", iter_num=42)
+    nanogpt_ckpt(folder.job_dir("nano") / "checkpoints" / "ckpt.pt", iter_num=42)
     code = ("import sys; from gptrain.cli import main\n"
             "assert main(['checkpoints', 'nano']) == 0\n"
             "print('torch' in sys.modules)\n")

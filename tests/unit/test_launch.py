@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gptrain.errors import UserError
-from gptrain.jobs import code, found, launch
+from gptrain.jobs import code, folder, found, launch
 from gptrain.jobs.spec import JobSpec
 
 
@@ -71,7 +71,7 @@ def test_slurm_script_of_each_entry_kind(isolated_home, monkeypatch):
     cmd = JobSpec(name="c", nodes=2, accels=4, command="bash", args=["run.sh", "$GPTRAIN_OUTPUT_DIR"],
                   code="/src").validate()
     text = build_script(cmd)
-    jdir = launch.job_dir("c")
+    jdir = folder.job_dir("c")
     assert f"cd {jdir}/code && exec" in text and "torch.distributed.run" not in text
     assert "export NNODES=$SLURM_NNODES; export NODE_RANK=$SLURM_NODEID; export NPROC_PER_NODE=4;" in text
     assert f"-m gptrain.jobs.rank_log --node {jdir}/logs -- bash run.sh '\"'\"'$GPTRAIN_OUTPUT_DIR" in text
@@ -79,7 +79,7 @@ def test_slurm_script_of_each_entry_kind(isolated_home, monkeypatch):
     mod = JobSpec(name="m", accels=2, module="pkg.train").validate()
     text = build_script(mod)
     assert "--nproc-per-node=2" in text and "-m pkg.train" in text
-    assert f"cd {launch.job_dir('m')}/output && exec" in text
+    assert f"cd {folder.job_dir('m')}/output && exec" in text
 
 
 def test_entry_command_per_kind(isolated_home):
@@ -87,7 +87,7 @@ def test_entry_command_per_kind(isolated_home):
     assert launch.entry_command(JobSpec(name="a", module="p.m", args=["x"]).validate(), jdir)[1:] == ["-m", "p.m", "x"]
     assert launch.entry_command(JobSpec(name="a", command="bash", args=["r.sh"]).validate(), jdir) == ["bash", "r.sh"]
     t = JobSpec(name="a", args=["--train.max_steps=1"]).validate()
-    assert launch.entry_command(t, jdir)[-1] == "--train.output_dir=/j" and launch.output_dir(t, jdir) == jdir
+    assert launch.entry_command(t, jdir)[-1] == "--train.output_dir=/j" and folder.output_dir(t, jdir) == jdir
 
 
 def test_job_yaml_code_fields(tmp_path):

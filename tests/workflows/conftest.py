@@ -20,7 +20,7 @@ def jobs_home(isolated_home, monkeypatch):
 
 
 def metrics(name: str) -> list[dict]:
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     return [json.loads(line) for line in (job_dir(name) / "metrics.jsonl").read_text().splitlines()]
 

@@ -116,7 +116,7 @@ def test_seed4_fsdp_gpt2_from_hf_weights(jobs_home, tiny_hf_gpt2, tmp_path, node
        "--checkpoint.every=4", "--data.max_eval_samples=8", "--metrics.log_every=1",
        "--metrics.report_to=tensorboard")
     assert_workflow_outcome("gpt2-fsdp", tmp_path)
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     assert list(job_dir("gpt2-fsdp").rglob("events.out.tfevents.*")), "no TensorBoard events"
     assert len(metrics("gpt2-fsdp")) >= 8

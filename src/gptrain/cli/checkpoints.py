@@ -61,7 +61,7 @@ def cmd_checkpoint_fetch(args, extra) -> int:
     if not src.exists():
         raise UserError(f"checkpoint {args.id} is no longer on disk (pruned by keep_last?)")
     from gptrain.files import within
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     jdir = job_dir(ckpt["job"])
     if not within(src, jdir):

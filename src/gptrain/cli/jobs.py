@@ -49,7 +49,7 @@ def register(sub) -> None:
 def _latest_metrics(name: str) -> dict:
     """The last train and eval records of a job, built-in trainer or script (jobs/progress.py)."""
     from gptrain.jobs import progress
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     return progress.latest(job_dir(name))
 
@@ -83,11 +83,11 @@ def cmd_jobs(args, extra) -> int:
 
 def _job_report(name: str) -> dict:
     from gptrain.jobs import store
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir, trainer_config
 
     job = records.refresh(name)
     records.sync_checkpoints(name)
-    cfg = job_dir(name) / "config.toml"
+    cfg = trainer_config(job_dir(name))
     return {"job": {k: v for k, v in job.items() if k != "spec"}, "spec": job["spec"],
             "events": store.events(name), "metrics": _latest_metrics(name),
             "checkpoints": store.checkpoints(name),
@@ -153,7 +153,7 @@ def _runs(spec: dict) -> str:
 
 
 def _print_loss_sparkline(name: str) -> None:
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
     from gptrain.jobs.progress import jsonl_path
     from gptrain.jobs.sparkline import loss_line
 
@@ -165,10 +165,10 @@ def _print_loss_sparkline(name: str) -> None:
 # ---- logs -----------------------------------------------------------------------------------
 
 def _log_path(name: str, rank: int):
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir, logs_dir
     from gptrain.jobs.logs import rank_log
 
-    return rank_log(job_dir(name) / "logs", rank)
+    return rank_log(logs_dir(job_dir(name)), rank)
 
 
 def _follow(name: str, rank: int) -> int:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from gptrain.errors import UserError
 from gptrain.home import home
+from gptrain.jobs.folder import code_dir
 
 DEFAULT_MAX_MB = 200
 REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/+@-]*")
@@ -119,7 +120,7 @@ def staged(spec):
 
 def place(snapshot: Path | None, jdir: Path) -> None:
     if snapshot is not None:
-        os.replace(snapshot, jdir / "code")
+        os.replace(snapshot, code_dir(jdir))
 
 
 def entry_in_snapshot(spec, root: Path) -> None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from gptrain.jobs import folder
 from gptrain.weights import scan as weights_scan
 
-ROOTS = ("checkpoints", "output")
+
+ROOTS = ("checkpoints", "output")  # folder.checkpoints_dir and folder.program_output_dir
 
 
 def checkpoint_id(job: str, name: str) -> str:
@@ -44,3 +46,18 @@ def latest(job_dir) -> Path | None:
     when it has none."""
     row = newest(scan(job_dir))
     return None if row is None else weights_scan.resume_path(row)
+
+
+def scan_job(job: str) -> list[dict]:
+    """The checkpoints a job wrote, built-in trainer or script, with the rows
+    recorded before passed along so unchanged files are not read again."""
+    from gptrain.jobs import store
+
+    known = {r["name"]: r for r in store.checkpoints(job)}
+    return scan(folder.job_dir(job), known)
+
+
+def latest_of_job(job: str) -> str | None:
+    """The name of the newest checkpoint of a job (what it resumes from)."""
+    row = newest(scan_job(job))
+    return row["name"] if row else None

@@ -14,20 +14,20 @@ Entrypoints (JobSpec.entry):
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
 from pathlib import Path
 
 from gptrain.home import home
+from gptrain.jobs.folder import (SUBMITTED_CONFIG, checkpoints_dir, code_dir, logs_dir,
+                                 output_dir)
 
 # scheduler -> the module that runs its jobs: submit(spec, dry_run), refresh(name) -> job,
 # stop(name, timeout) -> state, resume(name), describe(job) -> line or None. Readers of a job go
 # through this table (jobs/records.py); `gptrain run` picks the module of the --scheduler asked.
 SCHEDULERS = {"local": "gptrain.jobs.local", "slurm": "gptrain.jobs.slurm"}
 ENTRY_KINDS = ("trainer", "script", "module", "command")
-SUBMITTED_CONFIG = "submitted-config.toml"
 # What a command entrypoint (run once per node) gets to start its own workers with.
 RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE")
 EXPANDED = re.compile(r"\$(?:\{(GPTRAIN_[A-Z0-9_]*)\}|(GPTRAIN_[A-Z0-9_]*))")
@@ -39,18 +39,10 @@ def scheduler(name: str):
     return importlib.import_module(SCHEDULERS[name])
 
 
-def job_dir(name: str) -> Path:
-    return home() / "jobs" / name
 
 
-def code_dir(jdir: Path) -> Path:
-    return jdir / "code"
 
 
-def output_dir(spec, jdir: Path) -> Path:
-    """GPTRAIN_OUTPUT_DIR: the built-in trainer writes into the job's folder (metrics, config,
-    checkpoints/); a user's program gets a folder of its own, apart from gptrain's logs."""
-    return jdir if spec.entry == "trainer" else jdir / "output"
 
 
 def workdir(spec, jdir: Path) -> Path:
@@ -95,7 +87,7 @@ def write_config(spec, jdir: Path) -> None:
 
 
 def prepare_dirs(spec, jdir: Path) -> None:
-    for d in (jdir / "logs", jdir / "checkpoints", output_dir(spec, jdir)):
+    for d in (logs_dir(jdir), checkpoints_dir(jdir), output_dir(spec, jdir)):
         d.mkdir(parents=True, exist_ok=True)
     write_config(spec, jdir)
 
@@ -118,7 +110,7 @@ def job_env(spec, jdir: Path) -> dict:
     number and the rendezvous are the scheduler's; secrets are added apart, never written)."""
     env = {"GPTRAIN_HOME": str(home()), "GPTRAIN_JOB": spec.name,
            "GPTRAIN_OUTPUT_DIR": str(output_dir(spec, jdir)),
-           "GPTRAIN_CHECKPOINT_DIR": str(jdir / "checkpoints"), "PYTHONUNBUFFERED": "1",
+           "GPTRAIN_CHECKPOINT_DIR": str(checkpoints_dir(jdir)), "PYTHONUNBUFFERED": "1",
            **dataset_env(spec)}
     if spec.code:
         env["GPTRAIN_CODE_DIR"] = str(code_dir(jdir))
@@ -152,7 +144,7 @@ def torchrun_args(spec, *, nnodes, endpoint, rdzv_id, is_host) -> list[str]:
 def node_command(spec, jdir: Path, torchrun: list[str], python_exe: str = sys.executable) -> list[str]:
     """One node's process: torchrun in front of every worker, or the command itself; either way
     behind rank_log, which sends the output to logs/ and finishes the environment."""
-    logs = str(jdir / "logs")
+    logs = str(logs_dir(jdir))
     if under_torchrun(spec):
         return [python_exe, "-m", "torch.distributed.run", *torchrun, "-m", "gptrain.jobs.rank_log",
                 logs, "--", *entry_command(spec, jdir)]
@@ -181,20 +173,3 @@ def finish_env(env: dict, jdir: Path) -> None:
         env["GPTRAIN_RESUME_FROM"] = str(latest)
     else:
         env.pop("GPTRAIN_RESUME_FROM", None)
-
-
-# ---- stop requests ------------------------------------------------------------------------
-
-def stop_request(jdir: Path) -> Path:
-    return jdir / "stop-request"
-
-
-def write_stop_request(jdir: Path, timeout: float) -> None:
-    stop_request(jdir).write_text(json.dumps({"timeout": timeout}))
-
-
-def stop_timeout(jdir: Path, default: float = 120.0) -> float:
-    try:
-        return float(json.loads(stop_request(jdir).read_text())["timeout"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return default

@@ -1,4 +1,6 @@
-"""Process identity: a pid is reused, a (pid, start time, boot id) triple is not.
+"""Processes of local jobs: their identity, and the start of a job's detached supervisor.
+
+Process identity: a pid is reused, a (pid, start time, boot id) triple is not.
 
 Every process a local job starts is recorded as `identity(pid)`: its pid, its start time in
 clock ticks since boot (/proc/PID/stat field 22) and the boot id, so a process is signalled only
@@ -16,7 +18,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
+
+from gptrain.jobs import folder
 
 RUN_ID_ENV = "GPTRAIN_RUN_ID"
 _PR_SET_PDEATHSIG = 1
@@ -155,3 +161,32 @@ def parent_preexec():
     """A Popen preexec_fn: the child dies with the process that starts it (its parent)."""
     parent = os.getpid()
     return lambda: die_with_parent(parent)
+
+
+# ---- the local supervisor's start --------------------------------------------------------
+
+def start_supervisor(name: str) -> None:
+    """Start the detached supervisor (jobs/supervisor.py) of a queued job and record who it is. SIGTERM is blocked
+    across the start (the child inherits the mask), so a `stop` that lands before the supervisor
+    installed its handler stays pending instead of killing it silently."""
+    log = open(folder.supervisor_log(folder.job_dir(name)), "ab")
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "gptrain.jobs.supervisor", name],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                close_fds=True, env=supervisor_env())
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        log.close()
+    ident = identity(proc.pid)
+    if ident:
+        from gptrain.jobs import store
+
+        store.record_supervisor(name, ident)
+
+
+def supervisor_env() -> dict:
+    """The CLI's environment, without the tag of a job it may itself run in (procs.RUN_ID_ENV):
+    a supervisor started from inside a job is not one of that job's processes."""
+    env = {k: v for k, v in os.environ.items() if k != RUN_ID_ENV}
+    return {**env, "GPTRAIN_HOME": str(folder.home())}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gptrain.jobs.folder import metrics_files
 from gptrain.jobs.found import ROOTS
 from gptrain.jobs.metrics_file import MetricsFile
 from gptrain.weights import hf
@@ -33,7 +34,7 @@ def latest(job_dir) -> dict:
 
 def jsonl_path(job_dir: Path) -> Path | None:
     """The job's metrics.jsonl (the built-in trainer's, else its script's), or None."""
-    for path in (job_dir / "metrics.jsonl", job_dir / "output" / "metrics.jsonl"):
+    for path in metrics_files(job_dir):
         if path.is_file():
             return path
     return None

@@ -15,7 +15,7 @@ import sqlite3
 import time
 
 from gptrain.db import out_of_space
-from gptrain.jobs import procs, store
+from gptrain.jobs import folder, found, procs, store
 from gptrain.jobs.store import JobState
 
 GRACE_S = 10.0  # a row may wait this long for its supervisor to be recorded (submit -> Popen)
@@ -39,9 +39,7 @@ def reconcile(skip: str | None = None) -> dict[str, dict]:
         except sqlite3.OperationalError as e:
             if not out_of_space(e):
                 raise
-            from gptrain.jobs import local
-
-            state = JobState.STOPPED if local.stop_request(local.job_dir(row["name"])).exists() else JobState.FAILED
+            state = JobState.STOPPED if folder.stop_request(folder.job_dir(row["name"])).exists() else JobState.FAILED
             unrecorded[row["name"]] = {"state": state, "error": f"{_how_it_died(_ident(row))} "
                                        "(not recorded yet: no space left on device)"}
     return unrecorded
@@ -59,17 +57,15 @@ def supervisor_alive(row: dict) -> bool | None:
 def _check(row: dict) -> None:
     if supervisor_alive(row) is not False:
         return
-    from gptrain.jobs import local  # only now: `gptrain jobs` stays light
-
     name, ident = row["name"], _ident(row)
     procs.kill_run(row["run_id"])  # workers left behind (they die with it, unless just forked)
     how = _how_it_died(ident)
     spec = json.loads(row["spec"])
     restarts, max_restarts = row["restarts"], spec.get("max_restarts", 0)
-    latest = local.latest_checkpoint(name)
+    latest = found.latest_of_job(name)
     where = f"from {latest}" if latest else "from the start (no checkpoint yet)"
-    full = local.full_disk_of(name)  # a new supervisor would die the same way
-    if local.stop_request(local.job_dir(name)).exists():
+    full = folder.full_disk_of(name)  # a new supervisor would die the same way
+    if folder.stop_request(folder.job_dir(name)).exists():
         store.end_orphan(name, row["supervisor"], JobState.STOPPED, f"stopped ({how})")
     elif full:
         store.end_orphan(name, row["supervisor"], JobState.FAILED, f"{how}; {full}: free some space, "
@@ -77,7 +73,7 @@ def _check(row: dict) -> None:
     elif row["started"] and row["state"] != JobState.STOPPING and restarts < max_restarts:
         msg = f"{how}; restart {restarts + 1} of {max_restarts} {where} by a new supervisor"
         if store.requeue_orphan(name, row["supervisor"], restarts + 1, msg):
-            local.start_supervisor(name)
+            procs.start_supervisor(name)
     else:
         store.end_orphan(name, row["supervisor"], JobState.FAILED,
                          f"{how} while {row['state']}; `gptrain resume {name}` continues {where}")

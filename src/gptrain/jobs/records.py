@@ -1,11 +1,59 @@
-"""A job's record brought up to date, zipped and removed: what every reader of jobs calls (the
-CLI's commands and the web console alike), so both see and do the same."""
+"""A job's record created (all or nothing), brought up to date, resumed, zipped and removed:
+what every reader of jobs calls (the CLI's commands and the web console alike), so both see
+and do the same."""
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 from gptrain.files import shown
+from gptrain.jobs import folder
+
+
+def create(spec, snapshot, scheduler: str) -> Path:
+    """Record a new job and make its folder (secrets, code snapshot, job.json): all of it or,
+    on any failure, none of it (the row, the folder and the secrets are removed again). A folder
+    already there without a record (left by a job whose gptrain.db was deleted) is refused."""
+    from gptrain.errors import UserError, disk_full
+    from gptrain.jobs import code, secrets, store
+
+    d = folder.job_dir(spec.name)
+    store.create_job(spec.name, spec.to_dict(), spec.nodes, spec.accels, scheduler)
+    made = False
+    try:
+        try:
+            d.mkdir(parents=True)
+        except FileExistsError:
+            raise UserError(f"job folder {d} is already there, left by a job gptrain.db does not know "
+                            "(was the database deleted or replaced?); move it away or pick another name") from None
+        made = True
+        secrets.save(spec.name, spec.secrets)  # apart from the record (0600); the supervisor reads it
+        folder.logs_dir(d).mkdir()
+        code.place(snapshot, d)
+        folder.spec_file(d).write_text(json.dumps(spec.to_dict(), indent=2))
+    except BaseException as e:
+        forget(spec.name, d if made else None)
+        full = disk_full(e, d)
+        if full is not None:
+            raise full from None
+        if isinstance(e, OSError):
+            raise UserError(f"cannot make job folder {d}: {e.strerror or e}; nothing was recorded") from None
+        raise
+    return d
+
+
+def forget(name: str, made: Path | None) -> None:
+    """Undo a submit that failed half-way: the row and, when it made them, folder and secrets."""
+    import shutil
+
+    from gptrain.jobs import secrets, store
+
+    store.delete_job(name)
+    if made is not None:
+        shutil.rmtree(made, ignore_errors=True)
+        secrets.remove(name)
 
 
 def refresh(name: str) -> dict:
@@ -31,11 +79,11 @@ def sync_checkpoints(name: str) -> None:
     import sqlite3
 
     from gptrain.db import out_of_space
-    from gptrain.jobs import local, store
+    from gptrain.jobs import found, store
 
-    if local.job_dir(name).is_dir():
+    if folder.job_dir(name).is_dir():
         try:
-            store.sync_checkpoints(name, local.scan_checkpoints(name))
+            store.sync_checkpoints(name, found.scan_job(name))
         except sqlite3.OperationalError as e:
             if not out_of_space(e):
                 raise
@@ -47,7 +95,7 @@ def remove(name: str) -> None:
 
     from gptrain.errors import UserError
     from gptrain.jobs import secrets, store
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     job = refresh(name)
     if job["state"] in store.ACTIVE:
@@ -66,7 +114,7 @@ def zip_job(name: str, dest) -> None:
 
     from gptrain.files import within
     from gptrain.jobs import logs, secrets, store
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     store.get_job(name)
     src, dest = job_dir(name), Path(dest)

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 
 from gptrain.errors import UserError, closest
-from gptrain.jobs import code, launch, local, secrets, store
+from gptrain.jobs import code, folder, found, launch, records, secrets, store
 from gptrain.jobs.logs import failure_summary
 from gptrain.jobs.spec import ENV_NAME, JobSpec
 
@@ -119,8 +119,8 @@ def accel_type(spec: JobSpec) -> str:
 
 
 def build_script(spec: JobSpec) -> str:
-    jdir = local.job_dir(spec.name)
-    logs = jdir / "logs"
+    jdir = folder.job_dir(spec.name)
+    logs = folder.logs_dir(jdir)
     s = spec.slurm
     kind = accel_type(spec)
     port = int(s.get("port") or DEFAULT_PORT)
@@ -143,7 +143,7 @@ def build_script(spec: JobSpec) -> str:
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
     if _secrets_of(spec):  # the values stay in the 0600 file, read when the job starts
         lines.append(f"set -a; . {shlex.quote(str(secrets.path(spec.name)))}; set +a")
-    dirs = " ".join(shlex.quote(str(d)) for d in (logs, jdir / "checkpoints", launch.output_dir(spec, jdir)))
+    dirs = " ".join(shlex.quote(str(d)) for d in (logs, folder.checkpoints_dir(jdir), folder.output_dir(spec, jdir)))
     lines += [
         'export GPTRAIN_ATTEMPT="${SLURM_RESTART_COUNT:-0}"',
         'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
@@ -169,7 +169,7 @@ def build_script(spec: JobSpec) -> str:
     agent = f"{prefix}cd {shlex.quote(str(launch.workdir(spec, jdir)))} && exec {' '.join(words)}"
     lines += [f"srun --kill-on-bad-exit=1 --output={shlex.quote(str(logs))}/agent-node%n.log "
               f"--open-mode=append bash -c {shlex.quote(agent)}",
-              "rc=$?", f"echo $rc > {shlex.quote(str(jdir / 'slurm-exit'))}", "exit $rc", ""]
+              "rc=$?", f"echo $rc > {shlex.quote(str(folder.slurm_exit(jdir)))}", "exit $rc", ""]
     return "\n".join(lines)
 
 
@@ -191,17 +191,17 @@ def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
 
 
 def _submit(spec: JobSpec, snapshot) -> str:
-    jdir = local.create(spec, snapshot, "slurm")  # the record and the folder: all or nothing
+    jdir = records.create(spec, snapshot, "slurm")  # the record and the folder: all or nothing
     try:
         secrets.save(spec.name, _secrets_of(spec))  # with the passed-through ones (SLURM_*)
         launch.write_config(spec, jdir)
-        script = jdir / "job.sbatch"
+        script = folder.sbatch_script(jdir)
         script.write_text(build_script(spec))
         r = _run(["sbatch", "--parsable", str(script)])
         if r.returncode != 0:
             raise UserError(f"sbatch refused the job: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
     except BaseException:
-        local.forget(spec.name, jdir)
+        records.forget(spec.name, jdir)
         raise
     job_id = r.stdout.strip().split(";")[0]
     store.update(spec.name, external_id=job_id)
@@ -215,15 +215,15 @@ def resume(name: str) -> str:
     code snapshot and folder; the run continues from the job's newest checkpoint, as after a
     requeue. Returns the new Slurm job id."""
     require("sbatch")
-    jdir = local.job_dir(name)
-    script = jdir / "job.sbatch"
+    jdir = folder.job_dir(name)
+    script = folder.sbatch_script(jdir)
     if not script.is_file():
         raise UserError(f"job {name} has no batch script {script} any more; submit it again with `gptrain run`")
     job = refresh(name)
-    latest = local.latest_checkpoint(name)
+    latest = found.latest_of_job(name)
     store.reopen(name, f"continues from {latest}" if latest else "starts again (no checkpoint yet)")
-    launch.stop_request(jdir).unlink(missing_ok=True)
-    (jdir / "slurm-exit").unlink(missing_ok=True)
+    folder.stop_request(jdir).unlink(missing_ok=True)
+    folder.slurm_exit(jdir).unlink(missing_ok=True)
     r = _run(["sbatch", "--parsable", str(script)])
     if r.returncode != 0:
         reason = f"sbatch refused the job: {(r.stderr.strip().splitlines() or ['?'])[-1]}"
@@ -266,16 +266,16 @@ def refresh(name: str) -> dict:
     job = store.get_job(name)
     if job["state"] in store.TERMINAL or not job["external_id"]:
         return job
-    jdir = local.job_dir(name)
+    jdir = folder.job_dir(name)
     info = query(job["external_id"])
     if info is None:  # forgotten by Slurm, no accounting: the script's own exit code
-        exit_file = jdir / "slurm-exit"
+        exit_file = folder.slurm_exit(jdir)
         if not exit_file.is_file():
             return job
         code = int(exit_file.read_text().strip() or 1)
         info = {"state": "COMPLETED" if code == 0 else "FAILED", "reason": "None", "exit_code": code}
     state = STATES.get(info["state"], "running")
-    if launch.stop_request(jdir).is_file():
+    if folder.stop_request(jdir).is_file():
         state = "stopped" if state in store.TERMINAL else ("stopping" if state == "running" else state)
     if state == job["state"]:
         return job
@@ -283,13 +283,13 @@ def refresh(name: str) -> dict:
     fields = {}
     if state == "failed":
         fields = {"exit_code": info["exit_code"],
-                  "error": failure_summary(jdir / "logs", info["exit_code"])}
+                  "error": failure_summary(folder.logs_dir(jdir), info["exit_code"])}
         note = f"{note}: {fields['error']}"
     elif state in ("succeeded", "stopped"):
         fields = {"exit_code": info["exit_code"]}
     store.set_state(name, state, note, **fields)
     if state in store.TERMINAL or state == "running":
-        store.sync_checkpoints(name, local.scan_checkpoints(name))
+        store.sync_checkpoints(name, found.scan_job(name))
     return store.get_job(name)
 
 
@@ -299,7 +299,7 @@ def stop(name: str, timeout: float) -> str:
     job = refresh(name)
     if job["state"] in store.TERMINAL:
         return job["state"]
-    launch.write_stop_request(local.job_dir(name), timeout)
+    folder.write_stop_request(folder.job_dir(name), timeout)
     job_id = job["external_id"]
     if job["state"] == "queued":
         _run(["scancel", job_id])

@@ -26,7 +26,7 @@ import time
 import uuid
 
 from gptrain import db
-from gptrain.jobs import launch, local, procs, secrets, store
+from gptrain.jobs import folder, found, launch, local, procs, secrets, store
 from gptrain.jobs.logs import NO_SPACE, failed_rank, failure_summary, mentions_no_space
 from gptrain.jobs.reconcile import reconcile
 from gptrain.jobs.spec import JobSpec
@@ -52,7 +52,7 @@ class Supervisor:
         self.db_id = db.identity()  # the database this job is recorded in (checked at each poll)
         self.job = store.get_job(name)
         self.spec = JobSpec.from_dict(self.job["spec"])
-        self.dir = local.job_dir(name)
+        self.dir = folder.job_dir(name)
         self.stop_requested = False
         self.agents: list[subprocess.Popen] = []
         self.signaled: set[int] = set()  # workers already asked to stop (once each)
@@ -79,7 +79,7 @@ class Supervisor:
 
     def _stop_asked(self) -> bool:
         """A SIGTERM, or a stop request written before this supervisor could be signalled."""
-        if not self.stop_requested and launch.stop_request(self.dir).exists():
+        if not self.stop_requested and folder.stop_request(self.dir).exists():
             self.stop_requested = True
         return self.stop_requested
 
@@ -120,7 +120,7 @@ class Supervisor:
     # ---- one attempt -------------------------------------------------------------------------
 
     def launch(self, attempt: int, slots: list[int]) -> None:
-        spec, logs = self.spec, self.dir / "logs"
+        spec, logs = self.spec, folder.logs_dir(self.dir)
         kind, _ = local.local_slots()
         env = {**os.environ, **spec.env, **secrets.load(self.name), **launch.job_env(spec, self.dir),
                "GPTRAIN_ATTEMPT": str(attempt)}
@@ -176,7 +176,7 @@ class Supervisor:
             time.sleep(POLL_S)
 
     def _stop_timeout(self) -> float:
-        return launch.stop_timeout(self.dir)
+        return folder.stop_timeout(self.dir)
 
     def _signal_workers(self, sig) -> None:
         """The workers are the children of each torchrun agent: signal them, not the agent, so
@@ -194,7 +194,7 @@ class Supervisor:
 
     def sync_checkpoints(self) -> None:
         self.last_sync = time.time()
-        store.sync_checkpoints(self.name, local.scan_checkpoints(self.name))
+        store.sync_checkpoints(self.name, found.scan_job(self.name))
 
     # ---- the whole life ----------------------------------------------------------------------
 
@@ -227,7 +227,7 @@ class Supervisor:
             if code == 0:
                 self._set(JobState.SUCCEEDED, exit_code=0)
                 return
-            error = failure_summary(self.dir / "logs", code, self.failed_node)
+            error = failure_summary(folder.logs_dir(self.dir), code, self.failed_node)
             final = self.no_restart_reason(code, error)
             if final is None and attempt < self.spec.max_restarts:
                 attempt += 1
@@ -239,8 +239,8 @@ class Supervisor:
 
     def no_restart_reason(self, code: int, error: str) -> str | None:
         """Why a restart would fail the same way (a full disk, a user error), or None."""
-        logs = self.dir / "logs"
-        full = local.full_disk_of(self.name)
+        logs = folder.logs_dir(self.dir)
+        full = folder.full_disk_of(self.name)
         if full is None and (NO_SPACE in error.lower() or mentions_no_space(logs)):
             full = f"{NO_SPACE} on the disk holding {self.dir}"
         if full:

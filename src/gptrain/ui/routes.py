@@ -149,7 +149,7 @@ def _zip(files, top: str) -> str:
 def _native_zip(name: str, ckpt_id: str) -> tuple[str, str]:
     """The checkpoint as it is, by `checkpoint fetch`'s copy-out rule (jobs/records.py)."""
     from gptrain.jobs import records
-    from gptrain.jobs.local import job_dir
+    from gptrain.jobs.folder import job_dir
 
     row = views.checkpoint_row(name, ckpt_id)
     top = f"{name}-{Path(row['path']).name}"

@@ -16,7 +16,7 @@ from pathlib import Path
 from gptrain.errors import UserError
 from gptrain.home import check_name
 from gptrain.jobs import secrets, store
-from gptrain.jobs.local import job_dir
+from gptrain.jobs.folder import job_dir, logs_dir, metrics_files, trainer_config
 from gptrain.ui import metrics
 
 REFRESH_S = 2.0
@@ -67,7 +67,7 @@ def metrics_path(name: str) -> Path:
     from gptrain.jobs.progress import jsonl_path
 
     d = job_dir(name)
-    return jsonl_path(d) or d / "metrics.jsonl"
+    return jsonl_path(d) or metrics_files(d)[0]
 
 
 def metrics_of(name: str) -> metrics.Chart:
@@ -150,7 +150,7 @@ def job_detail(name: str) -> dict:
     refresh_states()
     job = store.get_job(name)
     sync_checkpoints(name)
-    cfg = job_dir(name) / "config.toml"
+    cfg = trainer_config(job_dir(name))
     values = secrets.load(name).values()
     spec = json.loads(secrets.mask(json.dumps(job.pop("spec")), values))
     ranks = job["nodes"] * job["accels"]
@@ -194,7 +194,7 @@ def log_path(name: str, rank: str) -> Path:
 
     job = known_job(name)
     try:
-        return rank_log(job_dir(name) / "logs", check_rank(rank, job["nodes"] * job["accels"]))
+        return rank_log(logs_dir(job_dir(name)), check_rank(rank, job["nodes"] * job["accels"]))
     except UserError as e:
         raise NotFound(f"job {name}: {e}") from None
 

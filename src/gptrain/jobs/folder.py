@@ -1,0 +1,107 @@
+"""A job's folder, $GPTRAIN_HOME/jobs/NAME: every path inside it is named here (the file names
+inside `logs/` are jobs/logs.py's; what checkpoints it holds, jobs/found.py's), and what is
+read from it as a whole: the free space of its disk, a stop request.
+
+    NAME/
+      job.json             the job's spec (secrets left out)       code/      the code snapshot
+      supervisor.log       the local supervisor's own words        output/    a program's GPTRAIN_OUTPUT_DIR
+      logs/                rank-R.log, agent-nodeN.log             checkpoints/  GPTRAIN_CHECKPOINT_DIR
+      stop-request         a stop asked for (its timeout)          submitted-config.toml, job.sbatch,
+                                                                   slurm-exit (Slurm's)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from gptrain.home import home
+
+SUBMITTED_CONFIG = "submitted-config.toml"
+DISK_FULL_BYTES = 2 << 20  # less free than this where a job writes: its disk is full
+
+
+def job_dir(name: str) -> Path:
+    return home() / "jobs" / name
+
+
+def logs_dir(jdir: Path) -> Path:
+    return jdir / "logs"
+
+
+def checkpoints_dir(jdir: Path) -> Path:
+    return jdir / "checkpoints"
+
+
+def code_dir(jdir: Path) -> Path:
+    return jdir / "code"
+
+
+def program_output_dir(jdir: Path) -> Path:
+    return jdir / "output"
+
+
+def output_dir(spec, jdir: Path) -> Path:
+    """GPTRAIN_OUTPUT_DIR: the built-in trainer writes into the job's folder (metrics, config,
+    checkpoints/); a user's program gets a folder of its own, apart from gptrain's logs."""
+    return jdir if spec.entry == "trainer" else program_output_dir(jdir)
+
+
+def metrics_files(jdir: Path) -> tuple[Path, Path]:
+    """Where a job's metrics.jsonl can be: the built-in trainer's, else its program's."""
+    return jdir / "metrics.jsonl", program_output_dir(jdir) / "metrics.jsonl"
+
+
+def trainer_config(jdir: Path) -> Path:
+    """The config the built-in trainer resolved and ran with."""
+    return jdir / "config.toml"
+
+
+def spec_file(jdir: Path) -> Path:
+    return jdir / "job.json"
+
+
+def supervisor_log(jdir: Path) -> Path:
+    return jdir / "supervisor.log"
+
+
+def sbatch_script(jdir: Path) -> Path:
+    return jdir / "job.sbatch"
+
+
+def slurm_exit(jdir: Path) -> Path:
+    """Where a Slurm job's batch script writes its exit code (read when Slurm forgot the job)."""
+    return jdir / "slurm-exit"
+
+
+# ---- stop requests ------------------------------------------------------------------------
+
+def stop_request(jdir: Path) -> Path:
+    return jdir / "stop-request"
+
+
+def write_stop_request(jdir: Path, timeout: float) -> None:
+    stop_request(jdir).write_text(json.dumps({"timeout": timeout}))
+
+
+def stop_timeout(jdir: Path, default: float = 120.0) -> float:
+    try:
+        return float(json.loads(stop_request(jdir).read_text())["timeout"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return default
+
+
+# ---- what is in it --------------------------------------------------------------------------
+
+
+def full_disk_of(job: str) -> str | None:
+    """'no space left on device on the disk holding DIR (N KiB free)' when it is full, else None."""
+    d = job_dir(job)
+    try:
+        st = os.statvfs(d if d.is_dir() else home())
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    return f"no space left on device on the disk holding {d} ({free // 1024} KiB free)" \
+        if free < DISK_FULL_BYTES else None
