@@ -1,5 +1,5 @@
 """`gptrain jobs | inspect | logs | stop | resume | rm` (submitting: cli/run.py; a job's checkpoints:
-cli/checkpoints.py). Every scheduler is reached through jobs/launch.SCHEDULERS."""
+cli/checkpoints.py). Every scheduler is reached through jobs/schedulers.py."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def cmd_inspect(args, extra) -> int:
     print(f"resources  {job['nodes']} node(s) x {job['accels']} accelerator(s), {job['scheduler']} "
           f"scheduler" + (f", slots {job['slots']}" if job["slots"] else "")
           + (f", id {job['external_id']}" if job["external_id"] else ""))
-    from gptrain.jobs.launch import scheduler
+    from gptrain.jobs.schedulers import scheduler
 
     line = scheduler(job["scheduler"]).describe(job)
     if line:
@@ -209,7 +209,7 @@ def cmd_logs(args, extra) -> int:
 def cmd_stop(args, extra) -> int:
     from gptrain.jobs import store
 
-    from gptrain.jobs.launch import scheduler
+    from gptrain.jobs.schedulers import scheduler
 
     state = scheduler(store.get_job(args.name)["scheduler"]).stop(args.name, args.timeout)
     if args.wait:

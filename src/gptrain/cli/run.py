@@ -1,5 +1,5 @@
 """`gptrain run NAME [options] -- ENTRYPOINT`: submit a job (to the scheduler's module in
-jobs/launch.SCHEDULERS). What may follow `--`:
+jobs/schedulers.py). What may follow `--`:
 
     --train.max_steps=100 ...        built-in trainer flags
     train.py ARGS                    a Python script (torchrun, --accels processes per node)
@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from gptrain.errors import UserError
-from gptrain.jobs.launch import SCHEDULERS
+from gptrain.jobs.schedulers import SCHEDULERS
 
 
 def add_run_args(p) -> None:
@@ -70,7 +70,7 @@ def register(sub) -> None:
 
 def cmd_run(args, extra) -> int:
     from gptrain.jobs import spec as spec_mod
-    from gptrain.jobs.launch import scheduler
+    from gptrain.jobs.schedulers import scheduler
     from gptrain.jobs.local import user_setting
 
     fields: dict = spec_mod.from_yaml(args.job_file) if args.job_file else {}

@@ -23,20 +23,12 @@ from gptrain.home import home
 from gptrain.jobs.folder import (SUBMITTED_CONFIG, checkpoints_dir, code_dir, logs_dir,
                                  output_dir)
 
-# scheduler -> the module that runs its jobs: submit(spec, dry_run), refresh(name) -> job,
-# stop(name, timeout) -> state, resume(name), describe(job) -> line or None. Readers of a job go
-# through this table (jobs/records.py); `gptrain run` picks the module of the --scheduler asked.
-SCHEDULERS = {"local": "gptrain.jobs.local", "slurm": "gptrain.jobs.slurm"}
 ENTRY_KINDS = ("trainer", "script", "module", "command")
 # What a command entrypoint (run once per node) gets to start its own workers with.
 RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE")
 EXPANDED = re.compile(r"\$(?:\{(GPTRAIN_[A-Z0-9_]*)\}|(GPTRAIN_[A-Z0-9_]*))")
 
 
-def scheduler(name: str):
-    import importlib
-
-    return importlib.import_module(SCHEDULERS[name])
 
 
 

@@ -60,7 +60,7 @@ def refresh(name: str) -> dict:
     """The job, with its state first brought up to date by its scheduler (Slurm's view; for a
     local job, reconciling: a dead supervisor's job is ended or handed to a new supervisor)."""
     from gptrain.jobs import store
-    from gptrain.jobs.launch import scheduler
+    from gptrain.jobs.schedulers import scheduler
 
     return scheduler(store.get_job(name)["scheduler"]).refresh(name)
 
@@ -68,7 +68,7 @@ def refresh(name: str) -> dict:
 def resume(name: str) -> None:
     """A failed or stopped job started again by the scheduler it ran on, from its newest checkpoint."""
     from gptrain.jobs import store
-    from gptrain.jobs.launch import scheduler
+    from gptrain.jobs.schedulers import scheduler
 
     scheduler(store.get_job(name)["scheduler"]).resume(name)
 

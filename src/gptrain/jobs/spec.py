@@ -27,7 +27,8 @@ from pathlib import Path
 
 from gptrain.errors import UserError, closest
 from gptrain.home import check_name
-from gptrain.jobs.launch import ENTRY_KINDS, SCHEDULERS
+from gptrain.jobs.launch import ENTRY_KINDS
+from gptrain.jobs.schedulers import SCHEDULERS
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")

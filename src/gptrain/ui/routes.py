@@ -192,7 +192,7 @@ def download(make):
 
 def _stop(name: str) -> dict:
     """What `gptrain stop NAME` does: the workers save a checkpoint and exit (forced after 120 s)."""
-    from gptrain.jobs.launch import scheduler
+    from gptrain.jobs.schedulers import scheduler
 
     job = views.known_job(name)
     return {"state": scheduler(job["scheduler"]).stop(name, STOP_TIMEOUT_S)}

@@ -53,7 +53,7 @@ def refresh_states(force: bool = False) -> None:
         if not force and time.time() - _refreshed["at"] < REFRESH_S:
             return
         _refreshed["at"] = time.time()
-    from gptrain.jobs.launch import scheduler
+    from gptrain.jobs.schedulers import scheduler
     from gptrain.jobs.reconcile import reconcile
 
     reconcile()  # every local job at once
