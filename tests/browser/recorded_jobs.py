@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def record_job(name: str, state: str = "succeeded", rows: int = 100, secrets: dict | None = None,
-               log: str = "step 1 | loss 3.0\n", eval_every: int = 10) -> Path:
+               log: str = "step 1 | loss 3.0\n", eval_every: int = 10, error: str | None = None) -> Path:
     from gptrain.jobs import secrets as secrets_mod
     from gptrain.jobs import store
     from gptrain.jobs.folder import job_dir
@@ -17,7 +17,8 @@ def record_job(name: str, state: str = "succeeded", rows: int = 100, secrets: di
     store.create_job(name, spec.to_dict(), 1, 2, "local")
     secrets_mod.save(name, spec.secrets)
     if state != "queued":
-        store.set_state(name, state, "recorded by a test" if state != "failed" else "rank 0: boom")
+        message = "recorded by a test" if state != "failed" else (error or "rank 0: boom")
+        store.set_state(name, state, message, **({"error": error} if error else {}))
     d = job_dir(name)
     (d / "logs").mkdir(parents=True, exist_ok=True)
     for rank in (0, 1):

@@ -193,11 +193,10 @@ def test_the_token_url_opens_a_working_console_in_a_browser(shared_console, brow
 
     from selenium.webdriver.support.ui import Select
 
-    from gptrain.jobs import store
-
     record_job("rec", rows=100)
-    record_job("bad", state="failed", secrets={"TOKEN": "sesame-open"})
-    store.set_state("bad", "failed", "rank 1 failed", error="rank 1: ValueError: bad key sesame-open")
+    # a terminal state is final (jobs/store.py): the failure is recorded with the job
+    record_job("bad", state="failed", secrets={"TOKEN": "sesame-open"},
+               error="rank 1: ValueError: bad key sesame-open")
     c = shared_console
     browser.get(c.printed.replace("0.0.0.0", "127.0.0.1"))
     wait_until(lambda: browser.find_element(By.CSS_SELECTOR, 'tr[data-job="rec"] .state').text == "succeeded",
