@@ -7,21 +7,12 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.conftest import run_cli
 from tests.integration.test_jobs import job, kinds, ok, wait_for
-
-
-def wait_until(cond, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what} after {timeout}s")
+from tests.reliability.test_job_death import wait_until
 
 
 def gated_script(tmp_path, after_go="", name="gated.py"):
