@@ -97,6 +97,16 @@ def test_an_unsteady_or_implausible_measurement_is_used_once_and_never_kept(fake
     assert cpu.profile()["kept"] and fake_cpu == []
 
 
+@pytest.mark.parametrize("garbage", ["{not json", '{"per_core": {"fp32": "fast"}}', "[]"])
+def test_an_unreadable_kept_file_is_measured_again_not_a_crash(fake_cpu, isolated_home, garbage):
+    fake_cpu += [(140 * G, 80 * G), (141 * G, 79 * G)]
+    path = cpu._cache_path(cpu.cpu_kind())
+    path.parent.mkdir(parents=True)
+    path.write_text(garbage)
+    assert cpu.fastest_precision()[0] == "fp32" and fake_cpu == []
+    assert json.loads(path.read_text())["per_core"]["fp32"] == 141 * G  # replaced by a good one
+
+
 def _spin():
     while True:
         pass

@@ -44,3 +44,14 @@ def test_only_the_owner_writes():
 def test_a_write_to_a_job_that_is_gone_writes_nothing():
     assert store.set_state("nobody", JobState.SUCCEEDED) is False
     assert store.events("nobody") == []
+
+
+def test_resume_leaves_the_old_engine_id_behind():
+    """A resumed Slurm job is `queued` with no engine id until sbatch names the new one: a refresh
+    in between must not read the old, cancelled Slurm job and end the new run's record."""
+    name = new_job()
+    store.update(name, external_id="41")
+    assert store.set_state(name, JobState.STOPPED)
+    store.reopen(name, "continues")
+    job = store.get_job(name)
+    assert (job["state"], job["external_id"]) == ("queued", None)

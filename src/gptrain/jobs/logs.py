@@ -28,6 +28,11 @@ def rank_log(logs: Path, rank: int) -> Path:
     return logs / f"rank-{rank}.log"
 
 
+def agent_log(logs: Path, node) -> Path:
+    """A node's torchrun agent (or command) output; `node` may be Slurm's `%n`."""
+    return logs / f"agent-node{node}.log"
+
+
 def check_rank(text: str, ranks: int) -> int:
     """The rank named by `text` (from a URL or a command line), one of 0..ranks-1; else a
     UserError saying which ranks there are."""
@@ -133,8 +138,8 @@ def failed_rank(logs: Path, code: int) -> tuple[int | None, int]:
     "Root Cause (first observed failure):" block: the root cause is taken, and across nodes the
     earliest one that exited with an error rather than a signal."""
     causes = []
-    for agent_log in sorted(logs.glob("agent-node*.log")):
-        text = last_attempt(agent_log)
+    for path in sorted(logs.glob(agent_log(logs, "*").name)):
+        text = last_attempt(path)
         root = text.rfind("Root Cause")
         m = _FAILURE.search(text, root if root >= 0 else 0)
         if m:

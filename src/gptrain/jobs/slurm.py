@@ -20,7 +20,7 @@ import subprocess
 
 from gptrain.errors import UserError, closest
 from gptrain.jobs import code, folder, found, launch, records, secrets, store
-from gptrain.jobs.logs import failure_summary
+from gptrain.jobs.logs import agent_log, failure_summary
 from gptrain.jobs.spec import ENV_NAME, JobSpec
 
 # Slurm job state -> gptrain state
@@ -167,7 +167,7 @@ def build_script(spec: JobSpec) -> str:
     cut = len(node) - len(launch.entry_command(spec, jdir))
     words = [shlex.quote(w) if i < 1 or i >= cut or w == str(logs) else w for i, w in enumerate(node)]
     agent = f"{prefix}cd {shlex.quote(str(launch.workdir(spec, jdir)))} && exec {' '.join(words)}"
-    lines += [f"srun --kill-on-bad-exit=1 --output={shlex.quote(str(logs))}/agent-node%n.log "
+    lines += [f"srun --kill-on-bad-exit=1 --output={shlex.quote(str(agent_log(logs, '%n')))} "
               f"--open-mode=append bash -c {shlex.quote(agent)}",
               "rc=$?", f"echo $rc > {shlex.quote(str(folder.slurm_exit(jdir)))}", "exit $rc", ""]
     return "\n".join(lines)

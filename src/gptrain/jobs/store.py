@@ -247,7 +247,7 @@ def reopen(name: str, message: str) -> None:
             raise UserError(f"job {name} is {row['state']}; only a failed or stopped job can be resumed")
         seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
         conn.execute("UPDATE jobs SET state = ?, seq = ?, slots = NULL, supervisor = NULL, "
-                     "supervisor_pid = NULL, run_id = NULL, ended = NULL, error = NULL, exit_code = NULL, "
+                     "supervisor_pid = NULL, run_id = NULL, external_id = NULL, ended = NULL, error = NULL, exit_code = NULL, "
                      "restarts = 0, updated = ? WHERE name = ?", (JobState.QUEUED.value, seq, time.time(), name))
         add_event(conn, name, "resumed", message)
         add_event(conn, name, JobState.QUEUED.value)

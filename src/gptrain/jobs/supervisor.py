@@ -27,7 +27,7 @@ import uuid
 
 from gptrain import db
 from gptrain.jobs import folder, found, launch, local, procs, secrets, store
-from gptrain.jobs.logs import NO_SPACE, failed_rank, failure_summary, mentions_no_space
+from gptrain.jobs.logs import NO_SPACE, agent_log, failed_rank, failure_summary, mentions_no_space
 from gptrain.jobs.reconcile import reconcile
 from gptrain.jobs.spec import JobSpec
 from gptrain.jobs.store import JobState
@@ -142,7 +142,7 @@ class Supervisor:
                 torchrun = []
                 node_env.update(launch.rendezvous_env(spec.nodes, node, spec.accels, "127.0.0.1", port))
             cmd = launch.node_command(spec, self.dir, torchrun)
-            self.agent_logs.append(logs / f"agent-node{node}.log")
+            self.agent_logs.append(agent_log(logs, node))
             out = open(self.agent_logs[-1], "ab")
             out.write(f"--- gptrain: attempt {attempt}, node {node}: {' '.join(cmd)}\n".encode())
             out.flush()

@@ -190,6 +190,18 @@ def _cache_path(kind: CpuKind) -> Path:
     return home() / "cache" / f"cpu-{kind.key}.json"
 
 
+def _read_kept(path: Path) -> dict:
+    """A kept record, or an empty one when there is none or it cannot be read (measured again)."""
+    try:
+        kept = json.loads(path.read_text())
+        if kept["kept"] is True and isinstance(kept["bound_per_core"], dict) and \
+                all(isinstance(v, (int, float)) and v > 0 for v in kept["per_core"].values()):
+            return kept
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return {"per_core": {}}
+
+
 def profile(precisions=("fp32", "bf16")) -> dict:
     """This CPU kind's per-core matmul rates: kept ones, or measured now (under a lock, so the
     ranks of one host measure once) and kept when steady and plausible. The record says which."""
@@ -200,7 +212,7 @@ def profile(precisions=("fp32", "bf16")) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        kept = json.loads(path.read_text()) if path.is_file() else {"per_core": {}}
+        kept = _read_kept(path)
         if all(p in kept["per_core"] for p in precisions):
             return kept
         wanted = sorted(set(precisions) | set(kept["per_core"]) | {"fp32"}, key=DTYPES.index)
@@ -217,12 +229,12 @@ def profile(precisions=("fp32", "bf16")) -> dict:
 
 def fastest_precision() -> tuple[str, str]:
     """`auto` on this CPU: (precision, why), from this kind's kept or fresh measurement."""
-    rec = profile(("fp32", "bf16"))
+    rec, kind = profile(("fp32", "bf16")), cpu_kind()
     fp32, bf16 = rec["per_core"]["fp32"], rec["per_core"]["bf16"]
     choice = "bf16" if bf16 >= BF16_MARGIN * fp32 else "fp32"
-    where = "kept in " + str(_cache_path(cpu_kind())) if rec["kept"] else f"not kept: {rec['doubt']}"
+    where = f"kept in {_cache_path(kind)}" if rec["kept"] else f"not kept: {rec['doubt']}"
     return choice, (f"bf16 matmuls {bf16 / 1e9:.0f} vs fp32 {fp32 / 1e9:.0f} GFLOP/s per core on "
-                    f"{cpu_kind().describe()}; bf16 needs {BF16_MARGIN}x ({where})")
+                    f"{kind.describe()}; bf16 needs {BF16_MARGIN}x ({where})")
 
 
 def peak(precision: str) -> tuple[float, str]:
