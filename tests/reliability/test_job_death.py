@@ -19,8 +19,16 @@ def job_processes(name) -> set[int]:
     recorded for it and whatever runs with the job's GPTRAIN_CHECKPOINT_DIR in its environment."""
     from gptrain.jobs.folder import job_dir
 
-    needle = f"GPTRAIN_CHECKPOINT_DIR={job_dir(name) / 'checkpoints'}".encode()
-    found = set()
+    found = live_with_env(f"GPTRAIN_CHECKPOINT_DIR={job_dir(name) / 'checkpoints'}")
+    sup = job(name)["supervisor_pid"]
+    if sup and os.path.exists(f"/proc/{sup}") and not _zombie(sup):
+        found.add(sup)
+    return found
+
+
+def live_with_env(entry: str) -> set[int]:
+    """The live processes whose environment holds `entry` (NAME=value)."""
+    needle, found = entry.encode(), set()
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
@@ -29,9 +37,6 @@ def job_processes(name) -> set[int]:
                         found.add(int(d))
             except OSError:
                 pass
-    sup = job(name)["supervisor_pid"]
-    if sup and os.path.exists(f"/proc/{sup}") and not _zombie(sup):
-        found.add(sup)
     return found
 
 

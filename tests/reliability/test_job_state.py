@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.integration.test_jobs import job, kinds, ok, wait_for
-from tests.reliability.test_job_death import wait_until
+from tests.reliability.test_job_death import live_with_env, wait_until
 
 
 def gated_script(tmp_path, after_go="", name="gated.py"):
@@ -52,17 +52,7 @@ def alive(pid) -> bool:
 
 def tagged(run_id) -> set[int]:
     """The live processes carrying the job's GPTRAIN_RUN_ID (its agents, workers, their children)."""
-    needle = f"GPTRAIN_RUN_ID={run_id}".encode()
-    found = set()
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/environ", "rb") as f:
-                    if needle in f.read().split(b"\0") and alive(int(d)):
-                        found.add(int(d))
-            except OSError:
-                pass
-    return found
+    return live_with_env(f"GPTRAIN_RUN_ID={run_id}")
 
 
 @pytest.mark.parametrize("newer", ["ended", "taken over"])
