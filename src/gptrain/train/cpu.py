@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import fcntl
 import hashlib
 import json
 import os
@@ -205,13 +204,12 @@ def _read_kept(path: Path) -> dict:
 def profile(precisions=("fp32", "bf16")) -> dict:
     """This CPU kind's per-core matmul rates: kept ones, or measured now (under a lock, so the
     ranks of one host measure once) and kept when steady and plausible. The record says which."""
-    from gptrain.atomic import write_text_atomic
+    from gptrain.atomic import exclusive, write_text_atomic
 
     kind = cpu_kind()
     path = _cache_path(kind)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive(path.with_suffix(".lock")):
         kept = _read_kept(path)
         if all(p in kept["per_core"] for p in precisions):
             return kept
@@ -223,7 +221,10 @@ def profile(precisions=("fp32", "bf16")) -> dict:
                   "bound_per_core": {p: kind.bound_per_core(p) for p in wanted},
                   "measured": time.strftime("%Y-%m-%dT%H:%M:%S"), "kept": doubt is None, "doubt": doubt}
         if doubt is None:
-            write_text_atomic(path, json.dumps(record, indent=1))
+            try:
+                write_text_atomic(path, json.dumps(record, indent=1))
+            except OSError:  # a full or read-only disk: keep nothing, train on (measured next time)
+                record["kept"], record["doubt"] = False, f"could not be kept in {path}"
         return record
 
 
