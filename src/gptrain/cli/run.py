@@ -45,6 +45,10 @@ def add_run_args(p) -> None:
                       help="a repository named with `gptrain source add`")
     code.add_argument("--requirements", default=None, metavar="FILE",
                       help="extra packages (pip requirements) in a virtualenv layered on gptrain's")
+    code.add_argument("--resume-args", dest="resume_args", default=None, metavar="ARGS",
+                      help="your program's own resume arguments, appended on a restart that finds a "
+                      "checkpoint, {checkpoint} its path: hf (--resume_from_checkpoint {checkpoint}), "
+                      "nanogpt (--init_from=resume), or your words (--resume-args='--resume {checkpoint}')")
     slurm = p.add_argument_group("slurm (with --scheduler slurm; defaults from $GPTRAIN_HOME/config.toml [slurm])")
     slurm.add_argument("--partition", default=None)
     slurm.add_argument("--account", default=None)
@@ -78,7 +82,8 @@ def cmd_run(args, extra) -> int:
         fields["name"] = args.name
     if "name" not in fields:
         raise UserError("give the job a NAME (gptrain run NAME ...) or `name:` in the job file")
-    for key in ("nodes", "accels", "scheduler", "max_restarts", "datasets", "repository_url", "ref", "source"):
+    for key in ("nodes", "accels", "scheduler", "max_restarts", "datasets", "repository_url", "ref", "source",
+                "resume_args"):
         if getattr(args, key) is not None:
             fields[key] = getattr(args, key)
     if args.code:

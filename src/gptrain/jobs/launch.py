@@ -2,12 +2,14 @@
 environment (GPTRAIN_*), under which torchrun arguments, in which directory, and where a stop
 request is written. The local supervisor (jobs/supervisor.py) and the Slurm script
 (jobs/slurm.py) both build their commands here; jobs/rank_log.py, in front of every worker,
-finishes the environment at launch time (GPTRAIN_RESUME_FROM, `$GPTRAIN_*` in arguments).
+finishes the launch at launch time (GPTRAIN_RESUME_FROM, `$GPTRAIN_*` in arguments, the job's
+resume arguments on a restart: jobs/resume.py).
 
 Entrypoints (JobSpec.entry):
     trainer   the built-in trainer (`-- --train.max_steps=100 ...`): torchrun, nproc per node
-    script    a .py file (`-- train.py ARGS`): torchrun, nproc per node
-    module    `-- -m package.module ARGS`: torchrun, nproc per node
+    script    a .py file (`-- train.py ARGS`): torchrun, nproc per node; a job of one process
+              (1 node x 1 accel) runs it as `python train.py`, with no RANK, WORLD_SIZE, ...
+    module    `-- -m package.module ARGS`: as a script
     command   anything else (`-- bash run.sh`, `-- ./run.sh`, `-- accelerate launch ...`): once per
               node, with the rendezvous environment (RENDEZVOUS_VARS) to start its own workers
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -29,14 +32,6 @@ RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_P
 EXPANDED = re.compile(r"\$(?:\{(GPTRAIN_[A-Z0-9_]*)\}|(GPTRAIN_[A-Z0-9_]*))")
 
 
-
-
-
-
-
-
-
-
 def workdir(spec, jdir: Path) -> Path:
     """Where workers start: the job's code snapshot when it has one (so relative imports and
     paths work), else the job's folder (trainer) or its output folder (other programs)."""
@@ -45,8 +40,20 @@ def workdir(spec, jdir: Path) -> Path:
     return output_dir(spec, jdir)
 
 
+def single_process(spec) -> bool:
+    """A Python program of one process (1 node x 1 accel): run as `python train.py` is, without
+    torchrun, whose RANK/WORLD_SIZE/LOCAL_RANK make programs (nanoGPT, HF Trainer) take the
+    distributed path (nanoGPT then asks for NCCL on a CPU machine)."""
+    return spec.entry in ("script", "module") and spec.nodes == 1 and spec.accels == 1
+
+
 def under_torchrun(spec) -> bool:
-    return spec.entry != "command"
+    return spec.entry != "command" and not single_process(spec)
+
+
+def meets_by_rendezvous(spec) -> bool:
+    """A command: run once per node, told where to meet (RENDEZVOUS_VARS)."""
+    return spec.entry == "command"
 
 
 def python(spec) -> str:
@@ -106,6 +113,9 @@ def job_env(spec, jdir: Path) -> dict:
            **dataset_env(spec)}
     if spec.code:
         env["GPTRAIN_CODE_DIR"] = str(code_dir(jdir))
+    from gptrain.jobs import resume
+
+    env[resume.ENV] = spec.resume_args or ""  # (always: none inherited from where gptrain runs)
     if spec.python:  # the job's virtualenv first on PATH (its console scripts: accelerate, ...)
         venv = str(Path(spec.python).parent.parent)
         env["VIRTUAL_ENV"] = venv
@@ -155,13 +165,19 @@ def expand(args: list[str], env) -> list[str]:
     return [EXPANDED.sub(one, a) for a in args]
 
 
-def finish_env(env: dict, jdir: Path) -> None:
-    """What only the launch can know: GPTRAIN_RESUME_FROM (the latest checkpoint, when a
-    restart, a requeue or `gptrain resume` finds one)."""
-    from gptrain.jobs import found
+def finish(env: dict, jdir: Path, entry: list[str]) -> tuple[list[str], str]:
+    """What only the launch can know, in the worker's own environment: GPTRAIN_RESUME_FROM (the
+    latest checkpoint, when a restart, a requeue or `gptrain resume` finds one), `$GPTRAIN_*` in
+    the arguments, and the job's resume arguments appended on such a restart (jobs/resume.py).
+    Returns the program's argv and a few words on how it resumes, for the log."""
+    from gptrain.jobs import found, resume
 
     latest = found.latest(jdir)
     if latest is not None:
         env["GPTRAIN_RESUME_FROM"] = str(latest)
     else:
         env.pop("GPTRAIN_RESUME_FROM", None)
+    extra, _ = resume.words(env.get(resume.ENV), latest)
+    said = f", resumes with {shlex.join(extra)}" if extra else \
+        f", GPTRAIN_RESUME_FROM={latest}" if latest is not None else ""
+    return [*expand(entry, env), *extra], said

@@ -2,11 +2,12 @@
 
     torchrun ... -m gptrain.jobs.rank_log LOG_DIR -- python -m gptrain train ...
     python -m gptrain.jobs.rank_log --node LOG_DIR -- bash run.sh ...   (a command, once per node:
-        its output goes to the log of the node's first rank, NODE_RANK x NPROC_PER_NODE)
+        its output goes to the log of the node's first rank, NODE_RANK x NPROC_PER_NODE; also a
+        Python program of one process, with no torchrun: rank 0)
 
 Here, in the worker's own environment, the launch is finished (jobs/launch.py): GPTRAIN_RESUME_FROM
-names the latest checkpoint when there is one, and `$GPTRAIN_*` written in the arguments are
-replaced by their values.
+names the latest checkpoint when there is one, `$GPTRAIN_*` written in the arguments are
+replaced by their values, and the job's resume arguments are appended on a restart.
 
 The global RANK is known only once torchrun has started the worker, so the redirection happens
 here, then the real program replaces this process (same pid, so signals reach it directly).
@@ -22,7 +23,7 @@ import time
 def main() -> None:
     from pathlib import Path
 
-    from gptrain.jobs.launch import expand, finish_env
+    from gptrain.jobs.launch import finish
     from gptrain.jobs.logs import rank_log
 
     argv = sys.argv[1:]
@@ -33,15 +34,14 @@ def main() -> None:
         from gptrain.jobs.procs import die_with_parent
 
         die_with_parent(os.getppid())
-        rank = str(int(os.environ["NODE_RANK"]) * int(os.environ["NPROC_PER_NODE"]))
+        rank = str(int(os.environ.get("NODE_RANK", "0")) * int(os.environ.get("NPROC_PER_NODE", "1")))
     else:
         _die_with_agent()
         rank = os.environ.get("RANK", "0")
-    finish_env(os.environ, Path(log_dir).parent)
-    entry = expand(entry, os.environ)
+    entry, resumes = finish(os.environ, Path(log_dir).parent, entry)
     fd = os.open(rank_log(Path(log_dir), int(rank)), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     attempt = os.environ.get("GPTRAIN_ATTEMPT", "0")
-    os.write(fd, f"--- gptrain: attempt {attempt}, rank {rank}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+    os.write(fd, f"--- gptrain: attempt {attempt}, rank {rank}, {time.strftime('%Y-%m-%d %H:%M:%S')}{resumes}\n".encode())
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)

@@ -20,6 +20,7 @@ import subprocess
 
 from gptrain.errors import UserError, closest
 from gptrain.jobs import code, folder, found, launch, records, secrets, store
+from gptrain.jobs import resume as resume_mod
 from gptrain.jobs.logs import agent_log, failure_summary
 from gptrain.jobs.spec import ENV_NAME, JobSpec
 
@@ -152,13 +153,12 @@ def build_script(spec: JobSpec) -> str:
         f"mkdir -p {dirs}",
         'echo "--- gptrain: attempt $GPTRAIN_ATTEMPT, slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST (rendezvous $HEAD_ADDR)"',
     ]
+    torchrun, prefix = [], ""  # (one process of Python: neither)
     if launch.under_torchrun(spec):
         torchrun = launch.torchrun_args(spec, nnodes="$SLURM_NNODES", endpoint=f"$HEAD_ADDR:{port}",
                                         rdzv_id="$SLURM_JOB_ID-$GPTRAIN_ATTEMPT",
                                         is_host='$([ "$SLURM_NODEID" = 0 ] && echo 1 || echo 0)')
-        prefix = ""
-    else:  # a command, once per node, with the rendezvous environment (launch.RENDEZVOUS_VARS)
-        torchrun = []
+    if launch.meets_by_rendezvous(spec):  # a command, once per node (launch.RENDEZVOUS_VARS)
         rdzv = launch.rendezvous_env("$SLURM_NNODES", "$SLURM_NODEID", spec.accels, "$HEAD_ADDR", port)
         prefix = " ".join(f"export {k}={v};" for k, v in rdzv.items()) + " "
     # the node's process: only the entry command's words are quoted (the rest is ours, with
@@ -220,8 +220,7 @@ def resume(name: str) -> str:
     if not script.is_file():
         raise UserError(f"job {name} has no batch script {script} any more; submit it again with `gptrain run`")
     job = refresh(name)
-    latest = found.latest_of_job(name)
-    store.reopen(name, f"continues from {latest}" if latest else "starts again (no checkpoint yet)")
+    store.reopen(name, resume_mod.restart_line(JobSpec.from_dict(job["spec"]), jdir))
     folder.stop_request(jdir).unlink(missing_ok=True)
     folder.slurm_exit(jdir).unlink(missing_ok=True)
     r = _run(["sbatch", "--parsable", str(script)])

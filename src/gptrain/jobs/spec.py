@@ -16,6 +16,8 @@ anything is recorded.
     # code: .                          # snapshot this directory (jobs/code.py), or:
     # repository_url: https://...      # clone (ref: main) -- or source: NAME (gptrain source add)
     # requirements: requirements.txt   # extra packages, in a virtualenv layered on gptrain's
+    # resume_args: hf                  # appended on a restart with a checkpoint (jobs/resume.py):
+    #                                  # hf, nanogpt, or '--resume_from_checkpoint {checkpoint}'
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class JobSpec:
     source: str | None = None          # a named repository (`gptrain source add`)
     requirements: str | None = None    # the --requirements file's text
     python: str | None = None          # the job's virtualenv interpreter (from requirements)
+    resume_args: str | None = None     # the program's own resume arguments (jobs/resume.py)
 
     @property
     def argv(self) -> list[str]:
@@ -116,6 +119,13 @@ class JobSpec:
             self.script = str(p.resolve())
         elif self.entry == "trainer":
             self.resolve_trainer_config()
+        if self.resume_args is not None:
+            from gptrain.jobs import resume
+
+            if self.entry == "trainer":
+                raise UserError("--resume-args is for your own program: the built-in trainer resumes "
+                                "from the job's latest checkpoint by itself")
+            resume.check(self.resume_args)
         return self
 
     def resolve_trainer_config(self) -> None:
@@ -223,7 +233,8 @@ TYPES = {"name": ((str,), "a string (quote it)"), "nodes": ((int,), "a whole num
          "config_path": ((str,), "a path"), "args": ((list,), "a list of arguments"),
          "script": ((str,), "a script path"), "slurm": ((dict,), "a mapping (partition, time, ...)"),
          **{k: ((str,), "a string") for k in ("entry", "module", "command", "code", "repository_url",
-                                               "ref", "commit", "source", "requirements", "python")}}
+                                               "ref", "commit", "source", "requirements", "python",
+                                               "resume_args")}}
 SCALARS = (str, int, float, bool)
 
 

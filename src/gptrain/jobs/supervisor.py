@@ -26,7 +26,7 @@ import time
 import uuid
 
 from gptrain import db
-from gptrain.jobs import folder, found, launch, local, procs, secrets, store
+from gptrain.jobs import folder, found, launch, local, procs, resume, secrets, store
 from gptrain.jobs.logs import NO_SPACE, agent_log, failed_rank, failure_summary, mentions_no_space
 from gptrain.jobs.reconcile import reconcile
 from gptrain.jobs.spec import JobSpec
@@ -60,6 +60,8 @@ class Supervisor:
         self.run_id = uuid.uuid4().hex  # also the owner token of every write (jobs/store.py)
         self.agent_logs = []
         self.failed_node: int | None = None  # the node whose agent exited in error first
+        self.before: dict = {}  # the job's checkpoints when this attempt started (resume.baseline)
+        self.warned: set[str] = set()  # checkpoints already named in a warning
 
     # ---- slots -------------------------------------------------------------------------------
 
@@ -126,6 +128,7 @@ class Supervisor:
                "GPTRAIN_ATTEMPT": str(attempt)}
         env[procs.RUN_ID_ENV] = self.run_id  # every process of the job carries it (reconcile.py)
         launch.prepare_dirs(spec, self.dir)
+        self.before, self.warned = resume.baseline(found.scan_job(self.name)), set()
         port = free_port()
         self.agents, self.agent_logs, self.failed_node = [], [], None
         for node in range(spec.nodes):
@@ -138,8 +141,9 @@ class Supervisor:
             if launch.under_torchrun(spec):
                 torchrun = launch.torchrun_args(spec, nnodes=spec.nodes, endpoint=f"127.0.0.1:{port}",
                                                 rdzv_id=f"{self.name}-{attempt}", is_host=int(node == 0))
-            else:  # a command: once per node, told where to meet (launch.RENDEZVOUS_VARS)
+            else:  # one process, or a command: once per node (told where to meet)
                 torchrun = []
+            if launch.meets_by_rendezvous(spec):  # (launch.RENDEZVOUS_VARS)
                 node_env.update(launch.rendezvous_env(spec.nodes, node, spec.accels, "127.0.0.1", port))
             cmd = launch.node_command(spec, self.dir, torchrun)
             self.agent_logs.append(agent_log(logs, node))
@@ -194,7 +198,14 @@ class Supervisor:
 
     def sync_checkpoints(self) -> None:
         self.last_sync = time.time()
-        store.sync_checkpoints(self.name, found.scan_job(self.name))
+        rows = found.scan_job(self.name)
+        store.sync_checkpoints(self.name, rows)
+        for name, warning in resume.rewinds(self.before, rows):
+            if name not in self.warned:
+                self.warned.add(name)
+                self._check_db()
+                with store.transaction() as conn:
+                    store.add_event(conn, self.name, "warning", warning)
 
     # ---- the whole life ----------------------------------------------------------------------
 
@@ -232,7 +243,8 @@ class Supervisor:
             if final is None and attempt < self.spec.max_restarts:
                 attempt += 1
                 self._set(JobState.RESTARTING, f"attempt {attempt - 1} failed ({error}); "
-                          f"restart {attempt} of {self.spec.max_restarts}", restarts=attempt)
+                          f"restart {attempt} of {self.spec.max_restarts}: "
+                          f"{resume.restart_line(self.spec, self.dir)}", restarts=attempt)
                 continue
             self._set(JobState.FAILED, final or error, exit_code=code, error=final or error)
             return
