@@ -13,14 +13,18 @@ import os, sys, torch, torch.distributed as dist
 out_dir = "out"
 max_iters = 1
 exec(open('configurator.py').read())
-dist.init_process_group("gloo")
-t = torch.ones(1) * (dist.get_rank() + 1)
-dist.all_reduce(t)
-if dist.get_rank() == 0:
+ddp = "RANK" in os.environ  # as nanoGPT decides: a job of one process runs without torchrun
+if ddp:
+    dist.init_process_group("gloo")
+t = torch.ones(1) * (dist.get_rank() + 1 if ddp else 1)
+if ddp:
+    dist.all_reduce(t)
+if not ddp or dist.get_rank() == 0:
     os.makedirs(out_dir, exist_ok=True)
     torch.save({"iter_num": max_iters, "best_val_loss": 1.5, "sum": t.item()}, os.path.join(out_dir, "ckpt.pt"))
     print("saved", os.path.join(out_dir, "ckpt.pt"), "iters", max_iters, "sum", t.item(), "cwd", os.getcwd())
-dist.destroy_process_group()
+if ddp:
+    dist.destroy_process_group()
 '''
 NANOGPT_CONFIGURATOR = '''
 import sys
@@ -121,3 +125,56 @@ def git_repository(root: Path) -> Path:
 def head(root: Path) -> str:
     return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()
+
+
+NANOGPT = Path(__file__).resolve().parents[1] / "third_party" / "nanogpt"  # the real one, vendored
+
+# nanoGPT's own config file for a tiny CPU run. The first run (no GPTRAIN_RESUME_FROM yet) stops at
+# the checkpoint of iter HALT_AT, after writing it: killed (HALT_HOW=kill) or waiting to be stopped.
+NANOGPT_TINY_CONFIG = '''
+import os, signal, time, torch
+dataset = 'shakespeare_char'
+batch_size, block_size, gradient_accumulation_steps = 8, 32, 1
+n_layer, n_head, n_embd, dropout = 1, 2, 32, 0.0
+device, compile, dtype = 'cpu', False, 'float32'
+max_iters, lr_decay_iters, warmup_iters, learning_rate, min_lr = 30, 30, 0, 1e-3, 1e-4
+eval_interval, eval_iters, log_interval, always_save_checkpoint = 10, 2, 1, True
+if os.environ.get("HALT_AT") and not os.environ.get("GPTRAIN_RESUME_FROM"):
+    _save = torch.save
+    def _save_then_halt(obj, f, *a, **k):
+        _save(obj, f, *a, **k)
+        if obj.get("iter_num") == int(os.environ["HALT_AT"]):
+            print(f"halting at iter {obj['iter_num']}", flush=True)
+            if os.environ.get("HALT_HOW") == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            while True:
+                time.sleep(0.2)
+    torch.save = _save_then_halt
+'''
+
+
+def nanogpt_project(root: Path) -> Path:
+    """nanoGPT's train.py, model.py and configurator.py with config/train_tiny.py and the
+    character-level data its prepare.py would write (train.bin, val.bin, meta.pkl)."""
+    import pickle
+    import shutil
+
+    import numpy as np
+
+    from tests.helpers import write_corpus
+
+    data = root / "data" / "shakespeare_char"
+    data.mkdir(parents=True)
+    for name in ("train.py", "model.py", "configurator.py"):
+        shutil.copy(NANOGPT / name, root / name)
+    write(root, {"config/train_tiny.py": NANOGPT_TINY_CONFIG})
+    text = write_corpus(root / "input.txt", n_chars=20000).read_text()
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    ids = np.array([stoi[c] for c in text], dtype=np.uint16)
+    cut = int(len(ids) * 0.9)
+    ids[:cut].tofile(data / "train.bin")
+    ids[cut:].tofile(data / "val.bin")
+    with open(data / "meta.pkl", "wb") as f:  # our own file, written here, read by nanoGPT
+        pickle.dump({"vocab_size": len(chars), "itos": dict(enumerate(chars)), "stoi": stoi}, f)
+    return root

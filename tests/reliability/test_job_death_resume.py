@@ -52,8 +52,8 @@ def test_kill_9_of_every_process_resumes_to_the_same_weights(dataset):
     kill_everything_at_step_4("auto")
     ok("jobs")
     restart = [e for e in store.events("auto") if e["kind"] == "restarting"]
-    assert restart and "its supervisor died" in restart[0]["message"] and "restart 1 of 1 from step-0000" \
-        in restart[0]["message"] and "by a new supervisor" in restart[0]["message"], restart
+    assert restart and "its supervisor died" in restart[0]["message"] and "restart 1 of 1 by a new supervisor: " \
+        "continues from step-0000" in restart[0]["message"], restart
     j = wait_for("auto")
     assert j["state"] == "succeeded" and j["restarts"] == 1, j
 

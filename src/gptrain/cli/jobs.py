@@ -34,7 +34,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("resume", help="run a failed or stopped job again from its latest checkpoint",
                        description="Queue a failed or stopped local job again, same name and spec: "
-                       "the trainer continues from the latest checkpoint in the job's directory.")
+                       "the trainer continues from the latest checkpoint in the job's directory; your own "
+                       "program is given its --resume-args (see docs/jobs-code.md).")
     p.add_argument("name")
     p.add_argument("--follow", action="store_true", help="stream rank 0's log until the job ends")
     p.set_defaults(func=cmd_resume)

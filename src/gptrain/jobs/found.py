@@ -55,9 +55,3 @@ def scan_job(job: str) -> list[dict]:
 
     known = {r["name"]: r for r in store.checkpoints(job)}
     return scan(folder.job_dir(job), known)
-
-
-def latest_of_job(job: str) -> str | None:
-    """The name of the newest checkpoint of a job (what it resumes from)."""
-    row = newest(scan_job(job))
-    return row["name"] if row else None

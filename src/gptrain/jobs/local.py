@@ -18,7 +18,7 @@ from gptrain.errors import UserError
 from gptrain.home import home
 from gptrain.jobs import procs, records, store
 from gptrain.jobs.folder import job_dir, stop_request, write_stop_request
-from gptrain.jobs.found import latest_of_job
+from gptrain.jobs.resume import restart_line
 from gptrain.jobs.spec import JobSpec
 
 
@@ -103,8 +103,7 @@ def resume(name: str) -> None:
     d = job_dir(name)
     if not d.is_dir():
         raise UserError(f"job {name} has no directory {d} any more; submit it again with `gptrain run`")
-    latest = latest_of_job(name)
-    store.reopen(name, f"continues from {latest}" if latest else "starts again (no checkpoint yet)")
+    store.reopen(name, restart_line(JobSpec.from_dict(store.get_job(name)["spec"]), d))
     stop_request(d).unlink(missing_ok=True)
     procs.start_supervisor(name)
 

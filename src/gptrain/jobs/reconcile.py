@@ -15,7 +15,8 @@ import sqlite3
 import time
 
 from gptrain.db import out_of_space
-from gptrain.jobs import folder, found, procs, store
+from gptrain.jobs import folder, procs, resume, store
+from gptrain.jobs.spec import JobSpec
 from gptrain.jobs.store import JobState
 
 GRACE_S = 10.0  # a row may wait this long for its supervisor to be recorded (submit -> Popen)
@@ -62,21 +63,20 @@ def _check(row: dict) -> None:
     how = _how_it_died(ident)
     spec = json.loads(row["spec"])
     restarts, max_restarts = row["restarts"], spec.get("max_restarts", 0)
-    latest = found.latest_of_job(name)
-    where = f"from {latest}" if latest else "from the start (no checkpoint yet)"
+    what = resume.restart_line(JobSpec.from_dict(spec), folder.job_dir(name))  # what it is given
     full = folder.full_disk_of(name)  # a new supervisor would die the same way
     if folder.stop_request(folder.job_dir(name)).exists():
         store.end_orphan(name, row["supervisor"], JobState.STOPPED, f"stopped ({how})")
     elif full:
         store.end_orphan(name, row["supervisor"], JobState.FAILED, f"{how}; {full}: free some space, "
-                         f"then `gptrain resume {name}` continues {where}")
+                         f"then `gptrain resume {name}` restarts it ({what})")
     elif row["started"] and row["state"] != JobState.STOPPING and restarts < max_restarts:
-        msg = f"{how}; restart {restarts + 1} of {max_restarts} {where} by a new supervisor"
+        msg = f"{how}; restart {restarts + 1} of {max_restarts} by a new supervisor: {what}"
         if store.requeue_orphan(name, row["supervisor"], restarts + 1, msg):
             procs.start_supervisor(name)
     else:
         store.end_orphan(name, row["supervisor"], JobState.FAILED,
-                         f"{how} while {row['state']}; `gptrain resume {name}` continues {where}")
+                         f"{how} while {row['state']}; `gptrain resume {name}` restarts it ({what})")
 
 
 def _ident(row: dict) -> list | None:
