@@ -58,6 +58,9 @@ def test_restart_line_says_what_the_program_is_given(isolated_home, tmp_path):
         "restarted from scratch: the program was given no resume arguments (see --resume-args)")
     script.resume_args = "hf"
     assert resume.restart_line(script, jdir) == f"resumes with --resume_from_checkpoint {jdir}/output/checkpoint-4"
+    (jdir / "checkpoints").mkdir()
+    (jdir / "checkpoints" / "step-12.pt").write_bytes(b"x")  # named as `gptrain checkpoints` names it
+    assert resume.restart_line(JobSpec(name="j", entry="trainer"), jdir) == "continues from step-12.pt"
 
 
 def test_rewinds_below_the_step_reached():

@@ -44,8 +44,13 @@ def newest(rows: list[dict]) -> dict | None:
 def latest(job_dir) -> Path | None:
     """The newest checkpoint of a job, what a restarted script is told to resume from; None
     when it has none."""
+    return latest_named(job_dir)[0]
+
+
+def latest_named(job_dir) -> tuple[Path, str] | tuple[None, None]:
+    """latest() and the checkpoint's name in the job (its row's); (None, None) when none."""
     row = newest(scan(job_dir))
-    return None if row is None else weights_scan.resume_path(row)
+    return (None, None) if row is None else (weights_scan.resume_path(row), row["name"])
 
 
 def scan_job(job: str) -> list[dict]:

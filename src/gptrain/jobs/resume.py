@@ -71,11 +71,11 @@ def restart_line(spec, jdir) -> str:
     the launch's (jobs/launch.finish)."""
     from gptrain.jobs import found
 
-    latest = found.latest(jdir)
+    latest, name = found.latest_named(jdir)
     if latest is None:
         return "starts again (no checkpoint yet)"
     if spec.entry == "trainer":
-        return f"continues from {Path(latest).relative_to(jdir)}"
+        return f"continues from {name}"
     args, why = words(spec.resume_args, latest)
     if args:
         return f"resumes with {shlex.join(args)}"
