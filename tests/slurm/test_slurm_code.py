@@ -36,3 +36,43 @@ def test_shell_script_once_per_node(slurm, tmp_path, monkeypatch):
         text = (jdir / "logs" / f"rank-{node}.log").read_text()
         assert f"node {node} of 2, 1 per node, world 2" in text and f"out {jdir}/output" in text, text
         assert "module __main__ world 2 relative-import-ok" in text, text
+
+
+# Writes checkpoint-2 under a folder with a space and a quote in its name, then waits to be
+# requeued; started again, it prints the arguments it was given.
+HOLDS = '''
+import json, os, sys, time
+out = os.path.join(os.environ["GPTRAIN_OUTPUT_DIR"], "my run's")
+print("argv", json.dumps(sys.argv[1:]), flush=True)
+if "--resume" in sys.argv:
+    sys.exit(0)
+ck = os.path.join(out, "checkpoint-2")
+os.makedirs(ck)
+open(os.path.join(ck, "config.json"), "w").write("{}")
+open(os.path.join(ck, "model.safetensors"), "wb").write(b"x")
+json.dump({"global_step": 2}, open(os.path.join(ck, "trainer_state.json"), "w"))
+open(os.path.join(out, "held"), "w").close()
+while True:
+    time.sleep(0.2)
+'''
+
+
+def test_requeue_gives_the_program_its_resume_args(slurm, tmp_path, monkeypatch):
+    """--resume-args on Slurm: the batch script carries only the template; after `scontrol
+    requeue` the program gets `--resume PATH` as two arguments, whatever the path holds."""
+    import json
+    import time
+
+    (tmp_path / "holds.py").write_text(HOLDS)
+    monkeypatch.chdir(tmp_path)
+    ok("run", "sresume", "--scheduler", "slurm", "--resume-args", "--resume {checkpoint}", "--", "holds.py")
+    out = _job_dir("sresume") / "output" / "my run's"
+    deadline = time.time() + 300
+    while not (out / "held").exists():
+        assert time.time() < deadline, _logs("sresume")
+        time.sleep(0.2)
+    slurm.run("scontrol", "requeue", json.loads(ok("inspect", "sresume", "--json"))["job"]["external_id"])
+    seen = states_until_done("sresume")
+    assert seen[-1] == "succeeded", (seen, _logs("sresume"))
+    log = ok("logs", "sresume")
+    assert "argv []" in log and f"argv {json.dumps(['--resume', str(out / 'checkpoint-2')])}" in log, log

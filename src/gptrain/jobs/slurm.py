@@ -286,6 +286,8 @@ def refresh(name: str) -> dict:
         note = f"{note}: {fields['error']}"
     elif state in ("succeeded", "stopped"):
         fields = {"exit_code": info["exit_code"]}
+    elif state == "restarting":  # a requeue: what the program is given when it starts again
+        note = f"{note}: {resume_mod.restart_line(JobSpec.from_dict(job['spec']), jdir)}"
     store.set_state(name, state, note, **fields)
     if state in store.TERMINAL or state == "running":
         store.sync_checkpoints(name, found.scan_job(name))
