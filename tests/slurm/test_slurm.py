@@ -85,13 +85,7 @@ def test_failing_training_reports_the_rank_error(dataset):
 def test_requeue_resumes_from_the_latest_checkpoint(dataset, slurm):
     ok("run", "sreq", "--scheduler", "slurm", "--nodes", "1", "--accels", "1", "--dataset", dataset,
        "--", "--train.max_steps=400", "--checkpoint.every=20", "--train.do_eval=false", *TRAIN)
-    ckpt = _job_dir("sreq") / "checkpoints" / "step-000020"
-    deadline = time.time() + 300
-    while not ckpt.exists():
-        assert time.time() < deadline, _logs("sreq")
-        time.sleep(0.2)
-    slurm.run("scontrol", "requeue", json.loads(ok("inspect", "sreq", "--json"))["job"]["external_id"])
-    seen = states_until_done("sreq")
+    seen = requeue_when_written("sreq", _job_dir("sreq") / "checkpoints" / "step-000020", slurm)
     assert seen[-1] == "succeeded", (seen, _logs("sreq"))
     log = ok("logs", "sreq")
     assert "attempt 1" in log and re.search(r"resumed from .*step-\d+ at step", log), log[-2000:]
@@ -146,6 +140,16 @@ def _job_dir(name):
     from gptrain.jobs.folder import job_dir
 
     return job_dir(name)
+
+
+def requeue_when_written(name, path, slurm, timeout=300):
+    """`scontrol requeue` the job once `path` exists; the states it then goes through."""
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert time.time() < deadline, _logs(name)
+        time.sleep(0.2)
+    slurm.run("scontrol", "requeue", json.loads(ok("inspect", name, "--json"))["job"]["external_id"])
+    return states_until_done(name)
 
 
 def _logs(name):

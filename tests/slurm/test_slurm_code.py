@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tests.jobs_code.programs import project
-from tests.slurm.test_slurm import _job_dir, _logs, ok, states_until_done
+from tests.slurm.test_slurm import _job_dir, _logs, ok, requeue_when_written, states_until_done
 
 pytestmark = pytest.mark.slow
 
@@ -61,18 +61,12 @@ def test_requeue_gives_the_program_its_resume_args(slurm, tmp_path, monkeypatch)
     """--resume-args on Slurm: the batch script carries only the template; after `scontrol
     requeue` the program gets `--resume PATH` as two arguments, whatever the path holds."""
     import json
-    import time
 
     (tmp_path / "holds.py").write_text(HOLDS)
     monkeypatch.chdir(tmp_path)
     ok("run", "sresume", "--scheduler", "slurm", "--resume-args", "--resume {checkpoint}", "--", "holds.py")
     out = _job_dir("sresume") / "output" / "my run's"
-    deadline = time.time() + 300
-    while not (out / "held").exists():
-        assert time.time() < deadline, _logs("sresume")
-        time.sleep(0.2)
-    slurm.run("scontrol", "requeue", json.loads(ok("inspect", "sresume", "--json"))["job"]["external_id"])
-    seen = states_until_done("sresume")
+    seen = requeue_when_written("sresume", out / "held", slurm)
     assert seen[-1] == "succeeded", (seen, _logs("sresume"))
     log = ok("logs", "sresume")
     assert "argv []" in log and f"argv {json.dumps(['--resume', str(out / 'checkpoint-2')])}" in log, log
