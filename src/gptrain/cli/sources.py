@@ -35,10 +35,10 @@ def cmd_add(args, extra) -> int:
 
 
 def cmd_list(args, extra) -> int:
-    from gptrain.cli.data import _table
+    from gptrain.cli import render
     from gptrain.jobs import store
 
-    _table([("NAME", "URL", "REF"), *((s["name"], s["url"], s["ref"] or "-") for s in store.list_sources())])
+    render.table([("NAME", "URL", "REF"), *((s["name"], s["url"], s["ref"] or "-") for s in store.list_sources())])
     return 0
 
 
