@@ -287,7 +287,8 @@ def refresh(name: str) -> dict:
         note = f"{note}: {fields['error']}"
     elif state in ("succeeded", "stopped"):
         fields = {"exit_code": info["exit_code"]}
-    store.set_state(name, state, note, **fields)
+    if not store.set_state(name, state, note, engine_job=job["external_id"], **fields):
+        return store.get_job(name)  # resumed (another Slurm job) or ended meanwhile: not ours to write
     if state in store.TERMINAL or state == "running":
         store.sync_checkpoints(name, found.scan_job(name))
     return store.get_job(name)
@@ -308,5 +309,5 @@ def stop(name: str, timeout: float) -> str:
         subprocess.Popen(["sh", "-c", f"sleep {float(timeout)}; scancel {shlex.quote(job_id)}"],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          start_new_session=True)
-    store.set_state(name, "stopping", f"SIGTERM sent to every task; scancel after {timeout:.0f}s")
-    return "stopping"
+    store.set_state(name, "stopping", f"SIGTERM sent to every task; scancel after {timeout:.0f}s", engine_job=job_id)
+    return store.get_job(name)["state"]
