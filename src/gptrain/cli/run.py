@@ -69,8 +69,8 @@ def register(sub) -> None:
 
 
 def cmd_run(args, extra) -> int:
+    from gptrain.jobs import api
     from gptrain.jobs import spec as spec_mod
-    from gptrain.jobs.schedulers import scheduler
     from gptrain.jobs.local import user_setting
 
     fields: dict = spec_mod.from_yaml(args.job_file) if args.job_file else {}
@@ -100,17 +100,15 @@ def cmd_run(args, extra) -> int:
             slurm_opts[key] = getattr(args, key)
     fields["slurm"] = slurm_opts
     spec = spec_mod.JobSpec(**fields)
-    if spec.scheduler not in SCHEDULERS:
-        spec.validate()  # (one line naming the schedulers)
-    scheduler(spec.scheduler).submit(spec, dry_run=args.dry_run)
+    api.submit(spec, dry_run=args.dry_run)
     if args.dry_run:
         return 0
     print(f"submitted job {spec.name} ({spec.nodes} node(s) x {spec.accels} accelerator(s), "
           f"{spec.scheduler}); watch it with `gptrain logs {spec.name} --follow`")
     if args.follow:
-        from gptrain.cli.jobs import _follow
+        from gptrain.cli.jobs import follow
 
-        return _follow(spec.name, rank=0)
+        return follow(spec.name, rank=0)
     return 0
 
 
