@@ -268,6 +268,26 @@ def checkpoint_files(row: dict) -> list[tuple]:
     return copy_out.checkpoint_files(row, folder.job_dir(row["job"]))
 
 
+def checkpoint_zip(name: str, ckpt_id: str, fmt: str = "native") -> tuple[str, str]:
+    """One of job `name`'s checkpoints as a temporary zip file (the caller removes it) and the
+    folder its entries lie under: its files as they are (`native`), or exported as a Hugging
+    Face model (`hf`, what `checkpoint fetch --format hf` writes)."""
+    import shutil
+    import tempfile
+
+    row = checkpoint(ckpt_id, name)
+    top = f"{name}-{Path(row['path']).name}" + ("-hf" if fmt == "hf" else "")
+    if fmt != "hf":
+        return copy_out.zip_to_temp(checkpoint_files(row), top), top
+    work = Path(tempfile.mkdtemp(prefix="gptrain-hf-"))
+    try:
+        export_checkpoint(row, work / top, "hf")
+        files = [(p, p.relative_to(work / top)) for p in sorted((work / top).rglob("*")) if p.is_file()]
+        return copy_out.zip_to_temp(files, top), top
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def zip_job(name: str, dest: Path) -> None:
     """The job's folder as the zip file `dest`, its logs masked (jobs/copy_out.py)."""
     known(name)

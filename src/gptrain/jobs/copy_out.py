@@ -68,10 +68,22 @@ def export(ckpt: dict, job_dir: Path, dest: Path, fmt: str = "native") -> None:
         raise
 
 
-def zip_files(files, z, top: str) -> None:
-    """(file, path inside) pairs written into the open ZipFile `z` under `top/`."""
-    for f, rel in files:
-        z.write(f, shown(f"{top}/{rel}"))  # names are bytes from elsewhere: escaped
+def zip_to_temp(files, top: str) -> str:
+    """(file, path inside) pairs as a new temporary zip file, entries under `top/` (names are
+    bytes from elsewhere: shown escaped); nothing is left on failure."""
+    import tempfile
+    import zipfile
+
+    fd, tmp = tempfile.mkstemp(prefix="gptrain-", suffix=".zip")
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:  # weights hardly compress
+            for f, rel in files:
+                z.write(f, shown(f"{top}/{rel}"))
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
 
 
 def zip_job(src: Path, dest: Path, values) -> None:

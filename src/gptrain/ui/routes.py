@@ -8,8 +8,6 @@ token before they get here) and call what `gptrain stop` and `gptrain rm` call.
 from __future__ import annotations
 
 import os
-import tempfile
-import zipfile
 from importlib import resources
 from pathlib import Path
 
@@ -134,48 +132,12 @@ async def api_datasets(request):
     return await _call(views.datasets)
 
 
-def _zip(files, top: str) -> str:
-    """A temporary zip of (file, path inside) pairs, entries under top/ (nothing left on failure)."""
-    from gptrain.jobs.copy_out import zip_files
-
-    fd, tmp = tempfile.mkstemp(prefix="gptrain-ui-", suffix=".zip")
-    os.close(fd)
-    try:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:  # weights hardly compress
-            zip_files(files, z, top)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return tmp
-
-
-def _native_zip(name: str, ckpt_id: str) -> tuple[str, str]:
-    """The checkpoint as it is, by `checkpoint fetch`'s copy-out rule (jobs/copy_out.py)."""
-    row = api.checkpoint(ckpt_id, name)
-    top = f"{name}-{Path(row['path']).name}"
-    return _zip(api.checkpoint_files(row), top), top
-
-
-def _hf_zip(name: str, ckpt_id: str) -> tuple[str, str]:
-    """The checkpoint exported as a Hugging Face model directory (what `checkpoint fetch
-    --format hf` writes), zipped."""
-    import shutil
-
-    row = api.checkpoint(ckpt_id, name)
-    top = f"{name}-{Path(row['path']).name}-hf"
-    work = Path(tempfile.mkdtemp(prefix="gptrain-ui-hf-"))
-    try:
-        api.export_checkpoint(row, work / top, "hf")
-        files = [(p, p.relative_to(work / top)) for p in sorted((work / top).rglob("*")) if p.is_file()]
-        return _zip(files, top), top
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def download(make):
+def download(fmt: str):
+    """A checkpoint as a zip: as it is (`native`) or exported as a HF model (`hf`)."""
     async def endpoint(request):
         try:
-            tmp, top = await run_in_threadpool(make, request.path_params["name"], request.path_params["id"])
+            tmp, top = await run_in_threadpool(api.checkpoint_zip, request.path_params["name"],
+                                               request.path_params["id"], fmt)
         except UserError as e:
             return _refused(e)
         return FileResponse(tmp, media_type="application/zip", filename=f"{top}.zip",
@@ -281,8 +243,8 @@ ROUTES = [
     Route("/api/jobs/{name}/curves", api_curves),
     Route("/api/jobs/{name}/logs/{rank}", api_log),
     Route("/api/jobs/{name}/logs/{rank}/stream", stream_log),
-    Route("/api/jobs/{name}/checkpoints/{id}.zip", download(_native_zip)),
-    Route("/api/jobs/{name}/checkpoints/{id}/hf.zip", download(_hf_zip)),
+    Route("/api/jobs/{name}/checkpoints/{id}.zip", download("native")),
+    Route("/api/jobs/{name}/checkpoints/{id}/hf.zip", download("hf")),
     Route("/api/jobs/{name}/stop", action_stop, methods=["POST"]),
     Route("/api/jobs/{name}/remove", action_remove, methods=["POST"]),
     Route("/api/datasets", api_datasets),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from gptrain.errors import UserError
-from gptrain.jobs import api, store
+from gptrain.jobs import api
 from gptrain.ui import metrics
 
 
@@ -25,7 +25,7 @@ def warm() -> None:
     console starts (after its first pages), so the first look at a long run does not wait for
     its file to be parsed; files under 1 MiB take milliseconds when asked."""
     time.sleep(WARM_AFTER_S)
-    for j in reversed(store.list_jobs()):
+    for j in reversed(api.rows()):
         path = api.metrics_path(j["name"])
         if path.is_file() and path.stat().st_size >= WARM_BYTES:
             metrics_of(j["name"])
