@@ -80,7 +80,8 @@ def report(name: str, fresh: bool = True) -> dict:
     cfg = folder.trainer_config(d)
     return {"job": row, "spec": spec, "ranks": row["nodes"] * row["accels"],
             "events": [{**e, "message": secrets.mask(e["message"], values)} for e in store.events(name)],
-            "metrics": progress.latest(d), "checkpoints": checkpoints(name),
+            "metrics": progress.latest(d),
+            "checkpoints": [{k: c.get(k) for k in CHECKPOINT_SHOWN} for c in checkpoints(name)],
             "describe": scheduler(row["scheduler"]).describe(row),
             "config": secrets.mask(cfg.read_text(), values) if cfg.is_file() else None}
 
@@ -225,14 +226,14 @@ def follow_log(name: str, rank):
 
 # ---- checkpoints and copies -------------------------------------------------------------------
 
-CHECKPOINT_SHOWN = ("id", "name", "kind", "step", "train_loss", "eval_loss", "time", "size")
+CHECKPOINT_SHOWN = ("id", "name", "kind", "step", "train_loss", "eval_loss", "time", "size")  # in a report
 
 
 def checkpoints(name: str) -> list[dict]:
-    """The job's checkpoints, its rows first made to match its folder."""
+    """The job's checkpoint rows (with their paths), first made to match its folder."""
     known(name)
     records.sync_checkpoints(name)
-    return [{k: c.get(k) for k in CHECKPOINT_SHOWN} for c in store.checkpoints(name)]
+    return store.checkpoints(name)
 
 
 def checkpoint(ckpt_id: str, name: str | None = None) -> dict:
