@@ -141,12 +141,13 @@ def cmd_inspect(args, extra) -> int:
 
 def _runs(spec: dict) -> str:
     """What a job runs, as typed after `--` (and where its code came from)."""
+    from gptrain.jobs.code import redact
     from gptrain.jobs.spec import JobSpec
 
     js = JobSpec.from_dict(spec)
     what = f"{js.entry} {' '.join(js.argv)}" if js.entry != "trainer" else f"gptrain train {' '.join(js.args)}"
     if js.repository_url:
-        what += f"   code {js.repository_url}" + (f" @ {js.commit[:12]}" if js.commit else "")
+        what += f"   code {redact(js.repository_url)}" + (f" @ {js.commit[:12]}" if js.commit else "")
     elif js.code:
         what += f"   code {js.code}"
     return what
