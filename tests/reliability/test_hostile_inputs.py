@@ -13,33 +13,11 @@ import urllib.request
 import pytest
 
 from tests.conftest import run_cli
-from tests.helpers import make_dataset, write_corpus
-
-
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("hostile-inputs"))
-
-
-def refused(r, *needles):
-    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-3000:])
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gptrain: error:"), r.stderr[-3000:]
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-
-
-def nothing_registered():
-    from gptrain.data.store import datasets_dir, list_all
-
-    assert list_all() == []
-    assert not datasets_dir().exists() or list(datasets_dir().iterdir()) == []
-
-
-def edit_meta(d, edit):
-    meta = json.loads((d / "meta.json").read_text())
-    edit(meta)
-    (d / "meta.json").write_text(json.dumps(meta))
+from tests.helpers import write_corpus
+from tests.reliability.test_hostile_files_data import _edit_meta as edit_meta
+from tests.reliability.test_hostile_files_data import _nothing_registered as nothing_registered
+from tests.reliability.test_hostile_files_data import _refused as refused
+from tests.reliability.test_hostile_files_data import prepared  # noqa: F401  (a fixture)
 
 
 # ---- 1. a tokenizer folder with its own code: never run, never asked about ---------------------
@@ -119,21 +97,20 @@ def test_a_malformed_tokenizer_spec_already_stored_is_one_line_and_one_row(prepa
 
 # ---- 3. links in a pushed folder: inside kept as links, outside refused -----------------------
 
+def tree(root, files: dict):
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
 @pytest.fixture
 def outside(tmp_path):
-    secret = tmp_path / "outside"
-    (secret / "deep").mkdir(parents=True)
-    (secret / "id_rsa").write_text("PRIVATE KEY")
-    (secret / "deep" / "more.txt").write_text("more private")
-    return secret
+    return tree(tmp_path / "outside", {"id_rsa": "PRIVATE KEY", "deep/more.txt": "more private"})
 
 
 def files_folder(tmp_path):
-    d = tmp_path / "files"
-    (d / "sub").mkdir(parents=True)
-    (d / "a.txt").write_text("a")
-    (d / "sub" / "b.txt").write_text("b")
-    return d
+    return tree(tmp_path / "files", {"a.txt": "a", "sub/b.txt": "b"})
 
 
 @pytest.mark.parametrize("link", ["file", "folder", "absolute-chain", "dangling"])
