@@ -75,6 +75,10 @@ def report(name: str, fresh: bool = True) -> dict:
         row = {**known(name), **unrecorded}
     values = secrets.load(name).values()
     spec = json.loads(secrets.mask(json.dumps(row["spec"]), values))
+    if spec.get("repository_url"):  # stored before credentials in URLs were refused: never shown
+        from gptrain.jobs.code import redact
+
+        spec["repository_url"] = redact(spec["repository_url"])
     row = shown(row, values)
     d = folder.job_dir(name)
     cfg = folder.trainer_config(d)

@@ -19,6 +19,7 @@ import re
 import sys
 from pathlib import Path
 
+from gptrain.config_check import ALLOW_LARGE
 from gptrain.home import home
 from gptrain.jobs.folder import (SUBMITTED_CONFIG, checkpoints_dir, code_dir, logs_dir,
                                  output_dir)
@@ -106,6 +107,8 @@ def job_env(spec, jdir: Path) -> dict:
            **dataset_env(spec)}
     if spec.code:
         env["GPTRAIN_CODE_DIR"] = str(code_dir(jdir))
+    if os.environ.get(ALLOW_LARGE):  # the submitter's word that the model is sharded over more
+        env[ALLOW_LARGE] = os.environ[ALLOW_LARGE]  # memory than one machine: its workers check again
     if spec.python:  # the job's virtualenv first on PATH (its console scripts: accelerate, ...)
         venv = str(Path(spec.python).parent.parent)
         env["VIRTUAL_ENV"] = venv
