@@ -49,6 +49,7 @@ class JobSpec:
     args: list[str] = field(default_factory=list)
     script: str | None = None          # the user's script: relative to the code snapshot, or absolute
     slurm: dict = field(default_factory=dict)
+    kubernetes: dict = field(default_factory=dict)  # jobs/kube_manifest.py OPTIONS
     entry: str | None = None           # trainer | script | module | command (jobs/launch.py)
     module: str | None = None          # `-m module`
     command: str | None = None         # any other program, run once per node
@@ -222,6 +223,7 @@ TYPES = {"name": ((str,), "a string (quote it)"), "nodes": ((int,), "a whole num
          "config": ((str, dict), "a TOML file path or a mapping of [sections]"),
          "config_path": ((str,), "a path"), "args": ((list,), "a list of arguments"),
          "script": ((str,), "a script path"), "slurm": ((dict,), "a mapping (partition, time, ...)"),
+         "kubernetes": ((dict,), "a mapping (image, volume, queue, ...)"),
          **{k: ((str,), "a string") for k in ("entry", "module", "command", "code", "repository_url",
                                                "ref", "commit", "source", "requirements", "python")}}
 SCALARS = (str, int, float, bool)

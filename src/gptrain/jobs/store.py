@@ -67,16 +67,19 @@ def create_job(name: str, spec: dict, nodes: int, accels: int, scheduler: str) -
 
 
 def set_state(name: str, state: JobState | str, message: str = "", owner: str | None = None,
-              **fields) -> bool:
+              engine_job: str | None = None, **fields) -> bool:
     """Move a job to `state` (recording the event) and update other columns; False, with nothing
-    written, when the job is gone, already ended, or (given an `owner`) owned by another run."""
+    written, when the job is gone, already ended, (given an `owner`) owned by another run, or
+    (given an `engine_job`) recorded with another engine id (what was read is a stale run's)."""
     state = JobState(state)  # any other string is a bug: ValueError
     now = time.time()
     with transaction() as conn:
-        row = conn.execute("SELECT state, run_id FROM jobs WHERE name = ?", (name,)).fetchone()
+        row = conn.execute("SELECT state, run_id, external_id FROM jobs WHERE name = ?", (name,)).fetchone()
         if row is None or JobState(row["state"]).is_terminal():
             return False
         if owner is not None and row["run_id"] != owner:
+            return False
+        if engine_job is not None and row["external_id"] != engine_job:
             return False
         sets = ["state = ?", "updated = ?"] + [f"{k} = ?" for k in fields]
         values = [state.value, now, *fields.values()]
