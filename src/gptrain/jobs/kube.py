@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from gptrain.errors import UserError
 from gptrain.jobs import code, folder, found, launch, records, secrets, store
@@ -100,16 +101,27 @@ def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
         return None
     cluster = _connect(spec)  # before anything is recorded: no client, no kubeconfig: one line
     with code.staged(spec) as snapshot:
-        jdir = records.create(spec, snapshot, "kubernetes")  # the record and the folder: all or nothing
+        jdir = prepare(spec, snapshot)
         try:
-            launch.prepare_dirs(spec, jdir)
-            folder.kube_manifests(jdir).write_text(km.to_yaml(spec))
             uid = _create(cluster, spec)
         except BaseException:
             records.forget(spec.name, jdir)
             raise
     _recorded(spec.name, uid, f"created JobSet {cluster.namespace}/{km.resource_name(spec.name)}")
     return uid
+
+
+def prepare(spec: JobSpec, snapshot) -> Path:
+    """The job's record and its folder on the volume as its pods find it (logs/, checkpoints/,
+    the trainer's config, the manifests in kubernetes.yaml): all of it or, on failure, none."""
+    jdir = records.create(spec, snapshot, "kubernetes")
+    try:
+        launch.prepare_dirs(spec, jdir)
+        folder.kube_manifests(jdir).write_text(km.to_yaml(spec))
+    except BaseException:
+        records.forget(spec.name, jdir)
+        raise
+    return jdir
 
 
 def _create(cluster: Cluster, spec: JobSpec) -> str:
