@@ -56,7 +56,8 @@ def test_a_2x1_job_validates_against_the_jobset_crd_and_the_secret_is_well_forme
     assert (secret["apiVersion"], secret["kind"], secret["type"]) == ("v1", "Secret", "Opaque")
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", secret["metadata"]["name"])
     assert all(isinstance(v, str) for v in secret["stringData"].values())
-    from kubernetes.client import V1Secret  # the official client's typed model (pydantic)
+    V1Secret = pytest.importorskip("kubernetes.client", reason="the kubernetes client is not installed "
+                                   "(pip install 'gptrain[kubernetes]')").V1Secret  # a typed model
 
     model = V1Secret.from_dict(secret)
     assert model.metadata.name == secret["metadata"]["name"] and model.string_data == secret["stringData"]
