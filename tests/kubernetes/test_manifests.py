@@ -195,3 +195,46 @@ def test_a_submit_without_a_kubeconfig_is_one_line_and_records_nothing(isolated_
     r = run_cli("run", "demo", *BASE[:-1], *TRAIN, env=env)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "kubeconfig" in r.stderr, r.stderr
     assert not (isolated_home / "jobs" / "demo").exists()
+
+
+def kubeconfig_to_nowhere(tmp_path) -> dict:
+    """A real kubeconfig whose server is a closed port here (no API server can run here)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # (closed again: connections are refused)
+    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "here",
+           "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}",
+                                                  "insecure-skip-tls-verify": True}}],
+           "users": [{"name": "u", "user": {"token": "t"}}],
+           "contexts": [{"name": "here", "context": {"cluster": "c", "user": "u", "namespace": "ml"}}]}
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(cfg))
+    return {"KUBECONFIG": str(path)}
+
+
+def test_an_unreachable_cluster_is_one_line_and_a_failed_submit_leaves_nothing(isolated_home, tmp_path):
+    env = kubeconfig_to_nowhere(tmp_path)
+    server = yaml.safe_load(Path(env["KUBECONFIG"]).read_text())["clusters"][0]["cluster"]["server"]
+    r = run_cli("run", "demo", *BASE[:-1], "--secret", f"K={SECRET}", *TRAIN, env=env, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"gptrain: error: reading the job's Secret: cannot reach the cluster at {server} (MaxRetryError)"], r.stderr
+    assert not (isolated_home / "jobs" / "demo").exists() and not (isolated_home / "secrets" / "demo.env").exists()
+    assert "demo" not in run_cli("jobs").stdout
+
+
+def test_a_recorded_job_reads_as_last_known_while_its_cluster_is_unreachable(isolated_home, tmp_path, monkeypatch):
+    from gptrain.jobs import kube, store
+    from gptrain.jobs.spec import JobSpec
+
+    for k, v in kubeconfig_to_nowhere(tmp_path).items():
+        monkeypatch.setenv(k, v)
+    spec = JobSpec(name="demo", scheduler="kubernetes", kubernetes={"volume": "home"}, args=TRAIN[1:]).validate()
+    kube.prepare(spec, None)
+    store.update("demo", external_id="uid-1")  # as a submit records the JobSet's uid
+    assert kube.refresh("demo")["state"] == "queued"
+    assert kube.describe(store.get_job("demo")).startswith("kubernetes JobSet demo: cannot be read here")
+    r = run_cli("stop", "demo", env={"KUBECONFIG": str(tmp_path / "kubeconfig")}, timeout=120)
+    assert r.returncode == 2 and "cannot reach the cluster" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert store.get_job("demo")["state"] == "queued" and not (isolated_home / "jobs/demo/stop-request").exists()

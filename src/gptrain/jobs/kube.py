@@ -26,6 +26,7 @@ from gptrain.jobs import kube_manifest as km
 from gptrain.jobs.logs import agent_log, failure_summary
 from gptrain.jobs.spec import JobSpec
 
+SERVICE_ACCOUNT_NS = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 MISSING = ("the Kubernetes client is not installed here: pip install 'gptrain[kubernetes]' "
            "(or --dry-run to print the manifests without it)")
 
@@ -40,21 +41,22 @@ class Cluster:
             raise UserError(MISSING) from None
         from kubernetes.config.config_exception import ConfigException
 
-        self.namespace = opts.get("namespace")
+        self.namespace, self.context = opts.get("namespace"), opts.get("context")
         try:
-            api = config.new_client_from_config(context=opts.get("context"))
-            if not self.namespace:
-                contexts, active = config.list_kube_config_contexts()
-                ctx = next((c for c in contexts if c["name"] == opts.get("context")), active)
-                self.namespace = (ctx or {}).get("context", {}).get("namespace")
+            api = config.new_client_from_config(context=self.context)
+            contexts, active = config.list_kube_config_contexts()
+            ctx = next((c for c in contexts if c["name"] == self.context), active) or {}
+            self.context = ctx.get("name", self.context)
+            self.namespace = self.namespace or ctx.get("context", {}).get("namespace")
         except (ConfigException, OSError, TypeError) as e:
-            try:  # inside a cluster: its service account
+            try:  # inside a cluster: its service account, and its namespace
                 config.load_incluster_config()
                 api = client.ApiClient()
-            except ConfigException:
+                self.namespace = self.namespace or Path(SERVICE_ACCOUNT_NS).read_text().strip()
+            except (ConfigException, OSError):
                 raise UserError(f"no usable kubeconfig (KUBECONFIG, ~/.kube/config): "
                                 f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
-        self.namespace = self.namespace or "default"
+        self.namespace, self.host = self.namespace or "default", api.configuration.host
         self.custom, self.core = client.CustomObjectsApi(api), client.CoreV1Api(api)
 
     def call(self, what: str, fn, *args, missing_ok=False, **kw):
@@ -73,7 +75,7 @@ class Cluster:
                 said = e.reason
             raise UserError(f"{what}: the cluster answered {e.status} {said}") from None
         except HTTPError as e:
-            raise UserError(f"{what}: cannot reach the cluster ({type(e).__name__})") from None
+            raise UserError(f"{what}: cannot reach the cluster at {self.host} ({type(e).__name__})") from None
 
     def jobset(self, name: str) -> dict | None:
         return self.call(f"reading JobSet {name}", self.custom.get_namespaced_custom_object, km.GROUP,
@@ -87,7 +89,9 @@ class Cluster:
 
 def _connect(spec: JobSpec) -> Cluster:
     cluster = Cluster(spec.kubernetes)
-    spec.kubernetes["namespace"] = cluster.namespace  # recorded: refresh/stop/resume look there
+    spec.kubernetes["namespace"] = cluster.namespace  # recorded: refresh/stop/resume look there,
+    if cluster.context:  # on that cluster, whichever context is current by then
+        spec.kubernetes["context"] = cluster.context
     return cluster
 
 
@@ -130,7 +134,7 @@ def _create(cluster: Cluster, spec: JobSpec) -> str:
     ns, body = cluster.namespace, km.secret(spec, secrets.load(spec.name))
     if body is not None:
         body["metadata"]["namespace"] = ns
-        if cluster.call("reading Secret", cluster.core.read_namespaced_secret, body["metadata"]["name"], ns,
+        if cluster.call("reading the job's Secret", cluster.core.read_namespaced_secret, body["metadata"]["name"], ns,
                         missing_ok=True) is None:
             cluster.call("creating the job's Secret", cluster.core.create_namespaced_secret, ns, body)
         else:  # left by this job's previous run, not yet collected with its JobSet
@@ -277,8 +281,13 @@ def stop(name: str, timeout: float) -> str:
     if job["state"] in store.TERMINAL:
         return job["state"]
     cluster = Cluster(JobSpec.from_dict(job["spec"]).kubernetes)
-    folder.write_stop_request(folder.job_dir(name), timeout)
-    _delete(cluster, km.resource_name(name), job["external_id"])
+    jdir = folder.job_dir(name)
+    folder.write_stop_request(jdir, timeout)  # (before: a refresh meanwhile sees a stop, not a loss)
+    try:
+        _delete(cluster, km.resource_name(name), job["external_id"])
+    except BaseException:
+        folder.stop_request(jdir).unlink(missing_ok=True)
+        raise
     store.set_state(name, "stopping", f"JobSet deleted: pods get SIGTERM (SIGKILL after {km.STOP_GRACE_S}s)",
                     engine_job=job["external_id"])
     return "stopping"
@@ -303,6 +312,10 @@ def resume(name: str) -> None:
     rn = km.resource_name(name)
     if job["state"] not in store.TERMINAL:
         raise UserError(f"job {name} is {job['state']}; only a failed or stopped job can be resumed")
+    old = cluster.jobset(rn)
+    if old is not None and (old["metadata"].get("annotations") or {}).get(km.JOB_ANNOTATION) != name:
+        raise UserError(f"JobSet {cluster.namespace}/{rn} is not job {name}'s; it is left alone (delete or "
+                        "rename it, then resume)")
     _delete(cluster, rn, None)
     deadline = time.monotonic() + 120
     while cluster.jobset(rn) is not None:
