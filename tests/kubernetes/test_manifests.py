@@ -238,3 +238,18 @@ def test_a_recorded_job_reads_as_last_known_while_its_cluster_is_unreachable(iso
     r = run_cli("stop", "demo", env={"KUBECONFIG": str(tmp_path / "kubeconfig")}, timeout=120)
     assert r.returncode == 2 and "cannot reach the cluster" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert store.get_job("demo")["state"] == "queued" and not (isolated_home / "jobs/demo/stop-request").exists()
+
+
+def test_the_dry_run_in_docs_kubernetes_md_is_what_the_command_prints(isolated_home, tmp_path):
+    from tests.helpers import make_dataset
+
+    doc = (Path(__file__).parents[2] / "docs" / "kubernetes.md").read_text()
+    pasted = doc.split("```yaml\n# gptrain job gpt2-small")[1].split("```")[0]
+    assert run_cli("data", "push", "shakespeare-char", make_dataset(tmp_path)).returncode == 0
+    r = run_cli("run", "gpt2-small", "--scheduler", "kubernetes", "--nodes", "2", "--accels", "1",
+                "--k8s-volume", "gptrain-home", "--k8s-namespace", "ml", "--image",
+                "registry.example.com/ml/gptrain:0.1.0", "--secret", "WANDB_API_KEY", "--queue", "team-a",
+                "--max-restarts", "2", "--dataset", "shakespeare-char", "--dry-run", "--",
+                "--model.preset=gpt2", "--train.max_steps=5000", env={"WANDB_API_KEY": SECRET})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.replace(str(isolated_home), "/mnt/gptrain") == "# gptrain job gpt2-small" + pasted
