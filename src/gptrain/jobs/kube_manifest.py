@@ -19,9 +19,10 @@ from __future__ import annotations
 import hashlib
 import re
 
-from gptrain.errors import UserError, closest
+from gptrain.errors import UserError
 from gptrain.home import home
 from gptrain.jobs import folder, launch
+from gptrain.jobs.spec import check_scheduler_options
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 NODE_JOB = "node"  # the replicatedJob's name: pods NAME-node-0-RANK
@@ -55,25 +56,14 @@ OPTIONS = (*OPTION_FORMS, "secrets", "port", "accel_type")
 def check_options(spec) -> None:
     """The kubernetes options of a job, before anything is built: one line naming the bad one."""
     opts = spec.kubernetes
-    for key in opts:
-        if key not in OPTIONS:
-            raise UserError(f"unknown kubernetes option {key!r}{closest(str(key), OPTIONS)}; use "
-                            f"{', '.join(OPTIONS)}")
-    for key, (form, words) in OPTION_FORMS.items():
-        value = opts.get(key)
-        if value is not None and not (isinstance(value, str) and form.fullmatch(value)):
-            raise UserError(f"--{'k8s-' if key != 'image' else ''}{key} {value!r} is not {words}")
+    check_scheduler_options("kubernetes", opts, OPTIONS, OPTION_FORMS,
+                            lambda key: f"--{key}" if key in ("image", "queue") else f"--k8s-{key}")
     if not opts.get("volume"):
         raise UserError("--k8s-volume CLAIM is needed: the PersistentVolumeClaim holding $GPTRAIN_HOME "
                         "(job folders, datasets), mounted in every pod (docs/kubernetes.md)")
     names = opts.get("secrets") or []
     if not isinstance(names, list) or not all(isinstance(n, str) and DNS_SUBDOMAIN.fullmatch(n) for n in names):
         raise UserError(f"--k8s-secret takes the name of a Secret in the namespace, got {names!r}")
-    port = opts.get("port")
-    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
-        raise UserError(f"--port must be a TCP port (1-65535), got {port!r}")
-    if opts.get("accel_type", "auto") not in ("auto", "gpu", "cpu"):
-        raise UserError(f"--accel-type must be auto, gpu or cpu, got {opts['accel_type']!r}")
     if spec.requirements:
         raise UserError("--requirements cannot be installed on a cluster: build the packages into the "
                         "--image instead")

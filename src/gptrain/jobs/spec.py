@@ -204,6 +204,24 @@ def parse_env(pairs: list[str], flag: str = "--env") -> dict[str, str]:
     return env
 
 
+def check_scheduler_options(kind: str, opts: dict, known, forms: dict, flag=lambda key: f"--{key}") -> None:
+    """A scheduler's options (a job's `slurm:` or `kubernetes:`): one line naming an unknown one,
+    a value not of its form (forms: key -> (compiled regex, what it must be, in words)), a bad
+    port or accelerator kind."""
+    for key in opts:
+        if key not in known:
+            raise UserError(f"unknown {kind} option {key!r}{closest(str(key), known)}; use {', '.join(known)}")
+    for key, (form, words) in forms.items():
+        value = opts.get(key)
+        if value is not None and not (isinstance(value, str) and form.fullmatch(value)):
+            raise UserError(f"{flag(key)} {value!r} is not {words}")
+    port = opts.get("port")  # (the rendezvous port and the kind of --accels: every engine's)
+    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+        raise UserError(f"--port must be a TCP port (1-65535), got {port!r}")
+    if opts.get("accel_type", "auto") not in ("auto", "gpu", "cpu"):
+        raise UserError(f"--accel-type must be auto, gpu or cpu, got {opts['accel_type']!r}")
+
+
 def check_env(values: dict, flag: str) -> None:
     """Environment variable names a shell and Slurm accept, and string values."""
     for key, value in values.items():
