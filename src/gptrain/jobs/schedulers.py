@@ -31,7 +31,8 @@ class Scheduler(Protocol):
         """The engine's own line about an active job for `inspect`, or None."""
 
 
-SCHEDULERS = {"local": "gptrain.jobs.local", "slurm": "gptrain.jobs.slurm"}
+SCHEDULERS = {"local": "gptrain.jobs.local", "slurm": "gptrain.jobs.slurm",
+              "kubernetes": "gptrain.jobs.kube"}
 OPERATIONS = tuple(n for n in vars(Scheduler) if not n.startswith("_"))
 
 
