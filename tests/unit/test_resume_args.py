@@ -90,7 +90,18 @@ def test_one_process_python_runs_without_torchrun(isolated_home, monkeypatch):
     assert f"-m gptrain.jobs.rank_log --node {folder.job_dir('one')}/logs -- " in text
     assert "export GPTRAIN_RESUME_ARGS='--r {checkpoint}'" in text  # the template, quoted; no path
     two = JobSpec(name="two", accels=2, script="train.py", code="/src").validate()
-    assert launch.under_torchrun(two) and "torch.distributed.run" in build_script(two)
+    text = build_script(two)
+    assert launch.under_torchrun(two) and "torch.distributed.run" in text
+    assert "\nunset GPTRAIN_RESUME_ARGS\n" in text  # sbatch passes the submitter's environment on
+
+
+def test_resume_args_of_another_job_are_not_inherited(isolated_home, monkeypatch):
+    """`gptrain run` from inside a job that has resume arguments: the new job does not get them."""
+    monkeypatch.setenv(resume.ENV, "--from {checkpoint}")
+    plain = JobSpec(name="p", script="t.py", code="/c")
+    assert resume.ENV not in launch.inherited_env(plain) and resume.ENV not in launch.job_env(plain, Path("/j"))
+    mine = JobSpec(name="m", script="t.py", code="/c", resume_args="hf")
+    assert {**launch.inherited_env(mine), **launch.job_env(mine, Path("/j"))}[resume.ENV] == "hf"
 
 
 @pytest.mark.parametrize("flags, words", [

@@ -124,7 +124,7 @@ class Supervisor:
     def launch(self, attempt: int, slots: list[int]) -> None:
         spec, logs = self.spec, folder.logs_dir(self.dir)
         kind, _ = local.local_slots()
-        env = {**os.environ, **spec.env, **secrets.load(self.name), **launch.job_env(spec, self.dir),
+        env = {**launch.inherited_env(spec), **spec.env, **secrets.load(self.name), **launch.job_env(spec, self.dir),
                "GPTRAIN_ATTEMPT": str(attempt)}
         env[procs.RUN_ID_ENV] = self.run_id  # every process of the job carries it (reconcile.py)
         launch.prepare_dirs(spec, self.dir)
