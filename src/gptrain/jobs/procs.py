@@ -163,16 +163,24 @@ def parent_preexec():
     return lambda: die_with_parent(parent)
 
 
-# ---- the local supervisor's start --------------------------------------------------------
+# ---- the start of a job's supervisor (local and Ray jobs) ------------------------------------
+
+# The schedulers whose jobs are owned by a detached supervisor on this machine, and its module
+# (Ray's drives the job's node agents on the cluster, jobs/ray_supervisor.py).
+SUPERVISORS = {"local": "gptrain.jobs.supervisor", "ray": "gptrain.jobs.ray_supervisor"}
+
 
 def start_supervisor(name: str) -> None:
     """Start the detached supervisor (jobs/supervisor.py) of a queued job and record who it is. SIGTERM is blocked
     across the start (the child inherits the mask), so a `stop` that lands before the supervisor
     installed its handler stays pending instead of killing it silently."""
+    from gptrain.jobs import store
+
+    module = SUPERVISORS[store.get_job(name)["scheduler"]]
     log = open(folder.supervisor_log(folder.job_dir(name)), "ab")
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "gptrain.jobs.supervisor", name],
+        proc = subprocess.Popen([sys.executable, "-m", module, name],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                 close_fds=True, env=supervisor_env())
     finally:
@@ -180,8 +188,6 @@ def start_supervisor(name: str) -> None:
         log.close()
     ident = identity(proc.pid)
     if ident:
-        from gptrain.jobs import store
-
         store.record_supervisor(name, ident)
 
 

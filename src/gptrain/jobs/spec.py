@@ -49,6 +49,7 @@ class JobSpec:
     args: list[str] = field(default_factory=list)
     script: str | None = None          # the user's script: relative to the code snapshot, or absolute
     slurm: dict = field(default_factory=dict)
+    ray: dict = field(default_factory=dict)  # the cluster found at submit (address, accel_type)
     entry: str | None = None           # trainer | script | module | command (jobs/launch.py)
     module: str | None = None          # `-m module`
     command: str | None = None         # any other program, run once per node
@@ -218,10 +219,11 @@ def check_env(values: dict, flag: str) -> None:
 TYPES = {"name": ((str,), "a string (quote it)"), "nodes": ((int,), "a whole number"),
          "accels": ((int,), "a whole number"), "max_restarts": ((int,), "a whole number"),
          "datasets": ((list,), "a list of dataset names"), "env": ((dict,), "a mapping of NAME: value"),
-         "secrets": ((dict,), "a mapping of NAME: value"), "scheduler": ((str,), "local or slurm"),
+         "secrets": ((dict,), "a mapping of NAME: value"), "scheduler": ((str,), "local, slurm or ray"),
          "config": ((str, dict), "a TOML file path or a mapping of [sections]"),
          "config_path": ((str,), "a path"), "args": ((list,), "a list of arguments"),
          "script": ((str,), "a script path"), "slurm": ((dict,), "a mapping (partition, time, ...)"),
+         "ray": ((dict,), "a mapping (address)"),
          **{k: ((str,), "a string") for k in ("entry", "module", "command", "code", "repository_url",
                                                "ref", "commit", "source", "requirements", "python")}}
 SCALARS = (str, int, float, bool)
