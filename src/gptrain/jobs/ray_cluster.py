@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import uuid
 
 from gptrain.errors import UserError
@@ -25,6 +26,7 @@ from gptrain.jobs import local, procs, records, store
 from gptrain.jobs.spec import JobSpec
 
 CHECK_S = 120.0  # how long each node has to answer the shared-filesystem check
+REACH_S = 10.0  # how long the cluster's address has to answer a connection
 INSTALL = "pip install 'gptrain[ray]'"
 
 
@@ -48,6 +50,13 @@ def connect(where: str):
     ray = ray_module()
     if ray.is_initialized():
         return ray
+    if where != "auto":  # (ray.init retries an unreachable cluster for minutes)
+        host, _, port = where.removeprefix("ray://").rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=REACH_S).close()
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot reach a Ray cluster at {where!r} ({e.strerror or e}); start one (`ray "
+                            "start --head`) and set RAY_ADDRESS or [ray] address in config.toml") from None
     try:
         ray.init(address=where, namespace="gptrain", log_to_driver=False, logging_level=logging.ERROR,
                  include_dashboard=False)
@@ -146,7 +155,7 @@ def describe(job: dict) -> str | None:
     """The `inspect` line of an active Ray job: its cluster and placement group."""
     if job["state"] in store.TERMINAL:
         return None
-    where = job["spec"].get("ray", {}).get("address", "?")
+    where = store.get_job(job["name"])["spec"].get("ray", {}).get("address", "?")  # (`job` may come without its spec)
     group = job["external_id"]
     return f"ray        cluster {where}, " + (f"placement group {group}" if group else "waiting for its placement group")
 

@@ -41,7 +41,7 @@ class NodeAgent:
 
     def start(self, cmd: list[str], env: dict, cwd: str, log: str, header: bytes) -> int:
         """Start this node's agent: this node's environment with the job's on top (`env`)."""
-        self.kill()  # the previous attempt's, if any
+        self._end_agent()  # the previous attempt's, if any (its node's leftovers: end_attempt)
         self.signaled = set()
         with open(log, "ab") as out:
             out.write(header)
@@ -70,13 +70,16 @@ class NodeAgent:
 
     def kill(self) -> int:
         """SIGKILL the agent's process group and every process of the job on this node."""
+        self._end_agent()
+        return procs.kill_run(self.run_id)
+
+    def _end_agent(self) -> None:
         if self.proc is not None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             self.proc.wait()
-        return procs.kill_run(self.run_id)
 
     def sees(self, path: str, token: str) -> bool:
         return sees(path, token)
