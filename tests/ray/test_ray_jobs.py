@@ -5,11 +5,15 @@ import json
 import os
 import signal
 
+import pytest
+
 from tests.conftest import run_cli
 from tests.integration.test_jobs import _job_dir, _worker_pids, job, kinds, ok, wait_for
 from tests.ray.cluster import node_agents
+from tests.ray.conftest import NO_RAY, SKIP
 from tests.reliability.test_job_death import live_with_env, wait_until
 
+pytestmark = pytest.mark.skipif(NO_RAY, reason=SKIP)
 TRAIN = ["--model.n_layer=2", "--model.n_head=2", "--model.n_embd=32", "--model.block_size=32",
          "--train.batch_size=4", "--report_to=none", "--metrics.log_every=1", "--train.lr=1e-3",
          "--train.precision=fp32"]
@@ -86,6 +90,19 @@ def test_a_killed_rank_restarts_from_the_latest_checkpoint(ray_job):
     nothing_left(ray_job, "faulty")
 
 
+def test_kill_9_of_the_supervisor_ends_the_job_on_every_node(ray_job):
+    """The supervisor is the job's Ray driver: Ray ends a dead driver's actors, and the agents
+    and workers die with them; the job is then ended by the reconciler, as a local one."""
+    run_ray("orphan", "--", "--train.max_steps=100000", "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)
+    log = _job_dir("orphan") / "logs" / "rank-0.log"
+    wait_until(lambda: "step " in (log.read_text() if log.exists() else ""), 180, "orphan never trained")
+    os.kill(job("orphan")["supervisor_pid"], signal.SIGKILL)
+    nothing_left(ray_job, "orphan")
+    assert "orphan" in ok("jobs")  # (reconciles)
+    j = job("orphan")
+    assert j["state"] == "failed" and "its supervisor died" in j["error"], j
+
+
 def test_an_unreachable_cluster_is_one_line_and_nothing_is_recorded(isolated_home, monkeypatch, tmp_path):
     from tests.ray.cluster import free_ports
 
@@ -94,3 +111,32 @@ def test_an_unreachable_cluster_is_one_line_and_nothing_is_recorded(isolated_hom
     assert r.returncode == 2 and "cannot reach a Ray cluster" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "nowhere" not in ok("jobs") and not _job_dir("nowhere").exists()
+
+
+def test_a_node_that_does_not_see_the_job_folder_is_refused_and_nothing_recorded(isolated_home, monkeypatch):
+    """A one-node cluster whose node has its own (empty) filesystem over the folder holding
+    GPTRAIN_HOME, as a node without the shared mount would: refused at submit, in one line."""
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from tests.ray.cluster import Cluster
+
+    hidden = Path(tempfile.mkdtemp(prefix="gptrain-blind-", dir="/tmp"))
+    cover = ["unshare", "--mount", "--propagation", "private", "sh", "-c", 'mount -t tmpfs tmpfs "$0" && exec "$@"',
+             str(hidden)]
+    if subprocess.run([*cover, "true"], capture_output=True).returncode != 0:
+        shutil.rmtree(hidden)
+        pytest.skip("needs a mount namespace (unshare --mount, as root) to hide a folder from one Ray node")
+    monkeypatch.setenv("GPTRAIN_HOME", str(hidden / "home"))
+    blind = Cluster()
+    try:
+        monkeypatch.setenv("RAY_ADDRESS", blind.start(nodes=1, prefix=cover).address)
+        r = run_cli("run", "blind", "--scheduler", "ray", "--", "--train.max_steps=1")
+        assert r.returncode == 2 and "do not see" in r.stderr and "nothing was recorded" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "blind" not in ok("jobs") and not _job_dir("blind").exists()
+    finally:
+        blind.stop()
+        shutil.rmtree(hidden, ignore_errors=True)
