@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo test test-fast browser clean
+.PHONY: install demo test test-fast browser ray clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,7 +29,13 @@ browser:
 		echo "make: could not install chromium: browser tests will skip"; \
 	else echo "make: not root on Debian: browser tests will skip (apt-get install chromium chromium-driver)"; fi
 
-test: $(STAMP) browser
+# Ray (the gptrain[ray] extra) for tests/ray, which start a two-node Ray cluster on this
+# machine; `install` and `demo` stay without it. Where it cannot be installed they skip, saying why.
+ray: $(STAMP)
+	@$(PY) -c "import ray" 2>/dev/null || $(PY) -m pip install --quiet -e ".[ray]" || \
+		echo "make: could not install ray: tests/ray will skip (pip install 'gptrain[ray]')"
+
+test: $(STAMP) browser ray
 	$(PY) -m pytest -q tests
 
 test-fast: $(STAMP)
