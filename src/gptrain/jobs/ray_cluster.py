@@ -40,7 +40,7 @@ def ray_module():
 
 
 def address() -> str:
-    """Where the cluster is, as Ray's tools look for it."""
+    """Where the cluster is, as Ray's tools look for it (a job file's `ray: {address: ...}` first)."""
     return os.environ.get("RAY_ADDRESS") or local.user_setting("ray", "address") or "auto"
 
 
@@ -119,7 +119,10 @@ def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
     if dry_run:
         raise UserError("--dry-run prints a Slurm script: add --scheduler slurm")
     spec.validate()
-    ray = connect(address())
+    unknown = sorted(set(spec.ray) - {"address"})
+    if unknown or not isinstance(spec.ray.get("address", ""), str):
+        raise UserError(f"ray: takes only `address: HOST:PORT` in a job file, got {spec.ray!r}")
+    ray = connect(spec.ray.get("address") or address())
     try:
         kind, nodes = bundle_nodes(ray, spec)
         spec.ray = {"address": ray.get_runtime_context().gcs_address, "accel_type": kind}
