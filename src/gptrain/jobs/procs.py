@@ -115,6 +115,18 @@ def children(pids: set[int]) -> list[int]:
     return found
 
 
+def signal_once(pids, sig, signaled: set[int]) -> None:
+    """Send `sig` to each pid not in `signaled` yet (then added): a worker asked to stop at
+    every poll is asked once, however long it takes to save its checkpoint."""
+    for pid in pids:
+        if pid not in signaled:
+            signaled.add(pid)
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
 def tagged(run_id: str) -> list[list]:
     """Identities of every live process started with GPTRAIN_RUN_ID=run_id (a /proc scan:
     only used once a job's supervisor is found dead)."""

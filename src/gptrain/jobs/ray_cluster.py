@@ -22,7 +22,7 @@ import socket
 import uuid
 
 from gptrain.errors import UserError
-from gptrain.jobs import local, procs, records, store
+from gptrain.jobs import local, store
 from gptrain.jobs.spec import JobSpec
 
 CHECK_S = 120.0  # how long each node has to answer the shared-filesystem check
@@ -126,22 +126,9 @@ def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
     try:
         kind, nodes = bundle_nodes(ray, spec)
         spec.ray = {"address": ray.get_runtime_context().gcs_address, "accel_type": kind}
-        from gptrain.jobs import code
-
-        with code.staged(spec) as snapshot:  # the code, before anything is recorded
-            d = records.create(spec, snapshot, "ray")
-        try:
-            check_shared(ray, d, nodes)
-        except BaseException:
-            records.forget(spec.name, d)
-            raise
+        local.record_and_start(spec, "ray", check=lambda d: check_shared(ray, d, nodes))
     finally:
-        ray.shutdown()  # this CLI's driver; the supervisor connects on its own
-    try:
-        procs.start_supervisor(spec.name)
-    except BaseException:  # no supervisor (fork failed): no job either
-        records.forget(spec.name, d)
-        raise
+        ray.shutdown()  # this CLI's driver; the supervisor is the job's
     return None
 
 

@@ -60,13 +60,7 @@ class NodeAgent:
         if self.proc is None or self.proc.poll() is not None:
             return
         pids = procs.children({self.proc.pid}) if under_torchrun else [self.proc.pid]
-        for pid in pids:
-            if pid not in self.signaled:
-                self.signaled.add(pid)
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
+        procs.signal_once(pids, sig, self.signaled)
 
     def kill(self) -> int:
         """SIGKILL the agent's process group and every process of the job on this node."""

@@ -213,13 +213,7 @@ class Supervisor:
         is itself the worker of its node: it is signalled (and passes it on to its own)."""
         pids = procs.children({a.pid for a in self.agents}) if launch.under_torchrun(self.spec) \
             else {a.pid for a in self.agents if a.poll() is None}
-        for pid in pids:
-            if pid not in self.signaled:
-                self.signaled.add(pid)
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
+        procs.signal_once(pids, sig, self.signaled)
 
     def sync_checkpoints(self) -> None:
         self.last_sync = time.time()
