@@ -4,8 +4,9 @@ makes them), owning that node's torchrun agent as a subprocess.
 The agent is the same per-node command as on one machine and on Slurm (jobs/launch.py), started
 in the job's folder on the shared filesystem, its output appended to logs/agent-nodeN.log there
 (rank_log writes the ranks' logs beside it). It is started in its own session and dies with the
-actor (PR_SET_PDEATHSIG), so killing the actor (or the supervisor, the actor's owner) takes the
-whole tree; `kill` also ends every process of the node tagged with the job's run id.
+actor (PR_SET_PDEATHSIG, set in the child before it execs the command), so killing the actor
+(or the supervisor, the actor's owner) takes the whole tree; `kill` also ends every process of
+the node tagged with the job's run id.
 
 Imports only the standard library and jobs/procs.py: Ray unpickles this class on every node.
 """
@@ -16,8 +17,12 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 
 from gptrain.jobs import procs
+
+DIE_WITH_PARENT = ("import os, sys\nfrom gptrain.jobs.procs import die_with_parent\n"
+                   "die_with_parent(int(sys.argv[1]))\nos.execvp(sys.argv[2], sys.argv[2:])")
 
 
 class NodeAgent:
@@ -46,9 +51,11 @@ class NodeAgent:
         with open(log, "ab") as out:
             out.write(header)
             out.flush()
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                         env={**os.environ, **env}, cwd=cwd, start_new_session=True,
-                                         preexec_fn=procs.parent_preexec())
+            # no preexec_fn in a process with threads (Ray's): the agent sets PR_SET_PDEATHSIG
+            # itself, through a first exec, then becomes the node's command
+            self.proc = subprocess.Popen([sys.executable, "-c", DIE_WITH_PARENT, str(os.getpid()), *cmd],
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                         env={**os.environ, **env}, cwd=cwd, start_new_session=True)
         return self.proc.pid
 
     def poll(self) -> int | None:
