@@ -93,7 +93,10 @@ def check_shared(ray, jdir, nodes: list[dict]) -> None:
 
     token = uuid.uuid4().hex
     marker = jdir / ".ray-shared-check"
-    marker.write_text(token)
+    try:
+        marker.write_text(token)
+    except OSError as e:
+        raise UserError(f"cannot write {marker}: {e.strerror or e}; nothing was recorded") from None
     task = ray.remote(num_cpus=0, max_retries=0)(ray_node.sees)
     refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
             .remote(str(marker), token) for n in nodes]

@@ -6,7 +6,9 @@ queued -> (slots free, first in submission order) starting -> running -> succeed
 stopped, with restarting in between when an attempt fails and restarts are left. nodes > 1
 runs one torchrun agent per node on this machine, joined by c10d rendezvous, to exercise the
 multi-node path. SIGTERM (from `gptrain stop`) is passed to the workers, which save a
-checkpoint and exit; after the stop timeout the whole process tree is killed.
+checkpoint and exit; after the stop timeout the whole process tree is killed. A Ray job's
+supervisor (jobs/ray_supervisor.py) lives the same life with its agents on the cluster: it
+overrides where the agents run (placement, launch, poll, signal, kill), nothing else.
 
 Every write carries this supervisor's owner token (its run_id, jobs/store.py): when the store
 refuses one (the job was ended or taken over meanwhile), or gptrain.db is deleted or replaced
