@@ -5,13 +5,13 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo test test-fast browser ray clean
+.PHONY: install demo test test-fast browser podman ray clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[hf,ui,dev]"
+	$(PY) -m pip install --quiet -e ".[hf,ui,dev,kubernetes]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -29,13 +29,24 @@ browser:
 		echo "make: could not install chromium: browser tests will skip"; \
 	else echo "make: not root on Debian: browser tests will skip (apt-get install chromium chromium-driver)"; fi
 
+# The Kubernetes pod test (tests/kubernetes/test_podman.py) runs a job's pod under podman kube
+# play with runc: installed here when missing on a Debian machine where we are root; elsewhere
+# it skips, saying why.
+podman:
+	@if command -v podman >/dev/null && command -v runc >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ]; then \
+		apt-get install -y -qq podman runc catatonit >/dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq podman runc catatonit >/dev/null; } || \
+		echo "make: could not install podman: the Kubernetes pod test will skip"; \
+	else echo "make: not root on Debian: the Kubernetes pod test will skip (apt-get install podman runc catatonit)"; fi
+
 # Ray (the gptrain[ray] extra) for tests/ray, which start a two-node Ray cluster on this
 # machine; `install` and `demo` stay without it. Where it cannot be installed they skip, saying why.
 ray: $(STAMP)
 	@$(PY) -c "import ray" 2>/dev/null || $(PY) -m pip install --quiet -e ".[ray]" || \
 		echo "make: could not install ray: tests/ray will skip (pip install 'gptrain[ray]')"
 
-test: $(STAMP) browser ray
+test: $(STAMP) browser podman ray
 	$(PY) -m pytest -q tests
 
 test-fast: $(STAMP)

@@ -14,6 +14,8 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gptrain.config_aliases import ALIASES, DEEPSPEED_FLAGS
+from gptrain.config_check import check
 from gptrain.errors import UserError, closest
 
 
@@ -35,14 +37,14 @@ class ModelConfig:
     init_from: str = opt("", "Start from these weights: a Hugging Face GPT-2 or Llama directory "
                          "(a Trainer checkpoint-N too) or hub id, a gptrain checkpoint directory, "
                          "a nanoGPT ckpt.pt, a checkpoint ID or a job name. Empty: random init.")
-    n_layer: int | None = opt(None, "Override the preset's number of transformer blocks.", ge=1)
-    n_head: int | None = opt(None, "Override the preset's number of attention heads.", ge=1)
+    n_layer: int | None = opt(None, "Override the preset's number of transformer blocks.", ge=1, le=4096)
+    n_head: int | None = opt(None, "Override the preset's number of attention heads.", ge=1, le=4096)
     n_kv_head: int | None = opt(None, "Override the preset's key/value heads (Llama grouped-query "
-                                "attention; must divide n_head).", ge=1)
-    n_embd: int | None = opt(None, "Override the preset's embedding width.", ge=1)
+                                "attention; must divide n_head).", ge=1, le=4096)
+    n_embd: int | None = opt(None, "Override the preset's embedding width.", ge=1, le=1 << 17)
     block_size: int | None = opt(None, "Context length in tokens (default: the preset's, capped "
-                                 "by what the weights support).", ge=1)
-    vocab_size: int | None = opt(None, "Vocabulary size (default: the dataset's tokenizer).", ge=1)
+                                 "by what the weights support).", ge=1, le=1 << 21)
+    vocab_size: int | None = opt(None, "Vocabulary size (default: the dataset's tokenizer).", ge=1, le=1 << 24)
     dropout: float = opt(0.0, "Dropout probability (0 for pre-training, 0.1 helps fine-tuning).", ge=0, lt=1)
     bias: bool | None = opt(None, "Use biases in Linear and norm layers (default: the preset's; "
                             "GPT-2 has them, Llama does not).")
@@ -50,7 +52,7 @@ class ModelConfig:
                                    "(reference), flash_attention_2 (the flash-attn package).",
                                    ("sdpa", "eager", "flash_attention_2"))
     pad_vocab_multiple: int = opt(64, "Pad the embedding rows to a multiple of this for faster "
-                                  "matmuls (0: no padding). Padded logits are never used.", ge=0)
+                                  "matmuls (0: no padding). Padded logits are never used.", ge=0, le=1 << 16)
 
 
 @dataclass
@@ -71,9 +73,9 @@ class TrainConfig:
     output_dir: str = opt("out", "Directory for checkpoints, metrics and the resolved config.")
     do_train: bool = opt(True, "Run training.")
     do_eval: bool = opt(True, "Evaluate on the validation split (every eval_every steps and at the end).")
-    batch_size: int = opt(8, "Sequences per device per micro-step.", ge=1)
-    eval_batch_size: int = opt(8, "Sequences per device per evaluation step.", ge=1)
-    grad_accum_steps: int = opt(1, "Micro-steps accumulated into one optimizer step.", ge=1)
+    batch_size: int = opt(8, "Sequences per device per micro-step.", ge=1, le=1 << 20)
+    eval_batch_size: int = opt(8, "Sequences per device per evaluation step.", ge=1, le=1 << 20)
+    grad_accum_steps: int = opt(1, "Micro-steps accumulated into one optimizer step.", ge=1, le=1 << 20)
     global_batch_size: int | None = opt(None, "Sequences per optimizer step over all data-parallel "
                                         "ranks (DeepSpeed's train_batch_size): sets grad_accum_steps, "
                                         "or with pipeline parallel the microbatches, for the world size.",
@@ -161,62 +163,6 @@ class Config:
 
 
 SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(Config)}
-
-# HF Trainer / run_clm.py flag -> (canonical key, value map or None). A value map turns the HF
-# value into ours; for flags that take no value the map holds the implied value under None.
-ALIASES: dict[str, tuple[str, dict | None]] = {
-    "model_name_or_path": ("model.init_from", None),
-    "hf_model": ("model.init_from", None),
-    "output_dir": ("train.output_dir", None),
-    "do_train": ("train.do_train", None),
-    "do_eval": ("train.do_eval", None),
-    "per_device_train_batch_size": ("train.batch_size", None),
-    "per_device_eval_batch_size": ("train.eval_batch_size", None),
-    "gradient_accumulation_steps": ("train.grad_accum_steps", None),
-    "learning_rate": ("train.lr", None),
-    "weight_decay": ("train.weight_decay", None),
-    "num_train_epochs": ("train.epochs", None),
-    "max_steps": ("train.max_steps", None),
-    "warmup_steps": ("train.warmup_steps", None),
-    "lr_scheduler_type": ("train.lr_schedule", {"constant_with_warmup": "constant"}),
-    "logging_steps": ("metrics.log_every", None),
-    "save_steps": ("checkpoint.every", None),
-    "save_total_limit": ("checkpoint.keep_last", None),
-    "eval_steps": ("train.eval_every", None),
-    "eval_strategy": ("train.eval_strategy", None),
-    "evaluation_strategy": ("train.eval_strategy", None),
-    "seed": ("train.seed", None),
-    "resume_from_checkpoint": ("checkpoint.resume_from", None),
-    "torch_dtype": ("train.precision", {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
-                                        "auto": "auto"}),
-    "attn_implementation": ("model.attn_implementation", None),
-    "max_train_samples": ("data.max_train_samples", None),
-    "max_eval_samples": ("data.max_eval_samples", None),
-    "dataset_name": ("data.dataset_name", None),
-    "dataset_config_name": ("data.dataset_config_name", None),
-    "tokenized_dataset_load_dir": ("data.path", None),
-    "dataset_block_size": ("model.block_size", None),
-    "block_size": ("model.block_size", None),
-    "bf16": ("train.precision", {None: "bf16", "true": "bf16", "false": "auto"}),
-    "fp16": ("train.precision", {None: "fp16", "true": "fp16", "false": "auto"}),
-    "gradient_checkpointing": ("train.activation_checkpointing",
-                               {None: "full", "true": "full", "false": "none"}),
-    "report_to": ("metrics.report_to", None),
-    # FMEngine / DeepSpeed pipeline-training scripts
-    "init_ckpt": ("model.init_from", None),
-    "data_path": ("data.path", None),
-    "max_seq_len": ("model.block_size", None),
-    "train_steps": ("train.max_steps", None),
-    "log_steps": ("metrics.log_every", None),
-    "pipe_parallel_size": ("parallel.pp", None),
-    "model_parallel_size": ("parallel.tp", None),
-    "use_flash_attn": ("model.attn_implementation", {None: "flash_attention_2", "true": "flash_attention_2",
-                                                     "false": "sdpa"}),
-    "use_fused_ops": ("train.fused_loss", None),
-}
-# Options that read a DeepSpeed JSON config into the settings gptrain has (deepspeed_config.py).
-DEEPSPEED_FLAGS = ("deepspeed_config", "deepspeed")
-
 
 def field_info(key: str) -> tuple[dataclasses.Field, type]:
     """The dataclass field and its resolved type for 'section.name'."""
@@ -355,38 +301,6 @@ def split_options(args: list[str]) -> list[tuple[str, str | None, list[str]]]:
 def canonical_key(name: str) -> str:
     """section.key for an option name or alias (DeepSpeed flags stay as they are)."""
     return ALIASES[name][0] if name in ALIASES else name
-
-
-def check(cfg: Config) -> Config:
-    """Refuse a config the trainer could not run, before anything runs: each field within its
-    bounds (opt's ge/gt/lt/le), and the model's shape as the trainer will build it."""
-    from gptrain.models.registry import check_shape
-
-    for section, cls in SECTIONS.items():
-        for f in dataclasses.fields(cls):
-            value, m = getattr(getattr(cfg, section), f.name), f.metadata
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and not _within(value, m):
-                raise UserError(f"--{section}.{f.name} must be {_bounds(m)}, got {value!r}")
-    check_shape(cfg.model)
-    return cfg
-
-
-def _within(value: float, m) -> bool:
-    import math
-
-    if value == m["special"]:
-        return True
-    return math.isfinite(value) and (m["ge"] is None or value >= m["ge"]) and (
-        m["gt"] is None or value > m["gt"]) and (m["lt"] is None or value < m["lt"]) and (
-        m["le"] is None or value <= m["le"])
-
-
-def _bounds(m) -> str:
-    """'>= 1', '>= 0 and < 1', '>= 1 (or -1)': the allowed range of a field, in words."""
-    words = [f"{op} {m[key]}" for key, op in (("ge", ">="), ("gt", ">"), ("lt", "<"), ("le", "<="))
-             if m[key] is not None]
-    text = " and ".join(words) or "a finite number"
-    return text + (f" (or {m['special']})" if m["special"] is not None else "")
 
 
 def _is_flag(name: str) -> bool:

@@ -9,6 +9,14 @@ class UserError(Exception):
     """Bad input from the user: the message names the input and the fix."""
 
 
+class BadName(UserError):
+    """A malformed name (of a job, a dataset, a checkpoint): the console answers 400."""
+
+
+class NotFound(UserError):
+    """A well-formed name that names nothing (no such job, checkpoint, rank): the console answers 404."""
+
+
 def closest(name: str, options) -> str:
     """' (did you mean X?)' for the closest option, or '' when nothing is close."""
     import difflib

@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from gptrain.errors import UserError
+from gptrain.errors import BadName
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 
@@ -18,6 +18,6 @@ def home() -> Path:
 def check_name(name: str, kind: str) -> str:
     """Dataset and job names: lowercase letters, digits, '.', '_', '-'; 1-64 chars."""
     if not NAME_RE.fullmatch(name) or name in (".", ".."):
-        raise UserError(f"invalid {kind} name {name!r}: use 1-64 characters from a-z 0-9 . _ - "
+        raise BadName(f"invalid {kind} name {name!r}: use 1-64 characters from a-z 0-9 . _ - "
                         "starting with a letter or digit")
     return name

@@ -135,7 +135,9 @@ class ByteTokenizer(Tokenizer):
 
 
 class HFTokenizer(Tokenizer):
-    """Any tokenizer directory that transformers' AutoTokenizer can load."""
+    """Any tokenizer directory that transformers' AutoTokenizer can load with the classes it
+    ships: a folder's own Python code (an `auto_map` in its config) is never run, nor asked about
+    (trust_remote_code=False, so transformers neither imports it nor prompts)."""
 
     def __init__(self, path: str):
         try:
@@ -144,8 +146,12 @@ class HFTokenizer(Tokenizer):
             raise UserError("HF tokenizers need transformers: pip install 'gptrain[hf]'") from None
         self.path = str(Path(path).resolve()) if Path(path).exists() else path
         try:
-            self.tok = AutoTokenizer.from_pretrained(self.path)
+            self.tok = AutoTokenizer.from_pretrained(self.path, trust_remote_code=False)
         except (OSError, ValueError) as e:
+            if "custom code" in str(e) or "trust_remote_code" in str(e):
+                raise UserError(f"the tokenizer in {path} needs its own Python code (an auto_map in "
+                                "its config), which gptrain never runs; use a tokenizer whose class "
+                                "transformers ships (tokenizer.json or a known tokenizer_class)") from None
             raise UserError(f"cannot load a tokenizer from {path}: {str(e).splitlines()[0]}") from None
         self.name = f"hf:{self.path}"
         self.vocab_size = len(self.tok)
@@ -170,18 +176,38 @@ class HFTokenizer(Tokenizer):
         return True
 
 
+MAX_CHARS = 1 << 20  # a char vocabulary larger than this is not one a corpus gave
+
+
+def check_spec(spec, where: str = "the tokenizer spec") -> dict:
+    """The one check of a stored tokenizer spec (a dataset's meta.json, a checkpoint), on every
+    read and before a dataset is pushed: a known name with the fields that name needs, of the
+    right types. One UserError naming `where` otherwise, never a TypeError deep inside."""
+    def bad(what):
+        raise UserError(f"{where} {what}; it is corrupt or was not written by gptrain: "
+                        "prepare the dataset (or save the model) again")
+
+    if not isinstance(spec, dict) or spec.get("name") not in ("gpt2", "byte", "char", "hf"):
+        bad("names no known tokenizer (gpt2, byte, char or hf)")
+    chars = spec.get("chars")
+    if spec["name"] == "char" and not (isinstance(chars, str) and 0 < len(chars) <= MAX_CHARS):
+        bad(f"has a char tokenizer whose chars are not a string of 1 to {MAX_CHARS} characters")
+    path = spec.get("path")
+    if spec["name"] == "hf" and not (isinstance(path, str) and path and "\0" not in path):
+        bad("has a Hugging Face tokenizer without a path")
+    return spec
+
+
 def from_spec(spec: dict) -> Tokenizer:
-    """Rebuild a tokenizer from the spec stored in meta.json or a checkpoint."""
-    name = spec.get("name")
+    """Rebuild a tokenizer from the spec stored in meta.json or a checkpoint (checked first)."""
+    name = check_spec(spec)["name"]
     if name == "gpt2":
         return GPT2Tokenizer()
     if name == "byte":
         return ByteTokenizer()
     if name == "char":
         return CharTokenizer(spec["chars"])
-    if name == "hf":
-        return HFTokenizer(spec["path"])
-    raise UserError(f"unknown tokenizer spec {spec!r}")
+    return HFTokenizer(spec["path"])
 
 
 def by_name(name: str, corpus_chars: str | None = None) -> Tokenizer:

@@ -65,9 +65,9 @@ def test_bad_run_flags(isolated_home, flags, words):
 
 
 BAD_CONFIGS = [
-    (["--train.batch_size=0"], "--train.batch_size must be >= 1, got 0"),
-    (["--per_device_train_batch_size", "0"], "--train.batch_size must be >= 1, got 0"),
-    (["--train.grad_accum_steps=0"], "--train.grad_accum_steps must be >= 1, got 0"),
+    (["--train.batch_size=0"], "--train.batch_size must be >= 1 and <= 1048576, got 0"),
+    (["--per_device_train_batch_size", "0"], "--train.batch_size must be >= 1 and <= 1048576, got 0"),
+    (["--train.grad_accum_steps=0"], "--train.grad_accum_steps must be >= 1 and <= 1048576, got 0"),
     (["--gradient_accumulation_steps", "0"], "--train.grad_accum_steps must be >= 1"),
     (["--train.lr=-0.001"], "--train.lr must be >= 0, got -0.001"),
     (["--learning_rate", "nan"], "--train.lr must be >= 0, got nan"),

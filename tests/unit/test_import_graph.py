@@ -100,3 +100,18 @@ def test_layers_import_only_below():
     breaks = [f"{m} -> {t}" for m, targets in import_graph().items() for t in sorted(targets)
               if layer(t) in forbidden.get(layer(m), ()) and not (m == CONSOLE_STARTER and layer(t) == "ui")]
     assert breaks == []
+
+
+# The faces' job commands and pages reach jobs only through jobs/api.py (and the job spec, to read
+# what a job runs): nobody else's store, scheduler, folder or log reader.
+JOB_FACES = {"gptrain.cli.jobs": {"gptrain.jobs.api", "gptrain.jobs.spec"},
+             "gptrain.cli.checkpoints": {"gptrain.jobs.api"},
+             "gptrain.ui.routes": {"gptrain.jobs.api"},
+             "gptrain.ui.views": {"gptrain.jobs.api"}}
+
+
+def test_the_faces_reach_jobs_only_through_the_jobs_api():
+    graph = import_graph()
+    for face, allowed in JOB_FACES.items():
+        reached = {m for m in graph[face] if layer(m) == "jobs" and m != "gptrain.jobs"}
+        assert reached <= allowed, (face, sorted(reached - allowed))

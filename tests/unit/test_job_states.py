@@ -55,3 +55,17 @@ def test_resume_leaves_the_old_engine_id_behind():
     store.reopen(name, "continues")
     job = store.get_job(name)
     assert (job["state"], job["external_id"]) == ("queued", None)
+
+
+def test_an_engine_answer_about_a_replaced_engine_job_is_not_written():
+    """A Slurm refresh reads job 41, asks Slurm (slow) and hears FAILED; meanwhile the user resumed
+    and sbatch named job 42. The late answer about 41 must not end the new run's record."""
+    name = new_job()
+    store.update(name, external_id="41")
+    assert store.set_state(name, JobState.RUNNING, engine_job="41")
+    assert store.set_state(name, JobState.STOPPED, engine_job="41")
+    store.reopen(name, "continues")
+    store.update(name, external_id="42")
+    assert store.set_state(name, JobState.FAILED, "Slurm FAILED", engine_job="41") is False
+    assert store.get_job(name)["state"] == "queued"
+    assert store.set_state(name, JobState.RUNNING, engine_job="42")

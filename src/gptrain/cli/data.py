@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from gptrain.cli import render
+
 
 def register(sub) -> None:
     data = sub.add_parser("data", help="prepare and manage token datasets")
@@ -105,15 +107,12 @@ def cmd_push(args, extra) -> int:
 def cmd_list(args, extra) -> int:
     from gptrain.data.store import list_all
 
-    import time
-
     rows = [("NAME", "KIND", "TOKENIZER", "TOKENS", "SIZE", "CREATED")]
     for d in list_all():
         kind = d["kind"] or "prepared"
-        rows.append((d["name"], kind, d["tokenizer"], f"{d['tokens']:,}" if kind == "prepared" else "-",
-                     _bytes(d["bytes"]),
-                     time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d["created"]))))
-    _table(rows)
+        rows.append((d["name"], kind, d["tokenizer"], render.count(d["tokens"]) if kind == "prepared" else "-",
+                     render.size(d["bytes"]), render.when(d["created"])))
+    render.table(rows)
     return 0
 
 
@@ -161,9 +160,9 @@ def _inspect_files(args, path) -> int:
         return 0
     total = sum(f["bytes"] for f in info["files"])
     print(f"dataset  {args.name}  ({path})")
-    print(f"         kind {info['kind']}; {len(info['files'])} files, {_bytes(total)}")
+    print(f"         kind {info['kind']}; {len(info['files'])} files, {render.size(total)}")
     for f in info["files"][:20]:
-        print(f"  {f['name']:<40} {_bytes(f['bytes']):>10}  sha256 {f['sha256'][:16]}")
+        print(f"  {f['name']:<40} {render.size(f['bytes']):>10}  sha256 {f['sha256'][:16]}")
     if len(info["files"]) > 20:
         print(f"  ... and {len(info['files']) - 20} more")
     print(f"checksums: {'verified' if args.verify else 'sizes checked (--verify for sha256)'}")
@@ -176,17 +175,3 @@ def cmd_rm(args, extra) -> int:
     remove(args.name)
     print(f"removed dataset {args.name}")
     return 0
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
-        n /= 1024
-    return f"{n:.1f}TB"
-
-
-def _table(rows) -> None:
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())

@@ -1,13 +1,13 @@
 """`gptrain jobs | inspect | logs | stop | resume | rm` (submitting: cli/run.py; a job's checkpoints:
-cli/checkpoints.py). Every scheduler is reached through jobs/schedulers.py."""
+cli/checkpoints.py): arguments parsed, jobs/api.py called, its answer shown (cli/render.py)."""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 
-from gptrain.jobs import records
+from gptrain.cli import render
+from gptrain.jobs import api
 
 
 def register(sub) -> None:
@@ -46,60 +46,19 @@ def register(sub) -> None:
 
 # ---- reading jobs ---------------------------------------------------------------------------
 
-def _latest_metrics(name: str) -> dict:
-    """The last train and eval records of a job, built-in trainer or script (jobs/progress.py)."""
-    from gptrain.jobs import progress
-    from gptrain.jobs.folder import job_dir
-
-    return progress.latest(job_dir(name))
-
-
-def _age(t: float | None) -> str:
-    if not t:
-        return "-"
-    s = time.time() - t
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{int(s // size)}{unit}"
-    return f"{int(s)}s"
-
-
 def cmd_jobs(args, extra) -> int:
-    from gptrain.cli.data import _table
-    from gptrain.jobs import store
-
-    jobs = [records.refresh(j["name"]) for j in store.list_jobs()]
+    rows = api.rows(force=True)
     if args.json:
-        print(json.dumps([{k: v for k, v in j.items() if k != "spec"} for j in jobs], indent=2))
+        print(json.dumps(rows, indent=2))
         return 0
-    rows = [("NAME", "STATE", "RESOURCES", "STEP", "LOSS", "AGE")]
-    for j in jobs:
-        m = _latest_metrics(j["name"]).get("train", {})
-        rows.append((j["name"], j["state"], f"{j['nodes']}x{j['accels']} {j['scheduler']}",
-                     m.get("step", "-"), f"{m['loss']:.4f}" if "loss" in m else "-", _age(j["created"])))
-    _table(rows)
+    render.table([("NAME", "STATE", "RESOURCES", "STEP", "LOSS", "AGE"),
+                  *((j["name"], j["state"], f"{j['nodes']}x{j['accels']} {j['scheduler']}", j["step"],
+                     render.loss(j["loss"]), render.age(j["created"])) for j in rows)])
     return 0
 
 
-def _job_report(name: str) -> dict:
-    from gptrain.jobs import store
-    from gptrain.jobs.folder import job_dir, trainer_config
-
-    job = records.refresh(name)
-    records.sync_checkpoints(name)
-    cfg = trainer_config(job_dir(name))
-    return {"job": {k: v for k, v in job.items() if k != "spec"}, "spec": job["spec"],
-            "events": store.events(name), "metrics": _latest_metrics(name),
-            "checkpoints": store.checkpoints(name),
-            "config": cfg.read_text() if cfg.is_file() else None}
-
-
-def _ts(t) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
-
-
 def cmd_inspect(args, extra) -> int:
-    report = _job_report(args.name)
+    report = api.report(args.name)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -111,25 +70,23 @@ def cmd_inspect(args, extra) -> int:
     print(f"resources  {job['nodes']} node(s) x {job['accels']} accelerator(s), {job['scheduler']} "
           f"scheduler" + (f", slots {job['slots']}" if job["slots"] else "")
           + (f", id {job['external_id']}" if job["external_id"] else ""))
-    from gptrain.jobs.schedulers import scheduler
-
-    line = scheduler(job["scheduler"]).describe(job)
-    if line:
-        print(line)
-    print(f"created    {_ts(job['created'])}   started {_ts(job['started'])}   ended {_ts(job['ended'])}"
-          f"   restarts {job['restarts']}")
+    if report["describe"]:
+        print(report["describe"])
+    print(f"created    {render.when(job['created'])}   started {render.when(job['started'])}   "
+          f"ended {render.when(job['ended'])}   restarts {job['restarts']}")
     spec = report["spec"]
-    what = _runs(spec)
-    print(f"runs       {what}".rstrip() + (f"   datasets {', '.join(spec['datasets'])}" if spec["datasets"] else ""))
+    print(f"runs       {_runs(spec)}".rstrip() + (f"   datasets {', '.join(spec['datasets'])}" if spec["datasets"] else ""))
     if spec.get("secrets"):
         print(f"secrets    {'  '.join(f'{k}={v}' for k, v in spec['secrets'].items())}")
     print("events")
     for e in report["events"]:
-        print(f"  {_ts(e['time'])}  {e['kind']:<11} {e['message']}")
+        print(f"  {render.when(e['time'])}  {e['kind']:<11} {e['message']}")
     for prefix, m in report["metrics"].items():
         vals = "  ".join(f"{k} {v:.4g}" for k, v in m.items() if k != "step" and isinstance(v, (int, float)))
         print(f"{prefix:<10} step {m['step']}  {vals}")
-    _print_loss_sparkline(job["name"])
+    line = api.loss_line(args.name)
+    if line:
+        print(f"loss       {line}")
     print(f"checkpoints ({len(report['checkpoints'])})")
     for c in report["checkpoints"]:
         print(f"  {c['id']}  {c['name']}  step {c['step']}")
@@ -152,85 +109,44 @@ def _runs(spec: dict) -> str:
     return what
 
 
-def _print_loss_sparkline(name: str) -> None:
-    from gptrain.jobs.folder import job_dir
-    from gptrain.jobs.progress import jsonl_path
-    from gptrain.jobs.sparkline import loss_line
-
-    line = loss_line(jsonl_path(job_dir(name)))
-    if line:
-        print(f"loss       {line}")
-
-
 # ---- logs -----------------------------------------------------------------------------------
 
-def _log_path(name: str, rank: int):
-    from gptrain.jobs.folder import job_dir, logs_dir
-    from gptrain.jobs.logs import rank_log
-
-    return rank_log(logs_dir(job_dir(name)), rank)
-
-
-def _follow(name: str, rank: int) -> int:
-    """Print the rank's log as it is written (jobs/logs.follow) until the job ends."""
-    from gptrain.jobs import logs, secrets, store
-
-    state = {}
-
-    def ended() -> bool:
-        state["now"] = records.refresh(name)["state"]
-        return state["now"] in store.TERMINAL
-
-    for page in logs.follow(_log_path(name, rank), secrets.load(name).values(), ended):
+def follow(name: str, rank: int) -> int:
+    """Print the rank's log as it is written until the job ends; 0 when it succeeded."""
+    for page in api.follow_log(name, rank):
         sys.stdout.write(page)
         sys.stdout.flush()
-    print(f"--- job {name} {state['now']}", file=sys.stderr)
-    return 0 if state["now"] == "succeeded" else 1
+    state = api.job(name)["state"]
+    print(f"--- job {name} {state}", file=sys.stderr)
+    return 0 if state == "succeeded" else 1
 
 
 def cmd_logs(args, extra) -> int:
-    from gptrain.jobs import logs, secrets
-
-    job = records.refresh(args.name)
-    logs.check_rank(str(args.rank), job["nodes"] * job["accels"])
+    job = api.job(args.name)
+    path = api.log_path(args.name, args.rank)
     if args.follow:
-        return _follow(args.name, args.rank)
-    path = _log_path(args.name, args.rank)
-    if path.is_file():
-        for page in logs.pages(path, secrets.load(args.name).values()):
-            sys.stdout.write(page)
-    else:
+        return follow(args.name, args.rank)
+    if not path.is_file():
         print(f"(no log for rank {args.rank} yet: the job is {job['state']})", file=sys.stderr)
+    for page in api.log_pages(args.name, args.rank):
+        sys.stdout.write(page)
     return 0
 
 
 # ---- stop, resume, rm ------------------------------------------------------------------------
 
 def cmd_stop(args, extra) -> int:
-    from gptrain.jobs import store
-
-    from gptrain.jobs.schedulers import scheduler
-
-    state = scheduler(store.get_job(args.name)["scheduler"]).stop(args.name, args.timeout)
-    if args.wait:
-        while records.refresh(args.name)["state"] not in store.TERMINAL:
-            time.sleep(0.5)
-        state = store.get_job(args.name)["state"]
-    print(f"job {args.name}: {state}")
+    print(f"job {args.name}: {api.stop(args.name, args.timeout, args.wait)}")
     return 0
 
 
 def cmd_resume(args, extra) -> int:
-    from gptrain.jobs import records
-
-    records.resume(args.name)
+    api.resume(args.name)
     print(f"resumed job {args.name}; watch it with `gptrain logs {args.name} --follow`")
-    return _follow(args.name, rank=0) if args.follow else 0
+    return follow(args.name, rank=0) if args.follow else 0
 
 
 def cmd_rm(args, extra) -> int:
-    from gptrain.jobs import records
-
-    records.remove(args.name)
+    api.remove(args.name)
     print(f"removed job {args.name}")
     return 0

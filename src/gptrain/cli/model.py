@@ -50,13 +50,12 @@ def cmd_generate(args, extra) -> int:
     import torch
 
     from gptrain.errors import UserError
-    from gptrain.models.generate import generate
+    from gptrain.models.generate import check_sampling, generate
     from gptrain.models.load import load_model, pick_device
     from gptrain.refs import resolve
     from gptrain.tokenizers import by_name
 
-    if args.max_new_tokens < 1 or args.num_samples < 1:
-        raise UserError("--max-new-tokens and --num-samples must be >= 1")
+    check_sampling(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.num_samples)
     device = pick_device(args.device)
     model, tokenizer = load_model(resolve(args.model), device=device)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(

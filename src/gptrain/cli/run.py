@@ -55,7 +55,18 @@ def add_run_args(p) -> None:
     slurm.add_argument("--accel-type", dest="accel_type", choices=["auto", "gpu", "cpu"], default=None,
                        help="--accels as GPUs (--gres=gpu:M) or CPUs per node; auto asks sinfo")
     slurm.add_argument("--dry-run", dest="dry_run", action="store_true",
-                       help="print the sbatch script instead of submitting")
+                       help="print the sbatch script (Kubernetes: the manifests) instead of submitting")
+    kube = p.add_argument_group("kubernetes (with --scheduler kubernetes; defaults from $GPTRAIN_HOME/config.toml "
+                                "[kubernetes]; docs/kubernetes.md)")
+    kube.add_argument("--image", default=None, help="container image with gptrain (default gptrain:0.1.0)")
+    kube.add_argument("--k8s-volume", dest="k8s_volume", default=None, metavar="CLAIM",
+                      help="PersistentVolumeClaim holding $GPTRAIN_HOME, mounted there in every pod")
+    kube.add_argument("--k8s-namespace", dest="k8s_namespace", default=None, metavar="NS")
+    kube.add_argument("--k8s-context", dest="k8s_context", default=None, metavar="CONTEXT",
+                      help="kubeconfig context (default: the current one)")
+    kube.add_argument("--k8s-secret", dest="k8s_secrets", action="append", default=None, metavar="NAME",
+                      help="a Secret in the namespace whose keys every pod gets as variables (repeatable)")
+    kube.add_argument("--queue", default=None, help="Kueue LocalQueue (label kueue.x-k8s.io/queue-name)")
     p.set_defaults(func=cmd_run)
 
 
@@ -69,8 +80,8 @@ def register(sub) -> None:
 
 
 def cmd_run(args, extra) -> int:
+    from gptrain.jobs import api
     from gptrain.jobs import spec as spec_mod
-    from gptrain.jobs.schedulers import scheduler
     from gptrain.jobs.local import user_setting
 
     fields: dict = spec_mod.from_yaml(args.job_file) if args.job_file else {}
@@ -99,19 +110,32 @@ def cmd_run(args, extra) -> int:
         if getattr(args, key) is not None:
             slurm_opts[key] = getattr(args, key)
     fields["slurm"] = slurm_opts
+    if fields["scheduler"] == "kubernetes":
+        fields["kubernetes"] = kube_options(args, fields.get("kubernetes") or {})
     spec = spec_mod.JobSpec(**fields)
-    if spec.scheduler not in SCHEDULERS:
-        spec.validate()  # (one line naming the schedulers)
-    scheduler(spec.scheduler).submit(spec, dry_run=args.dry_run)
+    api.submit(spec, dry_run=args.dry_run)
     if args.dry_run:
         return 0
     print(f"submitted job {spec.name} ({spec.nodes} node(s) x {spec.accels} accelerator(s), "
           f"{spec.scheduler}); watch it with `gptrain logs {spec.name} --follow`")
     if args.follow:
-        from gptrain.cli.jobs import _follow
+        from gptrain.cli.jobs import follow
 
-        return _follow(spec.name, rank=0)
+        return follow(spec.name, rank=0)
     return 0
+
+
+def kube_options(args, from_file: dict) -> dict:
+    """--scheduler kubernetes options: config.toml [kubernetes], then the job file, then flags."""
+    from gptrain.jobs.local import user_setting
+
+    keys = {"image": "image", "volume": "k8s_volume", "namespace": "k8s_namespace", "context": "k8s_context",
+            "secrets": "k8s_secrets", "queue": "queue", "port": "port", "accel_type": "accel_type"}
+    opts = {k: user_setting("kubernetes", k) for k in (*keys, "python")}
+    opts = {k: v for k, v in opts.items() if v is not None}
+    opts.update(from_file)
+    opts.update({k: getattr(args, a) for k, a in keys.items() if getattr(args, a) is not None})
+    return opts
 
 
 def entrypoint(rest: list[str], fields: dict) -> None:

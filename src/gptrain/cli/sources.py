@@ -35,10 +35,11 @@ def cmd_add(args, extra) -> int:
 
 
 def cmd_list(args, extra) -> int:
-    from gptrain.cli.data import _table
+    from gptrain.cli import render
     from gptrain.jobs import store
+    from gptrain.jobs.code import redact
 
-    _table([("NAME", "URL", "REF"), *((s["name"], s["url"], s["ref"] or "-") for s in store.list_sources())])
+    render.table([("NAME", "URL", "REF"), *((s["name"], redact(s["url"]), s["ref"] or "-") for s in store.list_sources())])
     return 0
 
 

@@ -42,7 +42,7 @@ def format_help() -> str:
     import dataclasses
     import typing
 
-    from gptrain import config
+    from gptrain import config, config_check
 
     out = ["usage: gptrain train [CONFIG.toml] [--section.key=value ...] [HF-Trainer-style flags]",
            "", "Train a GPT model in the foreground (alone or under torchrun).", ""]
@@ -56,7 +56,7 @@ def format_help() -> str:
             choices = f.metadata.get("choices")
             kind = "|".join(choices) if choices else kind
             if any(f.metadata[k] is not None for k in ("ge", "gt", "lt", "le")):
-                kind += f" {config._bounds(f.metadata)}"
+                kind += f" {config_check.bounds(f.metadata)}"
             out.append(f"  --{section}.{f.name} ({kind}, default {default!r})")
             out.append(f"      {f.metadata['doc']}")
         out.append("")

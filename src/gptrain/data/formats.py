@@ -22,6 +22,7 @@ import numpy as np
 
 from gptrain.errors import UserError
 from gptrain.files import check_plain_name, read_json
+from gptrain.tokenizers import check_spec
 
 FORMAT = "gptrain-tokens"
 VERSION = 1
@@ -62,6 +63,7 @@ def check_meta(meta, where) -> dict:
         bad(f"has vocab_size {vocab!r}, not a positive size that fits {meta['dtype']}")
     if not isinstance(meta.get("tokenizer"), dict) or not isinstance(meta.get("tokenizer_name"), str):
         bad("lacks its tokenizer")
+    check_spec(meta["tokenizer"], f"{where}'s tokenizer")
     splits = meta.get("splits")
     if not isinstance(splits, dict) or not isinstance(splits.get("train"), dict):
         bad("lacks its splits")

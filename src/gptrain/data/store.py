@@ -24,6 +24,7 @@ from pathlib import Path
 from gptrain import db
 from gptrain.data.formats import is_prepared_dir, read_meta, sha256_file, verify
 from gptrain.errors import UserError, disk_full
+from gptrain.files import shown, within
 from gptrain.home import check_name, home
 
 
@@ -100,6 +101,7 @@ def push(name: str, src: str) -> Path:
     src_dir = Path(src).expanduser()
     if not src_dir.is_dir():
         raise UserError(f"{src} is not a directory; push a dataset folder (prepared, save_to_disk or any files)")
+    _check_links(src_dir)
     kind = kind_of(src_dir)
     if kind == "prepared":
         verify(src_dir)
@@ -119,10 +121,11 @@ def push(name: str, src: str) -> Path:
             verify(tmp)  # what landed is what was prepared
             tokenizer, tokens = meta["tokenizer_name"], sum(s["tokens"] for s in meta["splits"].values())
         else:
-            manifest = _manifest(src_dir)
-            shutil.copytree(src_dir, tmp, ignore=shutil.ignore_patterns(MANIFEST))
-            _check_manifest(tmp, manifest, checksums=True)  # what landed is what was there
-            (tmp / MANIFEST).write_text(json.dumps({"kind": kind, "files": manifest}, indent=1))
+            manifest, links = _manifest(src_dir)
+            shutil.copytree(src_dir, tmp, symlinks=True, ignore=shutil.ignore_patterns(MANIFEST))
+            links = _relink(src_dir, tmp, links)
+            _check_manifest(tmp, manifest, links, checksums=True)  # what landed is what was there
+            (tmp / MANIFEST).write_text(json.dumps({"kind": kind, "files": manifest, "links": links}, indent=1))
             tokenizer, tokens = "-", 0
         with db.transaction() as conn:
             if conn.execute("SELECT 1 FROM datasets WHERE name = ?", (name,)).fetchone():
@@ -143,21 +146,67 @@ def push(name: str, src: str) -> Path:
     return dest
 
 
-def _manifest(folder: Path) -> list[dict]:
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+def _walk(folder: Path) -> tuple[list[Path], list[Path]]:
+    """Every plain file and every link under folder, links not followed (a linked folder is a
+    link, its files are where it points)."""
+    files, links = [], []
+    for root, dirs, names in os.walk(folder):
+        for n in dirs + names:
+            p = Path(root) / n
+            if p.is_symlink():
+                links.append(p)
+            elif n in names and p.name != MANIFEST:
+                files.append(p)
+    return sorted(files), sorted(links)
+
+
+def _check_links(folder: Path) -> None:
+    """A pushed folder's links may only point at something inside it (they are copied as
+    links); one pointing outside or at nothing is refused, naming it."""
+    for link in _walk(folder)[1]:
+        if not (link.exists() and within(link, folder)):
+            raise UserError(f"{shown(link)} is a link to {'a path outside ' + shown(folder) if link.exists() else 'nothing'}: "
+                            "links in a pushed folder may only point inside it; copy what it points to into the folder")
+
+
+def _relink(src: Path, dest: Path, links: list[dict]) -> list[dict]:
+    """The copied links pointed as their originals do, relative, so they stay inside dest (an
+    absolute link into src would point back at src)."""
+    out = []
+    for entry in links:
+        target = Path(os.path.realpath(src / entry["name"])).relative_to(Path(os.path.realpath(src)))
+        link = dest / entry["name"]
+        link.unlink()
+        link.symlink_to(os.path.relpath(dest / target, link.parent))
+        out.append({"name": entry["name"], "target": os.readlink(link)})
+    return out
+
+
+def _manifest(folder: Path) -> tuple[list[dict], list[dict]]:
+    files, links = _walk(folder)
     if not files:
         raise UserError(f"{folder} holds no files; nothing to push")
-    return [{"name": str(p.relative_to(folder)), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
-            for p in files]
+    return ([{"name": str(p.relative_to(folder)), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
+             for p in files], [{"name": str(p.relative_to(folder))} for p in links])
 
 
-def _check_manifest(folder: Path, manifest: list[dict], checksums: bool) -> None:
+def _check_manifest(folder: Path, manifest: list[dict], links: list[dict], checksums: bool) -> None:
+    """Every file and link the manifest names, as it names it, and nothing else."""
     for f in manifest:
         p = folder / f["name"]
-        if not p.is_file() or p.stat().st_size != f["bytes"]:
-            raise UserError(f"dataset file {p} is missing or has the wrong size; push the dataset again")
+        if p.is_symlink() or not p.is_file() or p.stat().st_size != f["bytes"]:
+            raise UserError(f"dataset file {shown(p)} is missing or has the wrong size; push the dataset again")
         if checksums and sha256_file(p) != f["sha256"]:
-            raise UserError(f"dataset file {p} fails its sha256 check: it is corrupted; push the dataset again")
+            raise UserError(f"dataset file {shown(p)} fails its sha256 check: it is corrupted; push the dataset again")
+    for entry in links:
+        p = folder / entry["name"]
+        if not p.is_symlink() or os.readlink(p) != entry["target"] or not within(p, folder):
+            raise UserError(f"dataset link {shown(p)} is missing or points elsewhere; push the dataset again")
+    files, found = _walk(folder)
+    extra = {str(p.relative_to(folder)) for p in files + found} - {f["name"] for f in manifest + links}
+    if extra:
+        raise UserError(f"dataset file {shown(folder / min(extra))} is not in its manifest: it was "
+                        "added after the push or pushed through a link; push the dataset again")
 
 
 def verify_any(path, checksums: bool = True) -> dict:
@@ -169,12 +218,13 @@ def verify_any(path, checksums: bool = True) -> dict:
     from gptrain.files import read_json
 
     info = read_json(path / MANIFEST, "dataset manifest")
-    files = info.get("files")
-    if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("name"), str)
-                                              and ".." not in Path(f["name"]).parts
-                                              and not Path(f["name"]).is_absolute() for f in files):
+    files, links = info.get("files"), info.get("links", [])
+    if not all(isinstance(entries, list) and all(
+            isinstance(f, dict) and isinstance(f.get("name"), str) and ".." not in Path(f["name"]).parts
+            and not Path(f["name"]).is_absolute() for f in entries) for entries in (files, links)) or \
+            not all(isinstance(f.get("target"), str) for f in links):
         raise UserError(f"dataset manifest {path / MANIFEST} is corrupt; push the dataset again")
-    _check_manifest(path, files, checksums)
+    _check_manifest(path, files, links, checksums)
     return {"kind": info.get("kind", "files"), "files": files}
 
 

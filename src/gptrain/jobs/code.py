@@ -42,18 +42,56 @@ def max_bytes() -> int:
         raise UserError(f"GPTRAIN_CODE_MAX_MB={raw!r} is not a number of MiB") from None
 
 
+SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)(.*)$", re.S)
+
+
 def check_url(url: str) -> str:
     """A repository URL git may be handed (as one argument after --): no option, no command
-    transport, no line breaks, no password written into it."""
+    transport, no line breaks, and no credential in it: a password or token in its user part
+    (any scheme, any case: HTTPS://u:p@, git+ssh://u:p@, scp-form u:p@host:path, https://TOKEN@)
+    or its query string (?access_token=, ?token=). A refused URL is never echoed (it may hold
+    one); it is described through `redact`."""
     if not isinstance(url, str) or not url or url.startswith("-") or any(c in url for c in "\n\r\0 \t"):
-        raise UserError(f"repository URL {url!r} is not a URL or path (no blanks, not starting with -)")
+        raise UserError(f"repository URL {redact(url)!r} is not a URL or path (no blanks, not starting with -)")
     if TRANSPORT.match(url):
-        raise UserError(f"repository URL {url!r} uses a git transport helper (x::...); use https://, "
+        raise UserError(f"repository URL {redact(url)!r} uses a git transport helper (x::...); use https://, "
                         "ssh://, git@host:path, file:// or a local path")
-    if re.match(r"^[a-z]+://[^/@]*:[^/@]*@", url) or re.match(r"^https?://[^/]*@", url):
-        raise UserError("a repository URL must not hold credentials (they would be recorded): use a "
-                        "git credential helper or an ssh key")
+    if has_credentials(url):
+        raise UserError(f"repository URL {redact(url)!r} must not hold credentials (a password or "
+                        "token would be recorded): drop it and use a git credential helper or an SSH "
+                        "key (--secret NAME=VALUE for the job's own use)")
     return url
+
+
+def has_credentials(url: str) -> bool:
+    m = SCHEME.match(url)
+    if m:
+        scheme, authority, rest = m.group(1).lower(), m.group(2), m.group(3)
+        user = authority.rpartition("@")[0] if "@" in authority else None
+        if user is not None and (":" in user or not scheme.endswith("ssh")):
+            return True  # a password, or a bare token as the user of a non-ssh URL
+        return "?" in rest  # query strings carry tokens; a repository URL needs none
+    head = url.split("/", 1)[0]  # scp-form [user@]host:path: the part before any slash
+    return "@" in head and ":" in head.rpartition("@")[0]
+
+
+def redact(url) -> str:
+    """A repository URL safe to show: one holding a credential with its user part and query
+    string replaced by ***; any other as it is."""
+    if not isinstance(url, str):
+        return repr(url)
+    if not has_credentials(url):
+        return url
+    m = SCHEME.match(url)
+    if m:
+        authority, rest = m.group(2), m.group(3)
+        host = ("***@" + authority.rpartition("@")[2]) if "@" in authority else authority
+        path, query = rest.split("?", 1)[0], "?***" if "?" in rest else ""
+        return f"{m.group(1)}://{host}{path}{query}"
+    head, slash, tail = url.partition("/")
+    if "@" in head:
+        head = "***@" + head.rpartition("@")[2]
+    return head + slash + tail
 
 
 def check_ref(ref: str | None) -> str | None:

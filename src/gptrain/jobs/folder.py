@@ -7,7 +7,7 @@ read from it as a whole: the free space of its disk, a stop request.
       supervisor.log       the local supervisor's own words        output/    a program's GPTRAIN_OUTPUT_DIR
       logs/                rank-R.log, agent-nodeN.log             checkpoints/  GPTRAIN_CHECKPOINT_DIR
       stop-request         a stop asked for (its timeout)          submitted-config.toml, job.sbatch,
-                                                                   slurm-exit (Slurm's)
+                                                                   slurm-exit (Slurm's), kubernetes.yaml
 """
 
 from __future__ import annotations
@@ -68,6 +68,11 @@ def supervisor_log(jdir: Path) -> Path:
 
 def sbatch_script(jdir: Path) -> Path:
     return jdir / "job.sbatch"
+
+
+def kube_manifests(jdir: Path) -> Path:
+    """The manifests a Kubernetes job was created from (its Secret's values masked)."""
+    return jdir / "kubernetes.yaml"
 
 
 def slurm_exit(jdir: Path) -> Path:

@@ -19,6 +19,7 @@ import re
 import sys
 from pathlib import Path
 
+from gptrain.config_check import ALLOW_LARGE
 from gptrain.home import home
 from gptrain.jobs.folder import (SUBMITTED_CONFIG, checkpoints_dir, code_dir, logs_dir,
                                  output_dir)
@@ -55,16 +56,17 @@ def python(spec) -> str:
     return spec.python or sys.executable
 
 
-def entry_command(spec, jdir: Path) -> list[str]:
+def entry_command(spec, jdir: Path, python_exe: str | None = None) -> list[str]:
     """What every worker (torchrun) or every node (command) runs. Reads the trainer config from
-    jdir (see write_config); nothing is written here."""
+    jdir (see write_config); nothing is written here. `python_exe`: the interpreter where the
+    job runs when it is not this one (a container image's)."""
     if spec.entry == "script":
-        return [python(spec), spec.script, *spec.args]
+        return [python_exe or python(spec), spec.script, *spec.args]
     if spec.entry == "module":
-        return [python(spec), "-m", spec.module, *spec.args]
+        return [python_exe or python(spec), "-m", spec.module, *spec.args]
     if spec.entry == "command":
         return [spec.command, *spec.args]
-    cmd = [sys.executable, "-m", "gptrain", "train"]
+    cmd = [python_exe or sys.executable, "-m", "gptrain", "train"]
     if spec.config is not None:
         cmd.append(str(jdir / SUBMITTED_CONFIG))
     if spec.datasets:
@@ -106,6 +108,8 @@ def job_env(spec, jdir: Path) -> dict:
            **dataset_env(spec)}
     if spec.code:
         env["GPTRAIN_CODE_DIR"] = str(code_dir(jdir))
+    if os.environ.get(ALLOW_LARGE):  # the submitter's word that the model is sharded over more
+        env[ALLOW_LARGE] = os.environ[ALLOW_LARGE]  # memory than one machine: its workers check again
     if spec.python:  # the job's virtualenv first on PATH (its console scripts: accelerate, ...)
         venv = str(Path(spec.python).parent.parent)
         env["VIRTUAL_ENV"] = venv
@@ -124,23 +128,28 @@ def rendezvous_env(nnodes, node_rank, nproc, addr, port) -> dict:
     return env
 
 
-def torchrun_args(spec, *, nnodes, endpoint, rdzv_id, is_host) -> list[str]:
-    """torchrun's arguments for one node's agent (no restarts of its own: gptrain restarts)."""
+def torchrun_args(spec, *, nnodes, endpoint, rdzv_id=None, is_host=None) -> list[str]:
+    """torchrun's arguments for one node's agent (no restarts of its own: gptrain restarts).
+    Without is_host, a static rendezvous at endpoint: each node's rank is fixed and torchrun
+    reads it from PET_NODE_RANK (Kubernetes: the pod's completion index)."""
     cmd = [f"--nproc-per-node={spec.accels}", "--max-restarts=0"]
     if nnodes == 1:
         return [*cmd, "--standalone"]
+    if is_host is None:
+        return [*cmd, f"--nnodes={nnodes}", "--rdzv-backend=static", f"--rdzv-endpoint={endpoint}"]
     return [*cmd, f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
             f"--rdzv-id={rdzv_id}", f"--rdzv-conf=is_host={is_host}"]
 
 
-def node_command(spec, jdir: Path, torchrun: list[str], python_exe: str = sys.executable) -> list[str]:
+def node_command(spec, jdir: Path, torchrun: list[str], python_exe: str | None = None) -> list[str]:
     """One node's process: torchrun in front of every worker, or the command itself; either way
-    behind rank_log, which sends the output to logs/ and finishes the environment."""
-    logs = str(logs_dir(jdir))
+    behind rank_log, which sends the output to logs/ and finishes the environment. `python_exe`:
+    the interpreter where the node runs when it is not this one (a container image's)."""
+    logs, entry = str(logs_dir(jdir)), entry_command(spec, jdir, python_exe)
     if under_torchrun(spec):
-        return [python_exe, "-m", "torch.distributed.run", *torchrun, "-m", "gptrain.jobs.rank_log",
-                logs, "--", *entry_command(spec, jdir)]
-    return [python_exe, "-m", "gptrain.jobs.rank_log", "--node", logs, "--", *entry_command(spec, jdir)]
+        return [python_exe or sys.executable, "-m", "torch.distributed.run", *torchrun, "-m",
+                "gptrain.jobs.rank_log", logs, "--", *entry]
+    return [python_exe or sys.executable, "-m", "gptrain.jobs.rank_log", "--node", logs, "--", *entry]
 
 
 # ---- at launch time (rank_log, in the worker's own environment) -------------------------------

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import uuid
 
 from gptrain.errors import UserError
 from gptrain.jobs import local, store
-from gptrain.jobs.spec import JobSpec
+from gptrain.jobs.spec import JobSpec, check_scheduler_options
 
+OPTIONS = ("address",)  # what a job file may say under `ray:` (the rest is found at submit)
+ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9_.:\[\]-]+:\d+|auto")
 CHECK_S = 120.0  # how long each node has to answer the shared-filesystem check
 REACH_S = 10.0  # how long the cluster's address has to answer a connection
 INSTALL = "pip install 'gptrain[ray]'"
@@ -122,9 +125,8 @@ def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
     if dry_run:
         raise UserError("--dry-run prints a Slurm script: add --scheduler slurm")
     spec.validate()
-    unknown = sorted(set(spec.ray) - {"address"})
-    if unknown or not isinstance(spec.ray.get("address", ""), str):
-        raise UserError(f"ray: takes only `address: HOST:PORT` in a job file, got {spec.ray!r}")
+    check_scheduler_options("ray", spec.ray, OPTIONS, {"address": (ADDRESS, "a Ray address, HOST:PORT")},
+                            flag=lambda key: f"ray: {key}:")
     ray = connect(spec.ray.get("address") or address())
     try:
         kind, nodes = bundle_nodes(ray, spec)

@@ -1,14 +1,11 @@
-"""A job's record created (all or nothing), brought up to date, resumed, zipped and removed:
-what every reader of jobs calls (the CLI's commands and the web console alike), so both see
-and do the same."""
+"""A job's record created (all or nothing, by every scheduler's submit), brought up to date,
+resumed and removed. Users' operations reach these through jobs/api.py."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-from gptrain.files import shown
 from gptrain.jobs import folder
 
 
@@ -103,68 +100,3 @@ def remove(name: str) -> None:
     store.delete_job(name)
     shutil.rmtree(job_dir(name), ignore_errors=True)
     secrets.remove(name)
-
-
-def zip_job(name: str, dest) -> None:
-    """The job's directory as the zip file `dest` (written beside it, then renamed; nothing is
-    left on failure): its own files only (a link out of the job, to /etc/shadow say, is left
-    out) and its logs as `gptrain logs` shows them, read a page at a time with secrets masked."""
-    import zipfile
-    from pathlib import Path
-
-    from gptrain.files import within
-    from gptrain.jobs import logs, secrets, store
-    from gptrain.jobs.folder import job_dir
-
-    store.get_job(name)
-    src, dest = job_dir(name), Path(dest)
-    values = secrets.load(name).values()
-    tmp = dest.with_suffix(".zip.part")
-    try:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
-            for f in sorted(src.rglob("*")):
-                if not f.is_file() or f.name.startswith(".tmp") or not within(f, src):
-                    continue
-                entry = shown(f.relative_to(src.parent))
-                if f.suffix in (".log", ".out"):
-                    with z.open(entry, "w", force_zip64=True) as out:
-                        for page in logs.pages(f, values):
-                            out.write(page.encode())
-                else:
-                    z.write(f, entry)
-        tmp.rename(dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def checkpoint_files(ckpt: dict, job_dir) -> list[tuple]:
-    """(file, its path inside the copy) for every file a copy of checkpoint row `ckpt` takes:
-    the one copy-out rule of `checkpoint fetch` and the console's zip. Links are followed only
-    while they stay inside the job's directory (nothing outside the job, ever); a root that is
-    itself a model (save_model into output/) gives its own files, not the checkpoints below it;
-    a single-file checkpoint is that file."""
-    from pathlib import Path
-
-    from gptrain.files import within
-    from gptrain.jobs.found import ROOTS
-
-    src = Path(ckpt["path"])
-    if not src.is_dir():
-        return [(src, Path(src.name))] if within(src, job_dir) else []
-    flat, seen, out = ckpt["name"] in ROOTS, set(), []
-    for d, dirs, files in os.walk(src, followlinks=True):
-        seen.add(os.path.realpath(d))  # a link to a folder above: walked once, not forever
-        dirs[:] = [] if flat else sorted(n for n in dirs if within(Path(d) / n, job_dir)
-                                         and os.path.realpath(Path(d) / n) not in seen)
-        for n in sorted(files):
-            f = Path(d) / n
-            if within(f, job_dir) and f.is_file():
-                out.append((f, f.relative_to(src)))
-    return out
-
-
-def zip_files(files, z, top: str) -> None:
-    """`files` from checkpoint_files written into the open ZipFile `z` under `top/`."""
-    for f, rel in files:
-        z.write(f, shown(f"{top}/{rel}"))  # names are bytes from elsewhere: escaped

@@ -31,9 +31,15 @@ class Scheduler(Protocol):
         """The engine's own line about an active job for `inspect`, or None."""
 
 
-SCHEDULERS = {"local": "gptrain.jobs.local", "slurm": "gptrain.jobs.slurm", "ray": "gptrain.jobs.ray_cluster"}
+SCHEDULERS = {"local": "gptrain.jobs.local", "slurm": "gptrain.jobs.slurm",
+              "kubernetes": "gptrain.jobs.kube", "ray": "gptrain.jobs.ray_cluster"}
 OPERATIONS = tuple(n for n in vars(Scheduler) if not n.startswith("_"))
 
 
 def scheduler(name: str) -> Scheduler:
+    """The engine named `name` (a job's own, or `--scheduler`); an unknown one is one line."""
+    if name not in SCHEDULERS:
+        from gptrain.errors import UserError, closest
+
+        raise UserError(f"unknown scheduler {name!r}{closest(name, SCHEDULERS)}: use one of {', '.join(SCHEDULERS)}")
     return importlib.import_module(SCHEDULERS[name])

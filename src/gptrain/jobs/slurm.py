@@ -18,10 +18,10 @@ import shlex
 import shutil
 import subprocess
 
-from gptrain.errors import UserError, closest
+from gptrain.errors import UserError
 from gptrain.jobs import code, folder, found, launch, records, secrets, store
 from gptrain.jobs.logs import agent_log, failure_summary
-from gptrain.jobs.spec import ENV_NAME, JobSpec
+from gptrain.jobs.spec import ENV_NAME, JobSpec, check_scheduler_options
 
 # Slurm job state -> gptrain state
 STATES = {
@@ -50,14 +50,7 @@ OPTIONS = (*OPTION_FORMS, "sbatch_args", "port", "accel_type")
 
 def check_options(opts: dict) -> None:
     """The Slurm options of a job, before they go into a script: one line naming the bad one."""
-    for key in opts:
-        if key not in OPTIONS:
-            raise UserError(f"unknown slurm option {key!r}{closest(str(key), OPTIONS)}; use "
-                            f"{', '.join(OPTIONS)}")
-    for key, (form, words) in OPTION_FORMS.items():
-        value = opts.get(key)
-        if value is not None and not (isinstance(value, str) and form.fullmatch(value)):
-            raise UserError(f"--{key} {value!r} is not {words}")
+    check_scheduler_options("slurm", opts, OPTIONS, OPTION_FORMS)
     args = opts.get("sbatch_args") or []
     if not isinstance(args, list):
         raise UserError(f"sbatch_args must be a list of options, got {args!r}")
@@ -65,11 +58,6 @@ def check_options(opts: dict) -> None:
         if not isinstance(arg, str) or not arg.startswith("--") or any(c in arg for c in "\n\r\0"):
             raise UserError(f"--sbatch-arg {arg!r} must be one sbatch option on one line, starting "
                             "with -- (e.g. --sbatch-arg=--exclusive)")
-    port = opts.get("port")
-    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
-        raise UserError(f"--port must be a TCP port (1-65535), got {port!r}")
-    if opts.get("accel_type", "auto") not in ("auto", "gpu", "cpu"):
-        raise UserError(f"--accel-type must be auto, gpu or cpu, got {opts['accel_type']!r}")
 
 
 def _sbatch_value(value: str) -> str:
@@ -287,7 +275,8 @@ def refresh(name: str) -> dict:
         note = f"{note}: {fields['error']}"
     elif state in ("succeeded", "stopped"):
         fields = {"exit_code": info["exit_code"]}
-    store.set_state(name, state, note, **fields)
+    if not store.set_state(name, state, note, engine_job=job["external_id"], **fields):
+        return store.get_job(name)  # resumed (another Slurm job) or ended meanwhile: not ours to write
     if state in store.TERMINAL or state == "running":
         store.sync_checkpoints(name, found.scan_job(name))
     return store.get_job(name)
@@ -308,5 +297,5 @@ def stop(name: str, timeout: float) -> str:
         subprocess.Popen(["sh", "-c", f"sleep {float(timeout)}; scancel {shlex.quote(job_id)}"],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          start_new_session=True)
-    store.set_state(name, "stopping", f"SIGTERM sent to every task; scancel after {timeout:.0f}s")
-    return "stopping"
+    store.set_state(name, "stopping", f"SIGTERM sent to every task; scancel after {timeout:.0f}s", engine_job=job_id)
+    return store.get_job(name)["state"]

@@ -49,6 +49,7 @@ class JobSpec:
     args: list[str] = field(default_factory=list)
     script: str | None = None          # the user's script: relative to the code snapshot, or absolute
     slurm: dict = field(default_factory=dict)
+    kubernetes: dict = field(default_factory=dict)  # jobs/kube_manifest.py OPTIONS
     ray: dict = field(default_factory=dict)  # the cluster found at submit (address, accel_type)
     entry: str | None = None           # trainer | script | module | command (jobs/launch.py)
     module: str | None = None          # `-m module`
@@ -204,6 +205,24 @@ def parse_env(pairs: list[str], flag: str = "--env") -> dict[str, str]:
     return env
 
 
+def check_scheduler_options(kind: str, opts: dict, known, forms: dict, flag=lambda key: f"--{key}") -> None:
+    """A scheduler's options (a job's `slurm:`, `kubernetes:` or `ray:`): one line naming an unknown one,
+    a value not of its form (forms: key -> (compiled regex, what it must be, in words)), a bad
+    port or accelerator kind."""
+    for key in opts:
+        if key not in known:
+            raise UserError(f"unknown {kind} option {key!r}{closest(str(key), known)}; use {', '.join(known)}")
+    for key, (form, words) in forms.items():
+        value = opts.get(key)
+        if value is not None and not (isinstance(value, str) and form.fullmatch(value)):
+            raise UserError(f"{flag(key)} {value!r} is not {words}")
+    port = opts.get("port")  # (the rendezvous port and the kind of --accels: every engine's)
+    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+        raise UserError(f"--port must be a TCP port (1-65535), got {port!r}")
+    if opts.get("accel_type", "auto") not in ("auto", "gpu", "cpu"):
+        raise UserError(f"--accel-type must be auto, gpu or cpu, got {opts['accel_type']!r}")
+
+
 def check_env(values: dict, flag: str) -> None:
     """Environment variable names a shell and Slurm accept, and string values."""
     for key, value in values.items():
@@ -219,10 +238,11 @@ def check_env(values: dict, flag: str) -> None:
 TYPES = {"name": ((str,), "a string (quote it)"), "nodes": ((int,), "a whole number"),
          "accels": ((int,), "a whole number"), "max_restarts": ((int,), "a whole number"),
          "datasets": ((list,), "a list of dataset names"), "env": ((dict,), "a mapping of NAME: value"),
-         "secrets": ((dict,), "a mapping of NAME: value"), "scheduler": ((str,), "local, slurm or ray"),
+         "secrets": ((dict,), "a mapping of NAME: value"), "scheduler": ((str,), "local, slurm, kubernetes or ray"),
          "config": ((str, dict), "a TOML file path or a mapping of [sections]"),
          "config_path": ((str,), "a path"), "args": ((list,), "a list of arguments"),
          "script": ((str,), "a script path"), "slurm": ((dict,), "a mapping (partition, time, ...)"),
+         "kubernetes": ((dict,), "a mapping (image, volume, queue, ...)"),
          "ray": ((dict,), "a mapping (address)"),
          **{k: ((str,), "a string") for k in ("entry", "module", "command", "code", "repository_url",
                                                "ref", "commit", "source", "requirements", "python")}}

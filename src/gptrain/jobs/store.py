@@ -17,7 +17,7 @@ import time
 from enum import Enum
 
 from gptrain.db import fetch_all, fetch_one, transaction
-from gptrain.errors import UserError
+from gptrain.errors import NotFound, UserError
 
 
 class JobState(str, Enum):
@@ -67,16 +67,20 @@ def create_job(name: str, spec: dict, nodes: int, accels: int, scheduler: str) -
 
 
 def set_state(name: str, state: JobState | str, message: str = "", owner: str | None = None,
-              **fields) -> bool:
+              engine_job: str | None = None, **fields) -> bool:
     """Move a job to `state` (recording the event) and update other columns; False, with nothing
-    written, when the job is gone, already ended, or (given an `owner`) owned by another run."""
+    written, when the job is gone, already ended, or owned by another run: given an `owner`, a
+    supervisor's run id; given an `engine_job`, the engine's id (a Slurm job id) that the new state
+    was read from, so an answer about an engine job since replaced (resumed) is never written."""
     state = JobState(state)  # any other string is a bug: ValueError
     now = time.time()
     with transaction() as conn:
-        row = conn.execute("SELECT state, run_id FROM jobs WHERE name = ?", (name,)).fetchone()
+        row = conn.execute("SELECT state, run_id, external_id FROM jobs WHERE name = ?", (name,)).fetchone()
         if row is None or JobState(row["state"]).is_terminal():
             return False
         if owner is not None and row["run_id"] != owner:
+            return False
+        if engine_job is not None and row["external_id"] != engine_job:
             return False
         sets = ["state = ?", "updated = ?"] + [f"{k} = ?" for k in fields]
         values = [state.value, now, *fields.values()]
@@ -101,7 +105,7 @@ def update(name: str, **fields) -> None:
 def get_job(name: str) -> dict:
     job = fetch_one("SELECT * FROM jobs WHERE name = ?", (name,))
     if job is None:
-        raise UserError(f"no job named {name!r}; see `gptrain jobs`")
+        raise NotFound(f"no job named {name!r}; see `gptrain jobs`")
     job["spec"] = json.loads(job["spec"])
     job["slots"] = json.loads(job["slots"]) if job["slots"] else []
     return job
@@ -122,7 +126,7 @@ def checkpoints(name: str) -> list[dict]:
 def checkpoint_by_id(ckpt_id: str) -> dict:
     row = fetch_one("SELECT * FROM checkpoints WHERE id = ?", (ckpt_id,))
     if row is None:
-        raise UserError(f"no checkpoint with ID {ckpt_id!r}; see `gptrain checkpoints JOB`")
+        raise NotFound(f"no checkpoint with ID {ckpt_id!r}; see `gptrain checkpoints JOB`")
     return row
 
 
@@ -244,7 +248,7 @@ def reopen(name: str, message: str) -> None:
     with transaction() as conn:
         row = conn.execute("SELECT state FROM jobs WHERE name = ?", (name,)).fetchone()
         if row is None:
-            raise UserError(f"no job named {name!r}; see `gptrain jobs`")
+            raise NotFound(f"no job named {name!r}; see `gptrain jobs`")
         if row["state"] not in (JobState.FAILED, JobState.STOPPED):
             raise UserError(f"job {name} is {row['state']}; only a failed or stopped job can be resumed")
         seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]

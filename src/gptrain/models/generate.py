@@ -36,6 +36,27 @@ class KVCache:
         return kbuf[:, :, :end], vbuf[:, :, :end], mask
 
 
+MAX_NEW_TOKENS = 1 << 16
+MAX_SAMPLES = 1024
+
+
+def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None,
+                   num_samples: int = 1) -> None:
+    """The sampling settings, before any model is loaded: one UserError naming the first that is
+    out of range (negative, NaN or unbounded ones would be silently ignored or run for ever)."""
+    import math
+
+    for ok, what in ((1 <= max_new_tokens <= MAX_NEW_TOKENS, f"--max-new-tokens must be 1..{MAX_NEW_TOKENS}, "
+                      f"got {max_new_tokens}"),
+                     (1 <= num_samples <= MAX_SAMPLES, f"--num-samples must be 1..{MAX_SAMPLES}, got {num_samples}"),
+                     (math.isfinite(temperature) and temperature >= 0,
+                      f"--temperature must be >= 0 (0: greedy), got {temperature}"),
+                     (top_k is None or top_k >= 0, f"--top-k must be >= 0 (0: off), got {top_k}"),
+                     (top_p is None or 0 < top_p <= 1, f"--top-p must be > 0 and <= 1, got {top_p}")):
+        if not ok:
+            raise UserError(what)
+
+
 def sample_next(logits, temperature: float, top_k: int | None, top_p: float | None, generator):
     """Next token ids (B,) from last-position logits (B, V)."""
     if temperature <= 0:

@@ -36,6 +36,8 @@ class GPTConfig:
     attn_implementation: str = "sdpa"
     pad_vocab_multiple: int = 64
     tie_embeddings: bool = True  # lm_head shares wte's weight (GPT-2); Llama-2 keeps its own
+    mlp_matrices: ClassVar[int] = 2  # c_fc, c_proj (Llama's SwiGLU: 3)
+    learned_positions: ClassVar[bool] = True  # wpe (Llama: rotary, none)
 
     @property
     def padded_vocab_size(self) -> int:
@@ -59,6 +61,15 @@ class GPTConfig:
     def to_dict(self) -> dict:
         return {"arch": self.arch, **dataclasses.asdict(self)}
 
+    def param_estimate(self) -> int:
+        """The parameters this shape builds, its matrices counted (norms and biases, under 1%,
+        left out); plain integer arithmetic, so any shape is counted without building it."""
+        d = self.n_embd
+        attention = d * (d + 2 * self.kv_heads * self.head_dim) + d * d
+        embeddings = self.padded_vocab_size * d * (1 if self.tie_embeddings else 2)
+        positions = self.block_size * d if self.learned_positions else 0
+        return self.n_layer * (attention + self.mlp_matrices * d * self.ffn_size) + embeddings + positions
+
     def validate(self) -> None:
         if self.n_embd % self.n_head:
             raise UserError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
@@ -74,6 +85,8 @@ class LlamaConfig(GPTConfig):
     """Llama's shape: GPT-2's fields plus grouped-query attention, the SwiGLU width and the
     rotary base; no biases and an output head of its own by default."""
     arch: ClassVar[str] = "llama"
+    mlp_matrices: ClassVar[int] = 3
+    learned_positions: ClassVar[bool] = False
     bias: bool = False
     tie_embeddings: bool = False
     n_kv_head: int | None = None  # grouped-query attention: key/value heads (default n_head)

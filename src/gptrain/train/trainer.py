@@ -29,7 +29,7 @@ from gptrain.distributed.mesh import init_distributed
 from gptrain.distributed.parallelize import check_layout, parallelize
 from gptrain.errors import UserError, disk_full
 from gptrain.models.base import cross_entropy
-from gptrain.train import checkpoint as ckpt
+from gptrain.train.checkpointing import Checkpointing
 from gptrain.train import plan as run_plan
 from gptrain.train import stop
 from gptrain.train.evaluate import evaluate, reshard
@@ -37,7 +37,6 @@ from gptrain.train.loss_scale import LossScaler
 from gptrain.train.metrics import MetricsLogger, console_line, flops_per_token, peak_flops
 from gptrain.train.model_init import build_model, resolve_data
 from gptrain.train.optim import build_optimizer, clip_grads, lr_at
-from gptrain.weights import layout
 
 
 def train(cfg: Config) -> dict:
@@ -55,7 +54,7 @@ def train(cfg: Config) -> dict:
             dist.destroy_process_group()
 
 
-class Trainer:
+class Trainer(Checkpointing):
     def __init__(self, cfg: Config, env):
         self.cfg, self.env = cfg, env
         tc = cfg.train
@@ -151,90 +150,6 @@ class Trainer:
     def log_main(self, msg: str) -> None:
         if self.env.is_main:
             print(msg, flush=True)
-
-    # ---- checkpoints -------------------------------------------------------------------------
-
-    def save(self, final: bool = False) -> Path:
-        if self._step_loss is not None:  # the loss of the step just taken, averaged over ranks
-            loss = self._step_loss.detach().clone()
-            if dist.is_initialized():
-                dist.all_reduce(loss, op=dist.ReduceOp.AVG)
-            self.last["train_loss"] = loss.item()
-        state = {
-            "step": self.step, "total_steps": self.total_steps, "loader": self.loader.state_dict(),
-            "train_loss": self.last["train_loss"], "eval_loss": self.last["eval_loss"],
-            "model_config": self.model_cfg.to_dict(), "tokenizer": self.tokenizer_spec,
-            "config": self.cfg.to_dict(), "dataset": str(self.data_dir), "world_size": self.env.world,
-            "scaler": self.scaler.state_dict() if self.scaler else None,
-        }
-        self.finish_pending_save()
-        tensors = ckpt.training_tensors(self.parts, self.optims)
-        use_async = self.cfg.checkpoint.async_save and not final
-        pending = ckpt.save(self.out, self.step, tensors, state, self.cfg.checkpoint.keep_last,
-                            asynchronous=use_async, group=self._async_group() if use_async else None,
-                            remote=self.cfg.checkpoint.remote)
-        if use_async:
-            self.pending_save = pending
-            self.log_main(f"writing checkpoint {pending.path} in the background")
-        else:
-            self.log_main(f"saved checkpoint {pending.path}")
-        return pending.path
-
-    def finish_pending_save(self) -> None:
-        if self.pending_save is not None:
-            path = self.pending_save.finish()
-            self.pending_save = None
-            self.log_main(f"saved checkpoint {path}")
-
-    def _async_group(self):
-        """A gloo group of its own, so the background writer's collectives never interleave
-        with training's."""
-        if not dist.is_initialized():
-            return None
-        if self._async_pg is None:
-            self._async_pg = dist.new_group(backend="gloo")
-        return self._async_pg
-
-    def maybe_resume(self) -> None:
-        where = self.cfg.checkpoint.resume_from
-        if where == "none":
-            return
-        if where == "auto":
-            path = layout.find_latest(self.out)
-            if self.cfg.checkpoint.remote:
-                path = self._fetch_remote(path)
-        else:
-            path = layout.resolve(where)  # a directory (names were resolved by gptrain/refs.py)
-        if path is None:
-            return
-        state = layout.read_state(path)
-        ckpt.load_training_tensors(path, self.parts, self.optims)
-        self.step = state["step"]
-        self.last.update(train_loss=state.get("train_loss"), eval_loss=state.get("eval_loss"))
-        try:
-            self.loader.load_state_dict(state["loader"])
-        except ValueError:
-            self.log_main("warning: the dataset or block size changed; the data order restarts")
-        if state.get("world_size") == self.env.world:
-            ckpt.load_rng(path)
-        if self.scaler and state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
-        self.log_main(f"resumed from {path} at step {self.step}")
-
-    def _fetch_remote(self, local: Path | None) -> Path | None:
-        """The newest checkpoint, fetched from checkpoint.remote first when it is newer than
-        the local one (rank 0 downloads into the output directory, which all ranks share)."""
-        from gptrain.train import remote
-
-        url = self.cfg.checkpoint.remote
-        if self.env.is_main:
-            name = remote.latest_name(url)
-            if name and (local is None or name > local.name):
-                self.log_main(f"fetching checkpoint {name} from {url}")
-                remote.download(url, name, self.out)
-        if dist.is_initialized():
-            dist.barrier()
-        return layout.find_latest(self.out)
 
     # ---- one step ----------------------------------------------------------------------------
 

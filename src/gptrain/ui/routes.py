@@ -8,8 +8,6 @@ token before they get here) and call what `gptrain stop` and `gptrain rm` call.
 from __future__ import annotations
 
 import os
-import tempfile
-import zipfile
 from importlib import resources
 from pathlib import Path
 
@@ -19,8 +17,8 @@ from starlette.responses import FileResponse, HTMLResponse, JSONResponse, PlainT
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from gptrain.errors import UserError
-from gptrain.jobs import logs, secrets
+from gptrain.errors import BadName, NotFound, UserError
+from gptrain.jobs import api
 from gptrain.ui import sse, views
 from gptrain.ui.downsample import MAX_POINTS
 from gptrain.ui.metrics import CURVES, XS
@@ -62,13 +60,13 @@ async def _call(fn, *args):
     """fn(*args) in a worker thread, its answer as JSON; our exceptions as 400/404/409."""
     try:
         return JSONResponse(await run_in_threadpool(fn, *args))
-    except (views.BadName, views.NotFound, UserError) as e:
+    except UserError as e:
         return JSONResponse({"error": str(e)}, status_code=_status(e))
 
 
 def _status(e: Exception) -> int:
     """400 for a malformed name, 404 for an unknown one, 409 for what the job refuses."""
-    return {views.BadName: 400, views.NotFound: 404}.get(type(e), 409)
+    return 400 if isinstance(e, BadName) else 404 if isinstance(e, NotFound) else 409
 
 
 def _refused(e: Exception) -> PlainTextResponse:
@@ -83,8 +81,8 @@ def page(name: str):
         title = PAGES[name]
         if name == "job":
             try:
-                await run_in_threadpool(views.known_job, request.path_params["name"])
-            except (views.BadName, views.NotFound) as e:
+                await run_in_threadpool(api.known, request.path_params["name"])
+            except (BadName, NotFound) as e:
                 return _refused(e)
             title = request.path_params["name"]
         html = (STATIC / "page.html").read_text().replace("{{title}}", title).replace(
@@ -96,11 +94,16 @@ def page(name: str):
 # ---- API --------------------------------------------------------------------------------------
 
 async def api_jobs(request):
-    return await _call(views.job_rows, request.query_params.get("state") or None)
+    return await _call(api.rows, request.query_params.get("state") or None)
 
 
 async def api_job(request):
-    return await _call(views.job_detail, request.path_params["name"])
+    return await _call(job_detail, request.path_params["name"])
+
+
+def job_detail(name: str) -> dict:
+    """What the job page shows but curves and logs: `inspect`'s report, as the table last found it."""
+    return api.report(name, fresh=False)
 
 
 async def api_curves(request):
@@ -118,11 +121,9 @@ def _offset(request) -> int | None:
 
 
 async def api_log(request):
-    """One page of a rank's log (jobs/logs.read_page: whole lines, capped, masked) and the offset
-    of the next."""
+    """One page of a rank's log (whole lines, capped, masked) and the offset of the next."""
     def read():
-        path = views.log_path(request.path_params["name"], request.path_params["rank"])
-        text, end = logs.read_page(path, _offset(request), secrets.load(request.path_params["name"]).values())
+        text, end = api.read_log(request.path_params["name"], request.path_params["rank"], _offset(request))
         return {"text": text, "offset": end}
     return await _call(read)
 
@@ -131,57 +132,13 @@ async def api_datasets(request):
     return await _call(views.datasets)
 
 
-def _zip(files, top: str) -> str:
-    """A temporary zip of (file, path inside) pairs, entries under top/ (nothing left on failure)."""
-    from gptrain.jobs import records
-
-    fd, tmp = tempfile.mkstemp(prefix="gptrain-ui-", suffix=".zip")
-    os.close(fd)
-    try:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:  # weights hardly compress
-            records.zip_files(files, z, top)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return tmp
-
-
-def _native_zip(name: str, ckpt_id: str) -> tuple[str, str]:
-    """The checkpoint as it is, by `checkpoint fetch`'s copy-out rule (jobs/records.py)."""
-    from gptrain.jobs import records
-    from gptrain.jobs.folder import job_dir
-
-    row = views.checkpoint_row(name, ckpt_id)
-    top = f"{name}-{Path(row['path']).name}"
-    return _zip(records.checkpoint_files(row, job_dir(name)), top), top
-
-
-def _hf_zip(name: str, ckpt_id: str) -> tuple[str, str]:
-    """The checkpoint exported as a Hugging Face model directory (what `checkpoint fetch
-    --format hf` writes), zipped."""
-    import shutil
-
-    from gptrain.models.hf import export_hf
-    from gptrain.models.load import load_model
-    from gptrain.refs import resolve
-
-    src = views.checkpoint_dir(name, ckpt_id)
-    top = f"{name}-{src.name}-hf"
-    work = Path(tempfile.mkdtemp(prefix="gptrain-ui-hf-"))
-    try:
-        model, tok = load_model(resolve(str(src)))  # gptrain, Hugging Face or nanoGPT; others refused
-        export_hf(model, tok, work / top)
-        files = [(p, p.relative_to(work / top)) for p in sorted((work / top).rglob("*")) if p.is_file()]
-        return _zip(files, top), top
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def download(make):
+def download(fmt: str):
+    """A checkpoint as a zip: as it is (`native`) or exported as a HF model (`hf`)."""
     async def endpoint(request):
         try:
-            tmp, top = await run_in_threadpool(make, request.path_params["name"], request.path_params["id"])
-        except (views.BadName, views.NotFound, UserError) as e:
+            tmp, top = await run_in_threadpool(api.checkpoint_zip, request.path_params["name"],
+                                               request.path_params["id"], fmt)
+        except UserError as e:
             return _refused(e)
         return FileResponse(tmp, media_type="application/zip", filename=f"{top}.zip",
                             background=BackgroundTask(os.unlink, tmp))
@@ -192,19 +149,11 @@ def download(make):
 
 def _stop(name: str) -> dict:
     """What `gptrain stop NAME` does: the workers save a checkpoint and exit (forced after 120 s)."""
-    from gptrain.jobs.schedulers import scheduler
-
-    job = views.known_job(name)
-    return {"state": scheduler(job["scheduler"]).stop(name, STOP_TIMEOUT_S)}
+    return {"state": api.stop(name, STOP_TIMEOUT_S)}
 
 
 def _remove(name: str) -> dict:
-    from gptrain.jobs import records
-
-    views.known_job(name)
-    path = views.metrics_path(name)
-    records.remove(name)
-    views.metrics.forget(path)
+    views.forget(name)
     return {"removed": name}
 
 
@@ -223,7 +172,7 @@ async def stream_jobs(request):
     last = {"rows": None}
 
     def tick():
-        rows = views.job_rows(state)
+        rows = api.rows(state)
         if rows == last["rows"]:
             return []
         last["rows"] = rows
@@ -236,8 +185,8 @@ async def stream_job(request):
     counts of train and eval rows the page already has (it loaded the curves first)."""
     name = request.path_params["name"]
     try:
-        await run_in_threadpool(views.known_job, name)
-    except (views.BadName, views.NotFound) as e:
+        await run_in_threadpool(api.known, name)
+    except (BadName, NotFound) as e:
         return _refused(e)
     seen = {"train": _int(request.query_params.get("train"), 0),
             "eval": _int(request.query_params.get("eval"), 0), "detail": None}
@@ -245,8 +194,8 @@ async def stream_job(request):
     def tick():
         out = []
         try:
-            detail = views.job_detail(name)
-        except views.NotFound:
+            detail = job_detail(name)
+        except NotFound:
             return [("gone", {"name": name})]  # removed meanwhile
         if detail != seen["detail"]:
             seen["detail"] = detail
@@ -266,16 +215,15 @@ async def stream_job(request):
 async def stream_log(request):
     name, rank = request.path_params["name"], request.path_params["rank"]
     try:
-        path = await run_in_threadpool(views.log_path, name, rank)
-    except (views.BadName, views.NotFound) as e:
+        read = await run_in_threadpool(api.log_reader, name, rank)
+    except UserError as e:
         return _refused(e)
-    values = secrets.load(name).values()
     pos = {"offset": _offset(request)}
 
     def tick():  # up to LOG_PAGES_PER_TICK pages: a chatty job is followed, a long log paged
         out = []
         for _ in range(LOG_PAGES_PER_TICK):
-            text, pos["offset"] = logs.read_page(path, pos["offset"], values)
+            text, pos["offset"] = read(pos["offset"])
             if not text:
                 break
             out.append(("log", {"text": text, "offset": pos["offset"]}))
@@ -295,8 +243,8 @@ ROUTES = [
     Route("/api/jobs/{name}/curves", api_curves),
     Route("/api/jobs/{name}/logs/{rank}", api_log),
     Route("/api/jobs/{name}/logs/{rank}/stream", stream_log),
-    Route("/api/jobs/{name}/checkpoints/{id}.zip", download(_native_zip)),
-    Route("/api/jobs/{name}/checkpoints/{id}/hf.zip", download(_hf_zip)),
+    Route("/api/jobs/{name}/checkpoints/{id}.zip", download("native")),
+    Route("/api/jobs/{name}/checkpoints/{id}/hf.zip", download("hf")),
     Route("/api/jobs/{name}/stop", action_stop, methods=["POST"]),
     Route("/api/jobs/{name}/remove", action_remove, methods=["POST"]),
     Route("/api/datasets", api_datasets),

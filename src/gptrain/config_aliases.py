@@ -1,0 +1,60 @@
+"""The flag names other tools use for gptrain's settings: the HF Trainer's and run_clm.py's,
+FMEngine's and DeepSpeed pipeline scripts', each mapped onto a canonical `section.key`
+(config.py applies them; `gptrain train --help` lists them)."""
+
+from __future__ import annotations
+
+# HF Trainer / run_clm.py flag -> (canonical key, value map or None). A value map turns the HF
+# value into ours; for flags that take no value the map holds the implied value under None.
+ALIASES: dict[str, tuple[str, dict | None]] = {
+    "model_name_or_path": ("model.init_from", None),
+    "hf_model": ("model.init_from", None),
+    "output_dir": ("train.output_dir", None),
+    "do_train": ("train.do_train", None),
+    "do_eval": ("train.do_eval", None),
+    "per_device_train_batch_size": ("train.batch_size", None),
+    "per_device_eval_batch_size": ("train.eval_batch_size", None),
+    "gradient_accumulation_steps": ("train.grad_accum_steps", None),
+    "learning_rate": ("train.lr", None),
+    "weight_decay": ("train.weight_decay", None),
+    "num_train_epochs": ("train.epochs", None),
+    "max_steps": ("train.max_steps", None),
+    "warmup_steps": ("train.warmup_steps", None),
+    "lr_scheduler_type": ("train.lr_schedule", {"constant_with_warmup": "constant"}),
+    "logging_steps": ("metrics.log_every", None),
+    "save_steps": ("checkpoint.every", None),
+    "save_total_limit": ("checkpoint.keep_last", None),
+    "eval_steps": ("train.eval_every", None),
+    "eval_strategy": ("train.eval_strategy", None),
+    "evaluation_strategy": ("train.eval_strategy", None),
+    "seed": ("train.seed", None),
+    "resume_from_checkpoint": ("checkpoint.resume_from", None),
+    "torch_dtype": ("train.precision", {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
+                                        "auto": "auto"}),
+    "attn_implementation": ("model.attn_implementation", None),
+    "max_train_samples": ("data.max_train_samples", None),
+    "max_eval_samples": ("data.max_eval_samples", None),
+    "dataset_name": ("data.dataset_name", None),
+    "dataset_config_name": ("data.dataset_config_name", None),
+    "tokenized_dataset_load_dir": ("data.path", None),
+    "dataset_block_size": ("model.block_size", None),
+    "block_size": ("model.block_size", None),
+    "bf16": ("train.precision", {None: "bf16", "true": "bf16", "false": "auto"}),
+    "fp16": ("train.precision", {None: "fp16", "true": "fp16", "false": "auto"}),
+    "gradient_checkpointing": ("train.activation_checkpointing",
+                               {None: "full", "true": "full", "false": "none"}),
+    "report_to": ("metrics.report_to", None),
+    # FMEngine / DeepSpeed pipeline-training scripts
+    "init_ckpt": ("model.init_from", None),
+    "data_path": ("data.path", None),
+    "max_seq_len": ("model.block_size", None),
+    "train_steps": ("train.max_steps", None),
+    "log_steps": ("metrics.log_every", None),
+    "pipe_parallel_size": ("parallel.pp", None),
+    "model_parallel_size": ("parallel.tp", None),
+    "use_flash_attn": ("model.attn_implementation", {None: "flash_attention_2", "true": "flash_attention_2",
+                                                     "false": "sdpa"}),
+    "use_fused_ops": ("train.fused_loss", None),
+}
+# Options that read a DeepSpeed JSON config into the settings gptrain has (deepspeed_config.py).
+DEEPSPEED_FLAGS = ("deepspeed_config", "deepspeed")

@@ -1,0 +1,80 @@
+"""The one check of a training configuration, run by `gptrain train` and by every submit before
+anything is recorded: each field within its bounds (config.opt's ge/gt/lt/le, every whole number
+within int64), the model's shape as the trainer will build it, and the model's size against this
+machine's memory. Imports no torch (and nothing from config.py, which calls it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+from gptrain.errors import UserError
+
+INT64 = 2 ** 63 - 1
+BYTES_PER_PARAM = 16  # training state: fp32 weights, gradients and AdamW's two moments
+ALLOW_LARGE = "GPTRAIN_ALLOW_LARGE_MODEL"
+
+
+def check(cfg):
+    """Refuse a config the trainer could not run, before anything runs: one UserError naming
+    the first field out of bounds, the shape that cannot be built, or the size that cannot fit."""
+    from gptrain.models.registry import check_shape
+
+    for section in dataclasses.fields(cfg):
+        for f in dataclasses.fields(getattr(cfg, section.name)):
+            value, m = getattr(getattr(cfg, section.name), f.name), f.metadata
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and not within(value, m):
+                capped = m["le"] is not None or m["lt"] is not None or not _too_big(value)
+                what = bounds(m) if capped else "a whole number that fits in 64 bits"
+                raise UserError(f"--{section.name}.{f.name} must be {what}, got {value!r}")
+    check_shape(cfg.model)
+    check_memory(cfg.model)
+    return cfg
+
+
+def within(value: float, m) -> bool:
+    if value == m["special"]:
+        return True
+    return math.isfinite(value) and not _too_big(value) and (m["ge"] is None or value >= m["ge"]) and (
+        m["gt"] is None or value > m["gt"]) and (m["lt"] is None or value < m["lt"]) and (
+        m["le"] is None or value <= m["le"])
+
+
+def _too_big(value) -> bool:
+    return isinstance(value, int) and abs(value) > INT64
+
+
+def bounds(m) -> str:
+    """'>= 1', '>= 0 and < 1', '>= 1 (or -1)': the allowed range of a field, in words."""
+    words = [f"{op} {m[key]}" for key, op in (("ge", ">="), ("gt", ">"), ("lt", "<"), ("le", "<="))
+             if m[key] is not None]
+    text = " and ".join(words) or "a finite number"
+    return text + (f" (or {m['special']})" if m["special"] is not None else "")
+
+
+def machine_memory() -> int:
+    """This machine's physical memory in bytes (0 when it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+def check_memory(model_cfg) -> None:
+    """A model built from a preset and --model.* overrides (not from weights, whose size is
+    theirs) must fit its training state in this machine's memory, unless GPTRAIN_ALLOW_LARGE_MODEL
+    says it is sharded over more (several nodes, FSDP): a typo'd n_layer never starts a worker
+    that allocates without bound."""
+    from gptrain.models.registry import build_model_config
+
+    if model_cfg.init_from or os.environ.get(ALLOW_LARGE, "") not in ("", "0"):
+        return
+    params = build_model_config(model_cfg).param_estimate()
+    need, have = params * BYTES_PER_PARAM, machine_memory()
+    if have and need > have:
+        raise UserError(f"the model ({model_cfg.preset} with the --model.* overrides) has about "
+                        f"{params:.3g} parameters: training it needs about {need / 2 ** 30:,.0f} GiB "
+                        f"({BYTES_PER_PARAM} bytes a parameter: weights, gradients, AdamW), more than "
+                        f"this machine's {have / 2 ** 30:,.0f} GiB; make it smaller, or set "
+                        f"{ALLOW_LARGE}=1 when it is sharded over more memory (several nodes)")

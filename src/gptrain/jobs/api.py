@@ -1,0 +1,300 @@
+"""What a user can do with jobs, once, under both faces: the CLI (cli/jobs.py, cli/checkpoints.py,
+cli/run.py) and the console (ui/views.py, ui/routes.py) call these and only parse and format.
+
+Submit, refresh, list, report, read or follow a log, stop, resume, remove, list and copy out
+checkpoints, zip a job. Whatever a job printed or was given leaves through here with its secrets
+masked (jobs/secrets.py); a name from outside is checked (errors.BadName) and an unknown one is
+errors.NotFound, so the console answers 400/404 and the CLI one line, from the same checks.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from gptrain.errors import BadName, NotFound, UserError
+from gptrain.home import check_name
+from gptrain.jobs import copy_out, folder, records, secrets, store
+from gptrain.jobs.procs import SUPERVISORS
+from gptrain.jobs.schedulers import scheduler
+
+REFRESH_S = 2.0  # the whole table is brought up to date at most this often (refresh_all)
+ROWS_TTL_S = 0.5  # a table asked for again within this is the one computed
+
+
+# ---- one job ----------------------------------------------------------------------------------
+
+def known(name: str) -> dict:
+    """The job's record as stored (a malformed name is BadName, an unknown one NotFound)."""
+    check_name(name, "job")
+    return store.get_job(name)
+
+
+def job(name: str) -> dict:
+    """The job, its state first brought up to date by its scheduler (records.refresh)."""
+    known(name)
+    return records.refresh(name)
+
+
+def submit(spec, dry_run: bool = False) -> None:
+    """Hand the job to its scheduler (which validates it and records it through records.create,
+    all or nothing)."""
+    scheduler(spec.scheduler).submit(spec, dry_run=dry_run)
+
+
+def stop(name: str, timeout: float = 120.0, wait: bool = False) -> str:
+    """Ask the job to save a checkpoint and exit (forced after `timeout` s); its state after."""
+    state = scheduler(known(name)["scheduler"]).stop(name, timeout)
+    while wait and (state := records.refresh(name)["state"]) not in store.TERMINAL:
+        time.sleep(0.5)
+    return state
+
+
+def resume(name: str) -> None:
+    known(name)
+    records.resume(name)
+
+
+def remove(name: str) -> None:
+    known(name)
+    records.remove(name)
+
+
+def report(name: str, fresh: bool = True) -> dict:
+    """Everything known of a job but its curves and logs, secrets masked: the record, its spec,
+    events, latest train/eval metrics, checkpoints and trainer config. `fresh`: this job's state
+    asked of its scheduler now; else as refresh_all last found it (a page that asks each second)."""
+    from gptrain.jobs import progress
+
+    if fresh:
+        row = job(name)
+    else:
+        known(name)
+        unrecorded = refresh_all().get(name, {})
+        row = {**known(name), **unrecorded}
+    values = secrets.load(name).values()
+    spec = json.loads(secrets.mask(json.dumps(row["spec"]), values))
+    if spec.get("repository_url"):  # stored before credentials in URLs were refused: never shown
+        from gptrain.jobs.code import redact
+
+        spec["repository_url"] = redact(spec["repository_url"])
+    row = shown(row, values)
+    d = folder.job_dir(name)
+    cfg = folder.trainer_config(d)
+    return {"job": row, "spec": spec, "ranks": row["nodes"] * row["accels"],
+            "events": [{**e, "message": secrets.mask(e["message"], values)} for e in store.events(name)],
+            "metrics": progress.latest(d),
+            "checkpoints": [{k: c.get(k) for k in CHECKPOINT_SHOWN} for c in checkpoints(name)],
+            "describe": scheduler(row["scheduler"]).describe(row),
+            "config": secrets.mask(cfg.read_text(), values) if cfg.is_file() else None}
+
+
+PRIVATE = ("spec", "supervisor", "supervisor_pid", "run_id")  # kept to the engines
+
+
+def shown(row: dict, values=None) -> dict:
+    """A job's record as the faces show it: the engines' own fields left out, the failure reason
+    masked with the job's secret `values` (read when not given)."""
+    out = {k: v for k, v in row.items() if k not in PRIVATE}
+    if out.get("error"):
+        out["error"] = secrets.mask(out["error"], secrets.load(row["name"]).values() if values is None else values)
+    return out
+
+
+def loss_line(name: str) -> str | None:
+    """The job's loss curve as one line of text (jobs/sparkline.py), or None."""
+    from gptrain.jobs.progress import jsonl_path
+    from gptrain.jobs.sparkline import loss_line as line
+
+    return line(jsonl_path(folder.job_dir(name)))
+
+
+def metrics_path(name: str) -> Path:
+    """The job's metrics.jsonl: the built-in trainer's, else its script's (jobs/progress.py)."""
+    from gptrain.jobs.progress import jsonl_path
+
+    d = folder.job_dir(known(name)["name"])
+    return jsonl_path(d) or folder.metrics_files(d)[0]
+
+
+# ---- every job --------------------------------------------------------------------------------
+
+_refreshed = {"at": 0.0, "unrecorded": {}}
+_refresh_lock = threading.Lock()
+
+
+def refresh_all(force: bool = False) -> dict[str, dict]:
+    """Bring every active job's state up to date (a dead supervisor's job ended or handed over;
+    Slurm asked), at most every REFRESH_S seconds however many readers ask. Returns what was
+    learnt but could not be recorded (a full disk), by job, for readers to show all the same."""
+    with _refresh_lock:
+        if not force and time.time() - _refreshed["at"] < REFRESH_S:
+            return _refreshed["unrecorded"]
+        _refreshed["at"] = time.time()
+    from gptrain.jobs.reconcile import reconcile
+
+    unrecorded = reconcile()  # every job owned by a supervisor here (local, ray) at once
+    for row in store.list_jobs():
+        if row["scheduler"] not in SUPERVISORS and row["state"] in store.ACTIVE:
+            scheduler(row["scheduler"]).refresh(row["name"])
+    _refreshed["unrecorded"] = unrecorded
+    return unrecorded
+
+
+_rows: dict = {}
+_tails: dict[str, tuple] = {}
+
+
+def rows(state: str | None = None, force: bool = False) -> list[dict]:
+    """The jobs table: one row per job (oldest first) with its latest train step and loss,
+    computed at most every ROWS_TTL_S however many readers ask (`force`: now)."""
+    now = time.monotonic()
+    cached = _rows.get(state)
+    if not force and cached and now - cached[0] < ROWS_TTL_S:
+        return cached[1]
+    unrecorded = refresh_all(force)
+    out = []
+    for row in store.list_jobs():
+        row = {**row, **unrecorded.get(row["name"], {})}
+        if state and row["state"] != state:
+            continue
+        last = last_train(row["name"])
+        out.append(shown(row) | {"step": last.get("step"), "loss": last.get("loss")})
+    _rows[state] = (now, out)
+    return out
+
+
+def last_train(name: str) -> dict:
+    """The job's latest train record (jobs/progress.py), read again only when its metrics.jsonl
+    changed: a table of 1,000 jobs reads no whole file."""
+    from gptrain.jobs import progress
+
+    d = folder.job_dir(name)
+    path = progress.jsonl_path(d)
+    if path is None:  # nothing, or a HF Trainer's state: few such jobs, read each time
+        return progress.latest(d).get("train", {})
+    st = path.stat()
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    cached = _tails.get(name)
+    if cached is None or cached[0] != key:
+        cached = _tails[name] = (key, progress.from_jsonl(path).get("train", {}))
+    return cached[1]
+
+
+# ---- logs -------------------------------------------------------------------------------------
+
+def log_path(name: str, rank) -> Path:
+    """The log of one of the job's ranks; a rank it lacks (or junk such as `²`) is NotFound."""
+    from gptrain.jobs.logs import check_rank, rank_log
+
+    row = known(name)
+    try:
+        r = check_rank(str(rank), row["nodes"] * row["accels"])
+    except UserError as e:
+        raise NotFound(f"job {name}: {e}") from None
+    return rank_log(folder.logs_dir(folder.job_dir(name)), r)
+
+
+def log_reader(name: str, rank):
+    """read(offset) -> (text, next offset): one page of a rank's log from `offset` (None: its last
+    page), whole lines, capped, masked (jobs/logs.read_page). The job is looked up once."""
+    from gptrain.jobs import logs
+
+    path, values = log_path(name, rank), secrets.load(name).values()
+    return lambda offset: logs.read_page(path, offset, values)
+
+
+def read_log(name: str, rank, offset: int | None) -> tuple[str, int]:
+    """One page of a rank's log (log_reader)."""
+    return log_reader(name, rank)(offset)
+
+
+def log_pages(name: str, rank):
+    """The whole log of a rank, a masked page at a time ([] when it has none yet)."""
+    from gptrain.jobs import logs
+
+    path = log_path(name, rank)
+    return logs.pages(path, secrets.load(name).values()) if path.is_file() else iter(())
+
+
+def follow_log(name: str, rank):
+    """A rank's log, masked, as it is written, until the job ends (then `job(name)` says how)."""
+    from gptrain.jobs import logs
+
+    def ended() -> bool:
+        return records.refresh(name)["state"] in store.TERMINAL
+
+    return logs.follow(log_path(name, rank), secrets.load(name).values(), ended)
+
+
+# ---- checkpoints and copies -------------------------------------------------------------------
+
+CHECKPOINT_SHOWN = ("id", "name", "kind", "step", "train_loss", "eval_loss", "time", "size")  # in a report
+
+
+def checkpoints(name: str) -> list[dict]:
+    """The job's checkpoint rows (with their paths), first made to match its folder."""
+    known(name)
+    records.sync_checkpoints(name)
+    return store.checkpoints(name)
+
+
+def checkpoint(ckpt_id: str, name: str | None = None) -> dict:
+    """The row of a checkpoint (of job `name` when given), checked to be on disk inside its job's
+    folder: a link out of the job is refused, never followed."""
+    from gptrain.files import within
+
+    if not ckpt_id.isascii() or not ckpt_id.isalnum():
+        raise BadName(f"invalid checkpoint ID {ckpt_id!r}")
+    if name is not None:
+        known(name)
+        row = next((c for c in store.checkpoints(name) if c["id"] == ckpt_id), None)
+        if row is None:
+            raise NotFound(f"job {name} has no checkpoint {ckpt_id}")
+    else:
+        row = store.checkpoint_by_id(ckpt_id)
+    path = Path(row["path"])
+    if not path.exists():
+        raise NotFound(f"checkpoint {ckpt_id} is no longer on disk (pruned by keep_last?)")
+    if not within(path, folder.job_dir(row["job"])):
+        raise NotFound(f"checkpoint {ckpt_id} ({row['name']}) links outside its job's directory; "
+                        "it is not copied")
+    return row
+
+
+def export_checkpoint(row: dict, dest: Path, fmt: str = "native") -> None:
+    """Checkpoint `row` written as the new directory `dest` (jobs/copy_out.py): all or nothing."""
+    copy_out.export(row, folder.job_dir(row["job"]), Path(dest), fmt)
+
+
+def checkpoint_files(row: dict) -> list[tuple]:
+    """(file, path inside the copy) of every file a copy of the checkpoint takes."""
+    return copy_out.checkpoint_files(row, folder.job_dir(row["job"]))
+
+
+def checkpoint_zip(name: str, ckpt_id: str, fmt: str = "native") -> tuple[str, str]:
+    """One of job `name`'s checkpoints as a temporary zip file (the caller removes it) and the
+    folder its entries lie under: its files as they are (`native`), or exported as a Hugging
+    Face model (`hf`, what `checkpoint fetch --format hf` writes)."""
+    import shutil
+    import tempfile
+
+    row = checkpoint(ckpt_id, name)
+    top = f"{name}-{Path(row['path']).name}" + ("-hf" if fmt == "hf" else "")
+    if fmt != "hf":
+        return copy_out.zip_to_temp(checkpoint_files(row), top), top
+    work = Path(tempfile.mkdtemp(prefix="gptrain-hf-"))
+    try:
+        export_checkpoint(row, work / top, "hf")
+        files = [(p, p.relative_to(work / top)) for p in sorted((work / top).rglob("*")) if p.is_file()]
+        return copy_out.zip_to_temp(files, top), top
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def zip_job(name: str, dest: Path) -> None:
+    """The job's folder as the zip file `dest`, its logs masked (jobs/copy_out.py)."""
+    known(name)
+    copy_out.zip_job(folder.job_dir(name), Path(dest), secrets.load(name).values())
