@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo test test-fast browser podman clean
+.PHONY: install demo test test-fast browser podman ray clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -40,7 +40,13 @@ podman:
 		echo "make: could not install podman: the Kubernetes pod test will skip"; \
 	else echo "make: not root on Debian: the Kubernetes pod test will skip (apt-get install podman runc catatonit)"; fi
 
-test: $(STAMP) browser podman
+# Ray (the gptrain[ray] extra) for tests/ray, which start a two-node Ray cluster on this
+# machine; `install` and `demo` stay without it. Where it cannot be installed they skip, saying why.
+ray: $(STAMP)
+	@$(PY) -c "import ray" 2>/dev/null || $(PY) -m pip install --quiet -e ".[ray]" || \
+		echo "make: could not install ray: tests/ray will skip (pip install 'gptrain[ray]')"
+
+test: $(STAMP) browser podman ray
 	$(PY) -m pytest -q tests
 
 test-fast: $(STAMP)

@@ -17,6 +17,7 @@ from pathlib import Path
 from gptrain.errors import BadName, NotFound, UserError
 from gptrain.home import check_name
 from gptrain.jobs import copy_out, folder, records, secrets, store
+from gptrain.jobs.procs import SUPERVISORS
 from gptrain.jobs.schedulers import scheduler
 
 REFRESH_S = 2.0  # the whole table is brought up to date at most this often (refresh_all)
@@ -134,9 +135,9 @@ def refresh_all(force: bool = False) -> dict[str, dict]:
         _refreshed["at"] = time.time()
     from gptrain.jobs.reconcile import reconcile
 
-    unrecorded = reconcile()  # every local job at once
+    unrecorded = reconcile()  # every job owned by a supervisor here (local, ray) at once
     for row in store.list_jobs():
-        if row["scheduler"] != "local" and row["state"] in store.ACTIVE:
+        if row["scheduler"] not in SUPERVISORS and row["state"] in store.ACTIVE:
             scheduler(row["scheduler"]).refresh(row["name"])
     _refreshed["unrecorded"] = unrecorded
     return unrecorded

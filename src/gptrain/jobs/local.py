@@ -74,16 +74,24 @@ def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
     if need > total:
         raise UserError(f"job needs {spec.nodes} x {spec.accels} = {need} {kind} slots but this "
                         f"machine has {total}; ask for fewer (or set GPTRAIN_LOCAL_SLOTS)")
+    record_and_start(spec, "local")
+    return None
+
+
+def record_and_start(spec: JobSpec, scheduler: str, check=None) -> None:
+    """Record the job (its code snapshot first) and start its supervisor, with `check(folder)`
+    in between: all of it or, on any failure, nothing recorded."""
     from gptrain.jobs import code
 
     with code.staged(spec) as snapshot:  # the code, before anything is recorded
-        d = records.create(spec, snapshot, "local")
+        d = records.create(spec, snapshot, scheduler)
     try:
+        if check is not None:
+            check(d)
         procs.start_supervisor(spec.name)
-    except BaseException:  # no supervisor (fork failed): no job either
+    except BaseException:  # no supervisor (fork failed), or the check refused: no job either
         records.forget(spec.name, d)
         raise
-    return None
 
 
 

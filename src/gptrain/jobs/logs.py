@@ -136,17 +136,20 @@ def failed_rank(logs: Path, code: int) -> tuple[int | None, int]:
 
     torchrun prints a "Failures:" block (the ranks it tore down, often SIGTERM) and a
     "Root Cause (first observed failure):" block: the root cause is taken, and across nodes the
-    earliest one that exited with an error rather than a signal."""
+    earliest one that was not torn down (SIGTERM): a rank killed outright (SIGKILL) before
+    another node's ranks saw their peer gone is the cause, not their connection errors (also
+    within the same second, torchrun's resolution)."""
     causes = []
     for path in sorted(logs.glob(agent_log(logs, "*").name)):
         text = last_attempt(path)
         root = text.rfind("Root Cause")
         m = _FAILURE.search(text, root if root >= 0 else 0)
         if m:
-            causes.append((int(m.group(3)) < 0, m.group(1), int(m.group(2)), int(m.group(3))))
+            exitcode = int(m.group(3))
+            causes.append((exitcode == -signal.SIGTERM, m.group(1), exitcode >= 0, int(m.group(2)), exitcode))
     if not causes:
         return None, code
-    _, _, rank, exitcode = min(causes)
+    *_, rank, exitcode = min(causes)
     return rank, exitcode
 
 

@@ -115,6 +115,18 @@ def children(pids: set[int]) -> list[int]:
     return found
 
 
+def signal_once(pids, sig, signaled: set[int]) -> None:
+    """Send `sig` to each pid not in `signaled` yet (then added): a worker asked to stop at
+    every poll is asked once, however long it takes to save its checkpoint."""
+    for pid in pids:
+        if pid not in signaled:
+            signaled.add(pid)
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
 def tagged(run_id: str) -> list[list]:
     """Identities of every live process started with GPTRAIN_RUN_ID=run_id (a /proc scan:
     only used once a job's supervisor is found dead)."""
@@ -163,16 +175,24 @@ def parent_preexec():
     return lambda: die_with_parent(parent)
 
 
-# ---- the local supervisor's start --------------------------------------------------------
+# ---- the start of a job's supervisor (local and Ray jobs) ------------------------------------
+
+# The schedulers whose jobs are owned by a detached supervisor on this machine, and its module
+# (Ray's drives the job's node agents on the cluster, jobs/ray_supervisor.py).
+SUPERVISORS = {"local": "gptrain.jobs.supervisor", "ray": "gptrain.jobs.ray_supervisor"}
+
 
 def start_supervisor(name: str) -> None:
     """Start the detached supervisor (jobs/supervisor.py) of a queued job and record who it is. SIGTERM is blocked
     across the start (the child inherits the mask), so a `stop` that lands before the supervisor
     installed its handler stays pending instead of killing it silently."""
+    from gptrain.jobs import store
+
+    module = SUPERVISORS[store.get_job(name)["scheduler"]]
     log = open(folder.supervisor_log(folder.job_dir(name)), "ab")
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "gptrain.jobs.supervisor", name],
+        proc = subprocess.Popen([sys.executable, "-m", module, name],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                 close_fds=True, env=supervisor_env())
     finally:
@@ -180,8 +200,6 @@ def start_supervisor(name: str) -> None:
         log.close()
     ident = identity(proc.pid)
     if ident:
-        from gptrain.jobs import store
-
         store.record_supervisor(name, ident)
 
 

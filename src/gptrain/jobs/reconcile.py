@@ -1,4 +1,4 @@
-"""Make the job store tell the truth about local jobs whose supervisor is gone.
+"""Make the job store tell the truth about local (and Ray) jobs whose supervisor is gone.
 
 Run by every CLI call that reads or changes jobs, and by supervisors waiting for slots. It reads
 /proc only for the few active rows. A job whose supervisor died (kill -9, the OOM killer, a
@@ -26,7 +26,7 @@ def reconcile(skip: str | None = None) -> dict[str, dict]:
     """Check every active local job but `skip` (the caller's own). Never raises on a full disk:
     returns the verdicts it could not record, {name: {"state", "error"}}, for display."""
     try:
-        rows = store.active_local()
+        rows = store.active_supervised(procs.SUPERVISORS)
     except sqlite3.OperationalError as e:
         if out_of_space(e):
             return {}

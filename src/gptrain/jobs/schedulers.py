@@ -3,8 +3,8 @@
 Each engine is a module implementing `Scheduler` (local: a detached supervisor and torchrun on
 this machine; slurm: sbatch/srun). Every face reaches an engine through `scheduler(name)`, the
 job's own when it exists, never by importing the module. An engine that owns its processes
-elsewhere (Ray, Kubernetes) fits the same shape: `refresh` polls it and records what it says
-through jobs/store.py; `create`/`forget` in jobs/records.py make and undo a job's record and
+elsewhere fits the same shape: `refresh` polls it and records what it says through
+jobs/store.py (ray: a supervisor here polls the job's actors on the cluster, jobs/ray_supervisor.py); `create`/`forget` in jobs/records.py make and undo a job's record and
 folder for every engine alike.
 """
 
@@ -32,7 +32,7 @@ class Scheduler(Protocol):
 
 
 SCHEDULERS = {"local": "gptrain.jobs.local", "slurm": "gptrain.jobs.slurm",
-              "kubernetes": "gptrain.jobs.kube"}
+              "kubernetes": "gptrain.jobs.kube", "ray": "gptrain.jobs.ray_cluster"}
 OPERATIONS = tuple(n for n in vars(Scheduler) if not n.startswith("_"))
 
 

@@ -52,6 +52,7 @@ class JobSpec:
     script: str | None = None          # the user's script: relative to the code snapshot, or absolute
     slurm: dict = field(default_factory=dict)
     kubernetes: dict = field(default_factory=dict)  # jobs/kube_manifest.py OPTIONS
+    ray: dict = field(default_factory=dict)  # the cluster found at submit (address, accel_type)
     entry: str | None = None           # trainer | script | module | command (jobs/launch.py)
     module: str | None = None          # `-m module`
     command: str | None = None         # any other program, run once per node
@@ -215,7 +216,7 @@ def parse_env(pairs: list[str], flag: str = "--env") -> dict[str, str]:
 
 
 def check_scheduler_options(kind: str, opts: dict, known, forms: dict, flag=lambda key: f"--{key}") -> None:
-    """A scheduler's options (a job's `slurm:` or `kubernetes:`): one line naming an unknown one,
+    """A scheduler's options (a job's `slurm:`, `kubernetes:` or `ray:`): one line naming an unknown one,
     a value not of its form (forms: key -> (compiled regex, what it must be, in words)), a bad
     port or accelerator kind."""
     for key in opts:
@@ -247,11 +248,12 @@ def check_env(values: dict, flag: str) -> None:
 TYPES = {"name": ((str,), "a string (quote it)"), "nodes": ((int,), "a whole number"),
          "accels": ((int,), "a whole number"), "max_restarts": ((int,), "a whole number"),
          "datasets": ((list,), "a list of dataset names"), "env": ((dict,), "a mapping of NAME: value"),
-         "secrets": ((dict,), "a mapping of NAME: value"), "scheduler": ((str,), "local or slurm"),
+         "secrets": ((dict,), "a mapping of NAME: value"), "scheduler": ((str,), "local, slurm, kubernetes or ray"),
          "config": ((str, dict), "a TOML file path or a mapping of [sections]"),
          "config_path": ((str,), "a path"), "args": ((list,), "a list of arguments"),
          "script": ((str,), "a script path"), "slurm": ((dict,), "a mapping (partition, time, ...)"),
          "kubernetes": ((dict,), "a mapping (image, volume, queue, ...)"),
+         "ray": ((dict,), "a mapping (address)"),
          **{k: ((str,), "a string") for k in ("entry", "module", "command", "code", "repository_url",
                                                "ref", "commit", "source", "requirements", "python",
                                                "resume_args")}}

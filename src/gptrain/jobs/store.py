@@ -182,11 +182,13 @@ def record_supervisor(name: str, ident: list, run_id: str | None = None) -> bool
         return True
 
 
-def active_local() -> list[dict]:
-    """The local jobs not yet ended (few rows: the reconciler reads /proc for each)."""
+def active_supervised(schedulers) -> list[dict]:
+    """The jobs of these schedulers (those owned by a supervisor on this machine) not yet
+    ended (few rows: the reconciler reads /proc for each)."""
+    marks = ", ".join("?" * len(schedulers))
     return fetch_all("SELECT name, state, created, updated, started, restarts, spec, supervisor, "
-                     f"supervisor_pid, run_id FROM jobs WHERE scheduler = 'local' AND state IN {_ACTIVE_SQL} "
-                     "ORDER BY seq")
+                     f"supervisor_pid, run_id FROM jobs WHERE scheduler IN ({marks}) AND state IN {_ACTIVE_SQL} "
+                     "ORDER BY seq", tuple(schedulers))
 
 
 def claim_slots(name: str, kind: str, total: int, need: int, owner: str) -> list[int] | None:

@@ -6,7 +6,9 @@ queued -> (slots free, first in submission order) starting -> running -> succeed
 stopped, with restarting in between when an attempt fails and restarts are left. nodes > 1
 runs one torchrun agent per node on this machine, joined by c10d rendezvous, to exercise the
 multi-node path. SIGTERM (from `gptrain stop`) is passed to the workers, which save a
-checkpoint and exit; after the stop timeout the whole process tree is killed.
+checkpoint and exit; after the stop timeout the whole process tree is killed. A Ray job's
+supervisor (jobs/ray_supervisor.py) lives the same life with its agents on the cluster: it
+overrides where the agents run (placement, launch, poll, signal, kill), nothing else.
 
 Every write carries this supervisor's owner token (its run_id, jobs/store.py): when the store
 refuses one (the job was ended or taken over meanwhile), or gptrain.db is deleted or replaced
@@ -111,24 +113,45 @@ class Supervisor:
                 pass
         if self.agents:
             deadline = time.time() + self._stop_timeout()
-            while any(a.poll() is None for a in self.agents) and time.time() < deadline:
+            while None in self.poll_agents() and time.time() < deadline:
                 self._signal_workers(signal.SIGTERM)  # each poll: a worker may just be starting
                 time.sleep(POLL_S)
-            for a in self.agents:
-                _killpg(a.pid, signal.SIGKILL)
-                a.wait()
-        procs.kill_run(self.run_id)
+            self.kill_agents()
+        self.end_attempt()
 
     # ---- one attempt -------------------------------------------------------------------------
+
+    def job_env(self, attempt: int) -> dict:
+        """What every process of this attempt gets on top of its node's environment."""
+        env = {**self.spec.env, **secrets.load(self.name), **launch.job_env(self.spec, self.dir),
+               "GPTRAIN_ATTEMPT": str(attempt)}
+        env[procs.RUN_ID_ENV] = self.run_id  # every process of the job carries it (reconcile.py)
+        return env
+
+    def node_command(self, node: int, attempt: int, host: str, port: int, env: dict, gpu: bool) -> list[str]:
+        """Node `node`'s process, meeting the others at host:port (node 0's); a command
+        entrypoint gets the rendezvous in `env` (launch.RENDEZVOUS_VARS)."""
+        spec = self.spec
+        if not gpu and "OMP_NUM_THREADS" not in spec.env:
+            env["OMP_NUM_THREADS"] = "1"  # one core per CPU slot
+        if launch.under_torchrun(spec):
+            torchrun = launch.torchrun_args(spec, nnodes=spec.nodes, endpoint=f"{host}:{port}",
+                                            rdzv_id=f"{self.name}-{attempt}", is_host=int(node == 0))
+        else:  # one process, or a command: once per node
+            torchrun = []
+        if launch.meets_by_rendezvous(spec):  # a command is told where to meet (launch.RENDEZVOUS_VARS)
+            env.update(launch.rendezvous_env(spec.nodes, node, spec.accels, host, port))
+        return launch.node_command(spec, self.dir, torchrun)
+
+    def header(self, attempt: int, node: int, cmd: list[str]) -> bytes:
+        """The first line of an attempt in a node's agent log."""
+        return f"--- gptrain: attempt {attempt}, node {node}: {' '.join(cmd)}\n".encode()
 
     def launch(self, attempt: int, slots: list[int]) -> None:
         spec, logs = self.spec, folder.logs_dir(self.dir)
         kind, _ = local.local_slots()
-        env = {**launch.inherited_env(spec), **spec.env, **secrets.load(self.name), **launch.job_env(spec, self.dir),
-               "GPTRAIN_ATTEMPT": str(attempt)}
-        env[procs.RUN_ID_ENV] = self.run_id  # every process of the job carries it (reconcile.py)
+        env = {**launch.inherited_env(spec), **self.job_env(attempt)}
         launch.prepare_dirs(spec, self.dir)
-        self.before, self.warned = resume.baseline(found.scan_job(self.name)), set()
         port = free_port()
         self.agents, self.agent_logs, self.failed_node = [], [], None
         for node in range(spec.nodes):
@@ -136,19 +159,10 @@ class Supervisor:
             mine = slots[node * spec.accels:(node + 1) * spec.accels]
             if kind == "gpu":
                 node_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, mine))
-            elif "OMP_NUM_THREADS" not in spec.env:
-                node_env["OMP_NUM_THREADS"] = "1"  # one core per CPU slot
-            if launch.under_torchrun(spec):
-                torchrun = launch.torchrun_args(spec, nnodes=spec.nodes, endpoint=f"127.0.0.1:{port}",
-                                                rdzv_id=f"{self.name}-{attempt}", is_host=int(node == 0))
-            else:  # one process, or a command: once per node (told where to meet)
-                torchrun = []
-            if launch.meets_by_rendezvous(spec):  # (launch.RENDEZVOUS_VARS)
-                node_env.update(launch.rendezvous_env(spec.nodes, node, spec.accels, "127.0.0.1", port))
-            cmd = launch.node_command(spec, self.dir, torchrun)
+            cmd = self.node_command(node, attempt, "127.0.0.1", port, node_env, kind == "gpu")
             self.agent_logs.append(agent_log(logs, node))
             out = open(self.agent_logs[-1], "ab")
-            out.write(f"--- gptrain: attempt {attempt}, node {node}: {' '.join(cmd)}\n".encode())
+            out.write(self.header(attempt, node, cmd))
             out.flush()
             # the agent dies with this supervisor, and its workers with it (jobs/rank_log.py)
             self.agents.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
@@ -160,7 +174,7 @@ class Supervisor:
         stop_deadline = None
         while True:
             self._check_db()
-            codes = [a.poll() for a in self.agents]
+            codes = self.poll_agents()
             if self.failed_node is None:
                 self.failed_node = next((n for n, c in enumerate(codes) if c not in (None, 0)), None)
             if all(c is not None for c in codes):
@@ -173,8 +187,7 @@ class Supervisor:
                     stop_deadline = time.time() + self._stop_timeout()
                 self._signal_workers(signal.SIGTERM)  # each poll: a worker may just be starting
             if stop_deadline is not None and time.time() > stop_deadline:
-                for a in self.agents:
-                    _killpg(a.pid, signal.SIGKILL)
+                self.kill_agents(wait=False)
             if time.time() - self.last_sync > SYNC_EVERY_S:
                 self.sync_checkpoints()
             time.sleep(POLL_S)
@@ -182,19 +195,30 @@ class Supervisor:
     def _stop_timeout(self) -> float:
         return folder.stop_timeout(self.dir)
 
+    # ---- the agents: processes here (a scheduler running them elsewhere overrides these) -------
+
+    def poll_agents(self) -> list[int | None]:
+        """Each node agent's exit code, None while it runs."""
+        return [a.poll() for a in self.agents]
+
+    def kill_agents(self, wait: bool = True) -> None:
+        """SIGKILL every agent's process group (and reap them)."""
+        for a in self.agents:
+            _killpg(a.pid, signal.SIGKILL)
+            if wait:
+                a.wait()
+
+    def end_attempt(self) -> None:
+        """Nothing of this attempt outlives it (workers' children): every tagged process killed."""
+        procs.kill_run(self.run_id)
+
     def _signal_workers(self, sig) -> None:
         """The workers are the children of each torchrun agent: signal them, not the agent, so
         they can save and exit 0 while the agent simply sees them finish. A command entrypoint
         is itself the worker of its node: it is signalled (and passes it on to its own)."""
         pids = procs.children({a.pid for a in self.agents}) if launch.under_torchrun(self.spec) \
             else {a.pid for a in self.agents if a.poll() is None}
-        for pid in pids:
-            if pid not in self.signaled:
-                self.signaled.add(pid)
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
+        procs.signal_once(pids, sig, self.signaled)
 
     def sync_checkpoints(self) -> None:
         self.last_sync = time.time()
@@ -226,11 +250,12 @@ class Supervisor:
             return
         attempt = self.job["restarts"]  # > 0 when this supervisor took over from a dead one
         while True:
+            self.before, self.warned = resume.baseline(found.scan_job(self.name)), set()
             self.launch(attempt, slots)
             self._set(JobState.RUNNING, f"attempt {attempt}: {self.spec.nodes} node(s) x "
                       f"{self.spec.accels} process(es)")
             code = self.wait()
-            procs.kill_run(self.run_id)  # nothing of this attempt outlives it (workers' children)
+            self.end_attempt()
             self.sync_checkpoints()
             if self.stop_requested:
                 self._set(JobState.STOPPED, "stopped on request", exit_code=code)
@@ -272,14 +297,16 @@ def _killpg(pid: int, sig) -> None:
         pass
 
 
-def main() -> None:
+def main(kind=Supervisor) -> None:
     os.umask(0o077)  # the job's files (logs, checkpoints) are the user's alone, as in the CLI
-    sup = Supervisor(sys.argv[1])
+    sup = kind(sys.argv[1])
     try:
         sup.run()
     except Exception as e:  # record the last word; the reconciler covers a supervisor that cannot
-        for a in sup.agents:
-            _killpg(a.pid, signal.SIGKILL)
+        try:
+            sup.kill_agents(wait=False)
+        except Exception:  # (an engine that cannot be reached any more)
+            pass
         why = secrets.masked(sup.name, f"the supervisor failed: {e!r}")  # repr: its escaped forms too
         store.set_state(sup.name, JobState.FAILED, why, owner=sup.run_id, error=why)
         raise

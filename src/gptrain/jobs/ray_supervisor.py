@@ -1,0 +1,128 @@
+"""The detached process that owns one Ray job, on the machine it was submitted from.
+
+    python -m gptrain.jobs.ray_supervisor NAME      (started by `gptrain run --scheduler ray`)
+
+The local supervisor (jobs/supervisor.py) with its agents on the cluster: instead of claiming
+slots here it places the job on the cluster (a placement group, one bundle per node,
+STRICT_SPREAD) and waits, queued, until Ray has room; then one actor per bundle
+(jobs/ray_node.py) starts that node's torchrun agent, which meets the others at node 0's address
+as Ray reports it (node 0 hosts the c10d store: --rdzv-conf=is_host=1). Everything else is the
+local supervisor's: polling, the failed node, restarts from the latest checkpoint, stop (SIGTERM
+to the workers, SIGKILL after the timeout), owner-token writes. This process is the job's Ray
+driver: when it ends, even by kill -9, Ray ends its actors, and with them (PR_SET_PDEATHSIG) the
+agents and their workers on every node.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from gptrain.jobs import folder, launch
+from gptrain.jobs.logs import agent_log
+from gptrain.jobs.ray_cluster import connect, resource
+from gptrain.jobs.ray_node import NodeAgent
+from gptrain.jobs.store import JobState
+from gptrain.jobs.supervisor import POLL_S, Supervisor, main
+
+
+class RaySupervisor(Supervisor):
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.ray = None
+        self.group = None
+        self.nodes: list = []  # one NodeAgent actor per bundle, node 0 first
+        self.hosts: list[dict] = []  # where each runs (NodeAgent.where)
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            self.release()
+
+    def wait_for_slots(self) -> list[int] | None:
+        """Place the job on the cluster and wait until Ray has room for it; None if stopped
+        meanwhile. The job stays queued while it waits."""
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        spec, ray_opts = self.spec, self.spec.ray
+        self.ray = ray = connect(ray_opts["address"])
+        signal.signal(signal.SIGTERM, self._on_sigterm)  # ours, whatever Ray's start installed
+        kind = ray_opts.get("accel_type", "cpu")
+        self.group = placement_group([{resource(kind): spec.accels}] * spec.nodes, strategy="STRICT_SPREAD",
+                                     name=f"gptrain-{self.name}-{self.run_id[:8]}")
+        ready = self.group.ready()
+        while not ray.wait([ready], timeout=POLL_S)[0]:
+            self._check_db()
+            if self._stop_asked():
+                return None
+        cpus, gpus = (0, spec.accels) if kind == "gpu" else (spec.accels, 0)
+        actor = ray.remote(NodeAgent)
+        self.nodes = [actor.options(num_cpus=cpus, num_gpus=gpus, max_restarts=0, scheduling_strategy=
+                                    PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=i))
+                      .remote(self.run_id) for i in range(spec.nodes)]
+        self.hosts = ray.get([n.where.remote() for n in self.nodes])
+        blind = [h["ip"] for h, ok in zip(self.hosts, self._all("sees", str(folder.spec_file(self.dir)),
+                                                                 folder.spec_file(self.dir).read_text())) if not ok]
+        if blind:
+            raise RuntimeError(f"Ray node(s) {', '.join(blind)} do not see {self.dir}: $GPTRAIN_HOME must be "
+                          "on a filesystem every node shares")
+        where = ", ".join(f"node {i}: {h['ip']} ({h['host']})" for i, h in enumerate(self.hosts))
+        self._set(JobState.STARTING, f"placement group {self.group.id.hex()}: {where}",
+                  external_id=self.group.id.hex())
+        return list(range(spec.nodes))
+
+    def launch(self, attempt: int, slots: list[int]) -> None:
+        spec, logs = self.spec, folder.logs_dir(self.dir)
+        env = self.job_env(attempt)
+        launch.prepare_dirs(spec, self.dir)
+        host, port = self.hosts[0]["ip"], self.ray.get(self.nodes[0].free_port.remote())
+        self.agent_logs, self.failed_node, self.signaled = [], None, set()
+        started = []
+        for node, actor in enumerate(self.nodes):
+            node_env = dict(env)
+            cmd = self.node_command(node, attempt, host, port, node_env, bool(self.hosts[node]["gpus"]))
+            self.agent_logs.append(agent_log(logs, node))
+            started.append(actor.start.remote(cmd, node_env, str(launch.workdir(spec, self.dir)),
+                                              str(self.agent_logs[-1]), self.header(attempt, node, cmd)))
+        self.ray.get(started)
+        self.agents = self.nodes
+
+    # ---- the agents, through their actors ------------------------------------------------------
+
+    def _all(self, method: str, *args) -> list:
+        return self.ray.get([getattr(n, method).remote(*args) for n in self.nodes])
+
+    def poll_agents(self) -> list[int | None]:
+        return self._all("poll")
+
+    def _signal_workers(self, sig) -> None:
+        self._all("signal_workers", int(sig), launch.under_torchrun(self.spec))
+
+    def kill_agents(self, wait: bool = True) -> None:
+        if self.nodes:
+            self._all("kill")
+
+    def end_attempt(self) -> None:
+        if self.nodes:
+            self._all("kill")
+
+    def release(self) -> None:
+        """The actors and the placement group given back to the cluster (nothing left of the job
+        on any node), and this driver disconnected."""
+        if self.ray is None:
+            return
+        try:
+            for n in self.nodes:
+                self.ray.kill(n)
+            if self.group is not None:
+                from ray.util.placement_group import remove_placement_group
+
+                remove_placement_group(self.group)
+            self.ray.shutdown()
+        except Exception:  # the cluster is gone: Ray ends a dead driver's actors anyway
+            pass
+
+
+if __name__ == "__main__":
+    main(RaySupervisor)
