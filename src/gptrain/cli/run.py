@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from gptrain.errors import UserError
@@ -89,6 +90,8 @@ def cmd_run(args, extra) -> int:
     from gptrain.jobs.local import user_setting
 
     fields: dict = spec_mod.from_yaml(args.job_file) if args.job_file else {}
+    for note in fields.pop("notes", []):
+        print(f"note: {args.job_file}: {note}", file=sys.stderr)
     if args.name:
         fields["name"] = args.name
     if "name" not in fields:

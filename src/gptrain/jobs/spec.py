@@ -289,7 +289,8 @@ YAML_KEYS = {f.name for f in dataclasses.fields(JobSpec)} - {"config_path", "com
 
 
 def from_yaml(path: str) -> dict:
-    """The fields of a job.yaml (validated later, together with any CLI overrides)."""
+    """The fields of a job.yaml (validated later, together with any CLI overrides), and under
+    "notes" what of a cloud job file was left out (for the caller to say)."""
     import yaml
 
     try:
@@ -302,6 +303,14 @@ def from_yaml(path: str) -> dict:
         raise UserError(f"job file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise UserError(f"job file {path} must be a mapping of fields (name, nodes, accels, ...)")
+    from gptrain.jobs import cloud_job
+
+    notes = []
+    if cloud_job.is_cloud_job(data):  # the cloud job service's own file (jobs/cloud_job.py)
+        data, notes = cloud_job.translate(data, path)
+    elif "kind" in data:
+        raise UserError(f"job file {path}: a `kind:` file is read as a cloud job file only with kind "
+                        f"{' or '.join(cloud_job.KINDS)} and a `spec:` mapping (docs/jobs-code.md)")
     for key in data:
         if key not in YAML_KEYS:
             raise UserError(f"unknown field {key!r} in {path}{closest(str(key), YAML_KEYS)}")
@@ -335,7 +344,7 @@ def from_yaml(path: str) -> dict:
     data["args"] = [str(a) for a in data.get("args", [])]
     for key in ("env", "secrets"):
         data[key] = {k: str(v) for k, v in (data.get(key) or {}).items()}
-    return data
+    return {**data, "notes": notes}
 
 
 def _yaml_scalar(value) -> str:
