@@ -110,6 +110,12 @@ def cmd_run(args, extra) -> int:
     fields["env"] = {**fields.get("env", {}), **spec_mod.parse_env(args.env)}
     fields["secrets"] = {**fields.get("secrets", {}), **spec_mod.parse_env(args.secret, "--secret")}
     entrypoint(args.passthrough, fields)
+    if getattr(args, "training_command", None) == "run":  # the hosted words: its /input, /output
+        from gptrain.jobs.hosted_paths import rewrite
+
+        fields["args"], notes = rewrite(fields.get("args", []), fields.get("datasets") or [])
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
     fields.setdefault("scheduler", user_setting("defaults", "scheduler") or "local")
     slurm_opts = {k: user_setting("slurm", k) for k in ("partition", "account", "time")}
     slurm_opts = {k: v for k, v in slurm_opts.items() if v}

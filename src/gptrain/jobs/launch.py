@@ -93,6 +93,11 @@ def prepare_dirs(spec, jdir: Path) -> None:
     write_config(spec, jdir)
 
 
+def dataset_var(name: str) -> str:
+    """The variable naming dataset `name`'s folder in a worker: GPTRAIN_DATASET_<NAME>_DIR."""
+    return f"GPTRAIN_DATASET_{re.sub(r'[^A-Z0-9]', '_', name.upper())}_DIR"
+
+
 def dataset_env(spec) -> dict:
     """GPTRAIN_DATASET_DIR (the first dataset) and GPTRAIN_DATASET_<NAME>_DIR for each."""
     from gptrain.data.store import path_of
@@ -102,7 +107,7 @@ def dataset_env(spec) -> dict:
         path = str(path_of(name))
         if i == 0:
             env["GPTRAIN_DATASET_DIR"] = path
-        env[f"GPTRAIN_DATASET_{re.sub(r'[^A-Z0-9]', '_', name.upper())}_DIR"] = path
+        env[dataset_var(name)] = path
     return env
 
 
