@@ -11,6 +11,7 @@ refused, never run.
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 from gptrain.errors import UserError
@@ -61,7 +62,7 @@ def to_hf_layout(sd: dict, transposed) -> dict:
 
 def load_nanogpt(path, **overrides):
     """(model, tokenizer or None) from a nanoGPT ckpt.pt: GPT-2's tokenizer when the vocabulary
-    is GPT-2's; a character-level one needs --tokenizer."""
+    is GPT-2's; a character-level run's from its meta.pkl (meta_tokenizer), else None."""
     import torch
 
     from gptrain import tokenizers
@@ -77,5 +78,51 @@ def load_nanogpt(path, **overrides):
     model.lm_head.weight = model.transformer.wte.weight  # nanoGPT ties them (weight tying)
     sd = to_hf_layout(ckpt["model"], spec_of("gpt2").hf_transposed)
     copy_into(model, from_hf_state_dict(sd, cfg), str(path))
-    tok = tokenizers.GPT2Tokenizer() if cfg.vocab_size == GPT2_VOCAB else None
+    tok = tokenizers.GPT2Tokenizer() if cfg.vocab_size == GPT2_VOCAB else meta_tokenizer(path, ckpt, cfg.vocab_size)
     return model, tok
+
+
+META_MAX_BYTES = 16 << 20
+
+
+class _PlainData(pickle.Unpickler):
+    """An unpickler that builds plain data only (dicts, lists, str, int, ...): any class or
+    function named in the file is refused, so nothing from it is ever run."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"it names {module}.{name}; only plain data is read")
+
+
+def meta_paths(path: Path, ckpt: dict) -> list[Path]:
+    """Where nanoGPT keeps a character-level run's meta.pkl, for checkpoint `path`: beside it, or
+    data/<its config's dataset>/meta.pkl in the folders above it (nanoGPT's sample.py reads it from
+    the directory it runs in), nearest first. A dataset name with a path in it is not followed."""
+    dataset = (ckpt.get("config") or {}).get("dataset") if isinstance(ckpt.get("config"), dict) else None
+    out = [path.parent / "meta.pkl"]
+    if isinstance(dataset, str) and dataset and "/" not in dataset and dataset not in (".", ".."):
+        for folder in list(path.resolve().parents)[:4]:
+            out += [folder / "data" / dataset / "meta.pkl", folder / "code" / "data" / dataset / "meta.pkl"]
+    return out
+
+
+def meta_tokenizer(path: Path, ckpt: dict, vocab_size: int):
+    """The character tokenizer of a nanoGPT run from its meta.pkl (read as plain data, never run),
+    or None when there is none: `generate` then asks for --tokenizer."""
+    from gptrain.tokenizers import CharTokenizer
+
+    meta = next((p for p in meta_paths(path, ckpt) if p.is_file()), None)
+    if meta is None:
+        return None
+    if meta.stat().st_size > META_MAX_BYTES:
+        raise UserError(f"{meta} is over {META_MAX_BYTES >> 20} MiB: not a nanoGPT character vocabulary")
+    try:
+        with open(meta, "rb") as f:
+            data = _PlainData(f).load()
+        itos = data["itos"]
+        chars = "".join(itos[i] for i in range(int(data["vocab_size"])))
+    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError) as e:
+        raise UserError(f"{meta} is not nanoGPT's character vocabulary ({type(e).__name__}: {e})") from None
+    if len(chars) != vocab_size or "".join(sorted(set(chars))) != chars:
+        raise UserError(f"{meta}: its {len(chars)} characters are not the model's {vocab_size} in "
+                        "nanoGPT's sorted order; give --tokenizer")
+    return CharTokenizer(chars)

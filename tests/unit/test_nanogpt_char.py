@@ -1,0 +1,69 @@
+"""A character-level nanoGPT run used as its users have it: ckpt.pt in out/, meta.pkl in
+data/<dataset>/ (as nanoGPT's prepare.py writes it), `generate` finding the vocabulary as nanoGPT's
+sample.py does; a meta.pkl that names a class is refused, never run (models/nanogpt.py)."""
+
+import os
+import pickle
+
+import pytest
+
+from gptrain.errors import UserError
+from gptrain.models.nanogpt import load_nanogpt
+from tests.conftest import run_cli
+from tests.unit.test_found import nanogpt_ckpt
+
+TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n"
+
+
+def char_run(root, dataset="shakespeare_char"):
+    """nanoGPT's layout: data/<dataset>/meta.pkl (prepare.py) and out/ckpt.pt (train.py)."""
+    chars = sorted(set(TEXT))
+    meta = root / "data" / dataset / "meta.pkl"
+    meta.parent.mkdir(parents=True)
+    with open(meta, "wb") as f:  # what nanoGPT's data/shakespeare_char/prepare.py writes
+        pickle.dump({"vocab_size": len(chars), "itos": dict(enumerate(chars)),
+                     "stoi": {c: i for i, c in enumerate(chars)}}, f)
+    ckpt = nanogpt_ckpt(root / "out" / "ckpt.pt", vocab=len(chars), n_layer=1, block=32)
+    import torch
+
+    state = torch.load(ckpt, weights_only=True)
+    state["config"] = {"dataset": dataset}
+    torch.save(state, ckpt)
+    return ckpt, meta
+
+
+def test_generate_reads_the_runs_character_vocabulary(tmp_path, isolated_home):
+    ckpt, _ = char_run(tmp_path)
+    model, tok = load_nanogpt(ckpt)
+    assert tok is not None and tok.vocab_size == model.config.vocab_size == len(set(TEXT))
+    assert tok.decode(tok.encode("hear me")) == "hear me"
+    r = run_cli("generate", ckpt, "--prompt", "First", "--max-new-tokens", "5", "--seed", "1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("First") and len(r.stdout.rstrip("\n")) >= 6, r.stdout
+
+
+class Boom:
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/gptrain-meta-pkl-ran",))
+
+
+def test_a_meta_pkl_naming_code_is_refused_not_run(tmp_path):
+    ckpt, meta = char_run(tmp_path)
+    with open(meta, "wb") as f:
+        pickle.dump({"vocab_size": 3, "itos": Boom()}, f)
+    if os.path.exists("/tmp/gptrain-meta-pkl-ran"):
+        os.unlink("/tmp/gptrain-meta-pkl-ran")
+    with pytest.raises(UserError, match="not nanoGPT's character vocabulary.*only plain data"):
+        load_nanogpt(ckpt)
+    assert not os.path.exists("/tmp/gptrain-meta-pkl-ran")
+
+
+def test_a_dataset_name_with_a_path_is_not_followed(tmp_path):
+    ckpt, _ = char_run(tmp_path / "run")
+    import torch
+
+    state = torch.load(ckpt, weights_only=True)
+    state["config"] = {"dataset": "../../elsewhere"}
+    torch.save(state, ckpt)
+    model, tok = load_nanogpt(ckpt)
+    assert tok is None  # no meta.pkl where it may look: generate asks for --tokenizer
