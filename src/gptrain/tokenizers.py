@@ -119,6 +119,10 @@ class CharTokenizer(Tokenizer):
     def spec(self):
         return {"name": "char", "chars": self.chars}
 
+    def save_hf(self, out_dir):
+        """One token per character, ids as here: AutoTokenizer loads it and round-trips."""
+        return _save_fast(out_dir, {c: i for i, c in enumerate(self.chars)}, self.chars[0], byte_level=False)
+
 
 class ByteTokenizer(Tokenizer):
     """UTF-8 bytes 0..255, plus 256 as end-of-text."""
@@ -132,6 +136,36 @@ class ByteTokenizer(Tokenizer):
 
     def decode(self, ids):
         return bytes(int(i) for i in ids if int(i) < 256).decode("utf-8", errors="replace")
+
+    def save_hf(self, out_dir):
+        """One token per UTF-8 byte (GPT-2's byte-to-character spelling), 256 end-of-text."""
+        vocab = {c: b for b, c in _byte_spelling().items()}
+        return _save_fast(out_dir, {**vocab, GPT2_EOT: self.eos_id}, GPT2_EOT, byte_level=True, eos=GPT2_EOT)
+
+
+def _byte_spelling() -> dict[int, str]:
+    """GPT-2's printable spelling of each byte (what HF's ByteLevel pre-tokenizer maps bytes to)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    extra = (b for b in range(256) if b not in keep)
+    return {**{b: chr(b) for b in keep}, **{b: chr(256 + n) for n, b in enumerate(extra)}}
+
+
+def _save_fast(out_dir, vocab: dict, unk: str, byte_level: bool, eos: str | None = None) -> bool:
+    """A Hugging Face fast tokenizer of one token per character (per byte when `byte_level`),
+    written into out_dir for AutoTokenizer."""
+    from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as FastTokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    tok = FastTokenizer(models.WordLevel(vocab, unk_token=unk))
+    each = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False), each]) if byte_level else each
+    tok.decoder = decoders.ByteLevel() if byte_level else decoders.Fuse()
+    if eos:
+        tok.add_special_tokens([AddedToken(eos, special=True)])
+    PreTrainedTokenizerFast(tokenizer_object=tok, **({"eos_token": eos} if eos else {})).save_pretrained(out_dir)
+    return True
 
 
 class HFTokenizer(Tokenizer):

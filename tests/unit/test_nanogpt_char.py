@@ -67,3 +67,38 @@ def test_a_dataset_name_with_a_path_is_not_followed(tmp_path):
     torch.save(state, ckpt)
     model, tok = load_nanogpt(ckpt)
     assert tok is None  # no meta.pkl where it may look: generate asks for --tokenizer
+
+
+def test_the_export_carries_its_tokenizer_and_gives_the_same_logits(tmp_path, isolated_home):
+    """`export` of a char-level run: transformers loads the model with a tokenizer that round-trips
+    (not a 1-token one) and the model's logits are gptrain's."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    ckpt, _ = char_run(tmp_path)
+    r = run_cli("export", ckpt, "--out", tmp_path / "hf")
+    assert r.returncode == 0, r.stderr
+    tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    ours, our_tok = load_nanogpt(ckpt)
+    ids = tok("hear me speak.\nFirst")["input_ids"]
+    assert ids == our_tok.encode("hear me speak.\nFirst") and len(tok) == our_tok.vocab_size
+    assert tok.decode(ids) == "hear me speak.\nFirst"
+    theirs = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(x).logits, ours.eval()(x), atol=1e-5, rtol=1e-5)
+
+
+def test_a_byte_tokenizer_exports_as_one_autotokenizer_loads():
+    from transformers import AutoTokenizer
+
+    from gptrain.tokenizers import ByteTokenizer
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        ByteTokenizer().save_hf(Path(d))
+        tok = AutoTokenizer.from_pretrained(d)
+        text = "héllo\nwörld 😀"
+        assert tok(text)["input_ids"] == ByteTokenizer().encode(text) and tok.decode(tok(text)["input_ids"]) == text
+        assert (len(tok), tok.eos_token_id) == (257, 256)
