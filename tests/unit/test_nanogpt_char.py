@@ -102,3 +102,27 @@ def test_a_byte_tokenizer_exports_as_one_autotokenizer_loads():
         text = "héllo\nwörld 😀"
         assert tok(text)["input_ids"] == ByteTokenizer().encode(text) and tok.decode(tok(text)["input_ids"]) == text
         assert (len(tok), tok.eos_token_id) == (257, 256)
+
+
+def test_a_biasless_model_exports_as_gptrain_and_transformers_both_load(tmp_path, isolated_home):
+    """nanoGPT's bias=False: the export has zero biases (HF's GPT-2 always has them), and both
+    gptrain and transformers load it with the model's logits."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from gptrain.models.load import load_model
+
+    ckpt, _ = char_run(tmp_path)
+    state = torch.load(ckpt, weights_only=True)
+    state["model"] = {k: v for k, v in state["model"].items() if not k.endswith(".bias")}
+    state["model_args"]["bias"] = False
+    torch.save(state, ckpt)
+    ours, _ = load_nanogpt(ckpt)
+    assert run_cli("export", ckpt, "--out", tmp_path / "hf").returncode == 0
+    again, _ = load_model(str(tmp_path / "hf"))
+    theirs = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    x = torch.tensor([[1, 5, 7, 2, 9]])
+    with torch.no_grad():
+        want = ours.eval()(x)
+        torch.testing.assert_close(again.eval()(x), want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(theirs(x).logits, want, atol=1e-5, rtol=1e-5)

@@ -201,6 +201,22 @@ def to_hf_state_dict(sd: dict, cfg) -> dict:
         if name.endswith(spec.hf_transposed):
             t = t.t()
         out[_rename(name, spec.hf_renames, to_ours=False)] = t.detach().to("cpu").contiguous()
+    if cfg.arch == "gpt2" and not cfg.bias:  # HF's GPT-2 always has biases: zeros compute the same
+        out.update(_zero_biases(out))
+    return out
+
+
+def _zero_biases(hf: dict) -> dict:
+    """The zero bias of every GPT-2 layer norm and projection that has a weight and no bias (a
+    bias-less model, nanoGPT's bias=False): the bias is as wide as the weight's output side (the
+    projections are Conv1D in HF, [in, out])."""
+    import torch
+
+    out = {}
+    for name, w in hf.items():
+        bias = name.removesuffix(".weight") + ".bias"
+        if name.endswith(".weight") and bias not in hf and (".ln_" in name or ".c_" in name):
+            out[bias] = torch.zeros(w.shape[-1], dtype=w.dtype)
     return out
 
 
