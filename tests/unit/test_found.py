@@ -230,3 +230,20 @@ def test_a_restart_resumes_from_the_numbered_folder_of_a_single_file(tmp_path):
     (job / "checkpoints").mkdir()
     torch.save({"step": 12}, job / "checkpoints" / "step_12.pt")  # a file of its own stays the file
     assert found.latest(job) == job / "checkpoints" / "step_12.pt"
+
+
+def test_a_snapshot_without_a_step_shows_none_made_up(tmp_path, isolated_home):
+    """minGPT's snapshot.pt (model_state, optimizer_state, finished_epoch): listed with no step,
+    and `inspect` says so instead of `step None`."""
+    from gptrain.jobs import folder, store
+    from gptrain.jobs.spec import JobSpec
+
+    store.create_job("mingpt", JobSpec(name="mingpt", script="main.py").to_dict(), 1, 1, "local")
+    out = folder.job_dir("mingpt") / "output"
+    out.mkdir(parents=True)
+    (folder.job_dir("mingpt") / "logs").mkdir()
+    torch.save({"model_state": {"w": torch.zeros(2)}, "optimizer_state": {}, "finished_epoch": 3},
+               out / "snapshot.pt")
+    r = run_cli("inspect", "mingpt")
+    assert r.returncode == 0, r.stderr
+    assert "step None" not in r.stdout and "output/snapshot.pt  (no step recorded)" in r.stdout, r.stdout

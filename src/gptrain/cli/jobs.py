@@ -90,7 +90,7 @@ def cmd_inspect(args, extra) -> int:
         print(f"loss       {line}")
     print(f"checkpoints ({len(report['checkpoints'])})")
     for c in report["checkpoints"]:
-        print(f"  {c['id']}  {c['name']}  step {c['step']}")
+        print(f"  {c['id']}  {c['name']}  " + (f"step {c['step']}" if c["step"] is not None else "(no step recorded)"))
     if report["config"]:
         print("config")
         print("  " + report["config"].strip().replace("\n", "\n  "))
