@@ -126,3 +126,40 @@ def test_a_biasless_model_exports_as_gptrain_and_transformers_both_load(tmp_path
         want = ours.eval()(x)
         torch.testing.assert_close(again.eval()(x), want, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(theirs(x).logits, want, atol=1e-5, rtol=1e-5)
+
+
+def test_the_real_nanogpt_model_computes_what_gptrain_loads(tmp_path):
+    """The vendored nanoGPT model.py (its nn.GELU() is the exact GELU, not GPT-2's tanh form):
+    its checkpoint, loaded by gptrain and exported to transformers, gives nanoGPT's own logits.
+    The MLP input is scaled so the two GELUs differ by far more than the tolerance."""
+    import importlib.util
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    spec = importlib.util.spec_from_file_location(
+        "nanogpt_model", __import__("pathlib").Path(__file__).parents[1] / "third_party" / "nanogpt" / "model.py")
+    nano = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(nano)
+    torch.manual_seed(0)
+    args = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, bias=True, vocab_size=40, dropout=0.0)
+    theirs = nano.GPT(nano.GPTConfig(**args)).eval()
+    with torch.no_grad():
+        for block in theirs.transformer.h:
+            block.mlp.c_fc.weight.mul_(40)
+    ckpt = tmp_path / "out" / "ckpt.pt"
+    ckpt.parent.mkdir()
+    torch.save({"model": theirs.state_dict(), "model_args": args, "iter_num": 5, "best_val_loss": 2.0,
+                "config": {"dataset": "none"}}, ckpt)
+    ours, _ = load_nanogpt(ckpt)
+    x = torch.randint(0, 40, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = torch.cat([theirs(x[:, :t + 1])[0] for t in range(16)], dim=1)  # nanoGPT: last position only
+        got = ours.eval()(x)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        tanh = torch.nn.functional.gelu(torch.tensor([1.3]), approximate="tanh") - torch.nn.functional.gelu(torch.tensor([1.3]))
+        assert abs(tanh.item()) > 1e-4  # the two forms do differ where the test looks
+    assert run_cli("export", ckpt, "--out", tmp_path / "hf").returncode == 0
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(hf(x).logits, want, atol=1e-5, rtol=1e-5)

@@ -46,10 +46,11 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
+        # GPT-2's "gelu_new" is the tanh approximation; nanoGPT's nn.GELU() the exact one
+        self.approximate = "tanh" if cfg.gelu == "tanh" else "none"
 
     def forward(self, x):
-        # GPT-2's "gelu_new" is the tanh approximation.
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate="tanh")))
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate)))
 
 
 class Block(nn.Module):

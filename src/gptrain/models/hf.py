@@ -82,17 +82,19 @@ def llama_config_from_hf(hf: dict):
 def gpt2_config_from_hf(hf: dict):
     from gptrain.models.registry import GPTConfig
 
-    if hf.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
-        raise UserError(f"activation {hf['activation_function']!r} is not supported (GPT-2 uses gelu_new)")
+    act = hf.get("activation_function", "gelu_new")
+    if act not in ("gelu_new", "gelu_pytorch_tanh", "gelu"):
+        raise UserError(f"activation {act!r} is not supported (GPT-2 uses gelu_new; gelu, the exact one, too)")
     if hf.get("n_inner") not in (None, 4 * hf["n_embd"]):
         raise UserError("n_inner other than 4 * n_embd is not supported")
     return GPTConfig(block_size=hf["n_positions"], vocab_size=hf["vocab_size"],
                      n_layer=hf["n_layer"], n_head=hf["n_head"], n_embd=hf["n_embd"],
-                     layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5))
+                     layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+                     gelu="exact" if act == "gelu" else "tanh")
 
 
 def config_to_hf(cfg) -> dict:
-    from gptrain.models.registry import spec_of
+    from gptrain.models.registry import GELUS, spec_of
 
     spec = spec_of(cfg.arch)
     kind = {"architectures": [spec.hf_architecture], "model_type": spec.hf_model_type}
@@ -112,7 +114,7 @@ def config_to_hf(cfg) -> dict:
         **kind,
         "vocab_size": cfg.vocab_size, "n_positions": cfg.block_size, "n_ctx": cfg.block_size,
         "n_embd": cfg.n_embd, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_inner": None,
-        "activation_function": "gelu_new", "layer_norm_epsilon": cfg.layer_norm_eps,
+        "activation_function": GELUS[cfg.gelu], "layer_norm_epsilon": cfg.layer_norm_eps,
         "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": cfg.dropout,
         "initializer_range": 0.02, "bos_token_id": 50256, "eos_token_id": 50256,
         "tie_word_embeddings": True, "torch_dtype": "float32",

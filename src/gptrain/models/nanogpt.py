@@ -42,7 +42,8 @@ def config_of(model_args: dict, source, **overrides):
                         vocab_size=GPT2_VOCAB if vocab == NANOGPT_GPT2_VOCAB else vocab,
                         n_layer=int(model_args["n_layer"]), n_head=int(model_args["n_head"]),
                         n_embd=int(model_args["n_embd"]), bias=bool(model_args.get("bias", True)),
-                        pad_vocab_multiple=64 if vocab == NANOGPT_GPT2_VOCAB else 0)
+                        pad_vocab_multiple=64 if vocab == NANOGPT_GPT2_VOCAB else 0,
+                        gelu="exact")  # nanoGPT's MLP: nn.GELU()
     except (KeyError, TypeError, ValueError) as e:
         raise UserError(f"{source}: model_args is incomplete or mistyped ({type(e).__name__}: {e})") from None
     for key, value in overrides.items():

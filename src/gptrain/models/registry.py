@@ -19,6 +19,9 @@ from pathlib import Path
 from gptrain.errors import UserError, closest
 
 
+GELUS = {"tanh": "gelu_new", "exact": "gelu"}  # ours -> Hugging Face's activation_function
+
+
 @dataclass
 class GPTConfig:
     """The shape of one GPT-2 model, and the fields every architecture shares (a subclass per
@@ -36,6 +39,7 @@ class GPTConfig:
     attn_implementation: str = "sdpa"
     pad_vocab_multiple: int = 64
     tie_embeddings: bool = True  # lm_head shares wte's weight (GPT-2); Llama-2 keeps its own
+    gelu: str = "tanh"  # GPT-2's gelu_new (tanh approximation); "exact": nanoGPT's nn.GELU()
     mlp_matrices: ClassVar[int] = 2  # c_fc, c_proj (Llama's SwiGLU: 3)
     learned_positions: ClassVar[bool] = True  # wpe (Llama: rotary, none)
 
@@ -78,6 +82,8 @@ class GPTConfig:
                 raise UserError(f"model {name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.gelu not in GELUS:
+            raise UserError(f"gelu must be one of {', '.join(GELUS)}, got {self.gelu!r}")
 
 
 @dataclass
