@@ -210,6 +210,35 @@ class HFTokenizer(Tokenizer):
         return True
 
 
+PROBES = ("Hello world", "  two  spaces\nand\ttabs", "naïve café, 東京 😀", "12345 !? (x) [y] {z}")
+
+
+def same(tok: Tokenizer, spec: dict) -> bool:
+    """Whether `tok` and the tokenizer `spec` describes give the same ids: by what they do (the
+    vocabulary, the ids of probe texts), not by where they were loaded from, so a checkpoint's
+    tokenizer and a dataset made with its copy (or GPT-2's own files) agree."""
+    if tok.spec() == spec:
+        return True
+    try:
+        other = from_spec(spec)
+    except UserError:
+        return False
+    if tok.vocab_size != other.vocab_size:
+        return False
+    if isinstance(tok, HFTokenizer) and isinstance(other, HFTokenizer) and tok.tok.get_vocab() != other.tok.get_vocab():
+        return False
+    try:
+        return all(tok.encode(t) == other.encode(t) for t in PROBES)
+    except UserError:  # a char vocabulary without the probe's characters: compare the vocabularies
+        return isinstance(other, CharTokenizer) and getattr(tok, "chars", None) == other.chars
+
+
+def name_of(tok: Tokenizer) -> str:
+    """What `by_name` and `data prepare --tokenizer` take to make `tok` again (char: the corpus's)."""
+    spec = tok.spec()
+    return spec["path"] if spec["name"] == "hf" else spec["name"]
+
+
 MAX_CHARS = 1 << 20  # a char vocabulary larger than this is not one a corpus gave
 
 

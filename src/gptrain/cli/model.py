@@ -29,10 +29,12 @@ def register(sub) -> None:
 
     p = sub.add_parser("eval", help="evaluate a model on a dataset's validation split",
                        description="Loss, perplexity and next-token accuracy of MODEL on the val "
-                       "split (or --split) of a prepared dataset.")
+                       "split (or --split) of a dataset, read as training reads it.")
     p.add_argument("model", metavar="MODEL")
-    p.add_argument("--dataset", required=True, help="dataset name or directory")
-    p.add_argument("--split", default="val", choices=["val", "train"])
+    p.add_argument("--dataset", required=True, help="what training takes: a dataset name or "
+                   "directory, a save_to_disk folder, a text/JSONL/parquet file or URL")
+    p.add_argument("--split", default=None, choices=["val", "train"],
+                   help="val (the default: train when the data has no val split) or train")
     p.add_argument("--batch-size", dest="batch_size", type=int, default=8)
     p.add_argument("--max-blocks", dest="max_blocks", type=int, default=None)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -89,25 +91,35 @@ def cmd_eval(args, extra) -> int:
 
     from gptrain.data.formats import open_split, read_meta
     from gptrain.data.loader import eval_batches
-    from gptrain.data.store import resolve as resolve_dataset
     from gptrain.errors import UserError
     from gptrain.models.load import load_model, pick_device
     from gptrain.refs import resolve
+    from gptrain.tokenizers import name_of, same
     from gptrain.train.evaluate import evaluate
+    from gptrain.train.model_init import resolve_data
 
+    args.split_default, args.split = args.split is None, args.split or "val"
     device = pick_device(args.device)
     model, tokenizer = load_model(resolve(args.model), device=device)
-    data_dir = resolve_dataset(args.dataset)
+    # what training takes, read the same way: a prepared or pushed dataset, a save_to_disk
+    # folder, a text/JSONL/parquet file or URL (tokenized once, with the model's own tokenizer)
+    data_dir = resolve_data(args.dataset, tokenizer=name_of(tokenizer) if tokenizer is not None else "")
     meta = read_meta(data_dir)
-    if tokenizer is not None and tokenizer.spec() != meta["tokenizer"]:
+    if tokenizer is not None and not same(tokenizer, meta["tokenizer"]):
         raise UserError(f"dataset {args.dataset} was tokenized with {meta['tokenizer_name']}, "
                         f"not with the model's tokenizer ({tokenizer.name})")
-    tokens = open_split(data_dir, args.split)
+    split = args.split
+    if split not in meta["splits"] and args.split_default and "train" in meta["splits"]:
+        import sys
+
+        split = "train"  # a save_to_disk folder or a pushed file set with one split only
+        print(f"note: {args.dataset} has no val split; evaluating on its train split", file=sys.stderr)
+    tokens = open_split(data_dir, split)
     batches = eval_batches(tokens, model.config.block_size, args.batch_size, max_blocks=args.max_blocks,
                            vocab_size=meta["vocab_size"], source=f"dataset {data_dir}")
     result = evaluate(lambda x, y: model(x), batches, device)
     if not result:
-        raise UserError(f"the {args.split} split has fewer than {model.config.block_size + 1} tokens")
+        raise UserError(f"the {split} split has fewer than {model.config.block_size + 1} tokens")
     if args.json:
         print(json.dumps(result))
     else:
