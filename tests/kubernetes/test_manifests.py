@@ -235,6 +235,8 @@ def test_a_recorded_job_reads_as_last_known_while_its_cluster_is_unreachable(iso
     store.update("demo", external_id="uid-1")  # as a submit records the JobSet's uid
     assert kube.refresh("demo")["state"] == "queued"
     assert kube.describe(store.get_job("demo")).startswith("kubernetes JobSet demo: cannot be read here")
+    r = run_cli("inspect", "demo", env={"KUBECONFIG": str(tmp_path / "kubeconfig")}, timeout=120)
+    assert r.returncode == 0 and "kubernetes JobSet demo: cannot be read here" in r.stdout, r.stderr
     r = run_cli("stop", "demo", env={"KUBECONFIG": str(tmp_path / "kubeconfig")}, timeout=120)
     assert r.returncode == 2 and "cannot reach the cluster" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert store.get_job("demo")["state"] == "queued" and not (isolated_home / "jobs/demo/stop-request").exists()

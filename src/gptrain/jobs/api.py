@@ -64,31 +64,35 @@ def remove(name: str) -> None:
 
 def report(name: str, fresh: bool = True) -> dict:
     """Everything known of a job but its curves and logs, secrets masked: the record, its spec,
-    events, latest train/eval metrics, checkpoints and trainer config. `fresh`: this job's state
-    asked of its scheduler now; else as refresh_all last found it (a page that asks each second)."""
+    events, checkpoints and trainer config. `fresh` (`inspect`): this job's state asked of its
+    scheduler now, with the engine's own line on it (`describe`: squeue, the API server) and the
+    latest train/eval metrics; else (a page that asks each second, and streams the metrics
+    itself) the state as refresh_all last found it, and neither."""
     from gptrain.jobs import progress
 
     if fresh:
-        row = job(name)
+        full = job(name)
     else:
         known(name)
         unrecorded = refresh_all().get(name, {})
-        row = {**known(name), **unrecorded}
+        full = {**known(name), **unrecorded}
     values = secrets.load(name).values()
-    spec = json.loads(secrets.mask(json.dumps(row["spec"]), values))
+    spec = json.loads(secrets.mask(json.dumps(full["spec"]), values))
     if spec.get("repository_url"):  # stored before credentials in URLs were refused: never shown
         from gptrain.jobs.code import redact
 
         spec["repository_url"] = redact(spec["repository_url"])
-    row = shown(row, values)
+    row = shown(full, values)
     d = folder.job_dir(name)
     cfg = folder.trainer_config(d)
-    return {"job": row, "spec": spec, "ranks": row["nodes"] * row["accels"],
-            "events": [{**e, "message": secrets.mask(e["message"], values)} for e in store.events(name)],
-            "metrics": progress.latest(d),
-            "checkpoints": [{k: c.get(k) for k in CHECKPOINT_SHOWN} for c in checkpoints(name)],
-            "describe": scheduler(row["scheduler"]).describe(row),
-            "config": secrets.mask(cfg.read_text(), values) if cfg.is_file() else None}
+    out = {"job": row, "spec": spec, "ranks": row["nodes"] * row["accels"],
+           "events": [{**e, "message": secrets.mask(e["message"], values)} for e in store.events(name)],
+           "checkpoints": [{k: c.get(k) for k in CHECKPOINT_SHOWN} for c in checkpoints(name)],
+           "config": secrets.mask(cfg.read_text(), values) if cfg.is_file() else None}
+    if fresh:
+        describe = scheduler(full["scheduler"]).describe(full)  # the whole record: engines read its spec
+        out.update(metrics=progress.latest(d), describe=secrets.mask(describe, values) if describe else None)
+    return out
 
 
 PRIVATE = ("spec", "supervisor", "supervisor_pid", "run_id")  # kept to the engines
