@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo test test-fast browser podman ray clean
+.PHONY: install demo test test-fast test-gpu browser podman ray clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -54,3 +54,7 @@ test-fast: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache demo-out
+
+# The CUDA checks (tests/gpu): on a machine with an NVIDIA GPU; elsewhere they skip.
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q tests/gpu

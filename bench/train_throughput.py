@@ -12,6 +12,13 @@ GPT-2 124M, context 1024, batch 16.
   (a) gptrain        gptrain's trainer (its own GPT, loader, AdamW, schedule)
   (b) hf-trainer     transformers.Trainer on GPT2LMHeadModel (the tutorials' way)
   (c) torch-loop     a plain loop on GPT2LMHeadModel with SDPA and fused AdamW
+  (d) nanogpt        nanoGPT's own train.py (tests/third_party/nanogpt, 3adf61e) with its own
+                     settings: torch.compile, fused AdamW, flash attention, TF32, bf16; no biases
+
+`--gptrain-arg=--train.compile=true` (repeatable) passes a setting to gptrain's side. MFU is
+given against the device's dense bf16 peak (datasheet) and, on a GPU, against the bf16 matmul
+rate measured at the start (8192^3 products): the second says how close a side gets to what
+this GPU really does.
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-SIDES = ("gptrain", "hf-trainer", "torch-loop")
+SIDES = ("gptrain", "hf-trainer", "torch-loop", "nanogpt")
+NANOGPT = ROOT / "tests" / "third_party" / "nanogpt"
 
 
 def workload(device: str) -> dict:
@@ -71,7 +79,7 @@ def blocks(data_dir, w):
 
 # ---- the three sides: each returns the wall time of each step -------------------------------
 
-def run_gptrain(data_dir, w, steps, precision, device, out):
+def run_gptrain(data_dir, w, steps, precision, device, out, extra=()):
     from gptrain.config import parse_train_args
     from gptrain.train.trainer import train
 
@@ -82,6 +90,7 @@ def run_gptrain(data_dir, w, steps, precision, device, out):
         f"--train.max_steps={steps}", f"--train.precision={precision}", f"--train.device={device}",
         "--train.do_eval=false", "--checkpoint.every=0", "--metrics.log_every=1", "--report_to=none",
         f"--train.output_dir={out}", "--train.warmup_steps=2", "--checkpoint.resume_from=none",
+        *extra,
     ])
     train(cfg)
     times = [json.loads(line)["time"] for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
@@ -141,7 +150,54 @@ def run_torch_loop(data_dir, w, steps, precision, device, out):
     return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
-RUNNERS = {"gptrain": run_gptrain, "hf-trainer": run_hf_trainer, "torch-loop": run_torch_loop}
+def run_nanogpt(data_dir, w, steps, precision, device, out):
+    """nanoGPT's train.py, run in this process (so its peak memory is measured) from a folder
+    laid out as it expects: its files, and data/bench/{train,val}.bin (the same uint16 tokens)."""
+    import re
+    import runpy
+
+    work = Path(out)
+    for name in ("train.py", "model.py", "configurator.py"):
+        (work / name).symlink_to(NANOGPT / name)
+    (work / "data" / "bench").mkdir(parents=True)
+    for split in ("train", "val"):
+        (work / "data" / "bench" / f"{split}.bin").symlink_to(Path(data_dir) / f"{split}.bin")
+    dtype = {"bf16": "bfloat16", "fp32": "float32"}[precision]
+    sys.argv = ["train.py", "--dataset=bench", f"--batch_size={w['batch']}", f"--block_size={w['block_size']}",
+                f"--n_layer={w['n_layer']}", f"--n_head={w['n_head']}", f"--n_embd={w['n_embd']}",
+                "--gradient_accumulation_steps=1", f"--max_iters={steps}", "--eval_interval=1000000",
+                "--eval_iters=1", "--log_interval=1", "--always_save_checkpoint=False",
+                f"--device={device}", f"--dtype={dtype}", f"--compile={device == 'cuda'}",
+                "--warmup_iters=2", f"--lr_decay_iters={steps}"]
+    os.chdir(work)
+    sys.path.insert(0, str(work))  # its `from model import ...`
+    import contextlib
+    import io
+
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
+        runpy.run_path("train.py", run_name="__main__")
+    times = [float(m) / 1000 for m in re.findall(r"^iter \d+: .*time ([\d.]+)ms", captured.getvalue(), re.M)]
+    return times[1:]  # iteration 0's time includes its evaluation and compilation
+
+
+def matmul_peak() -> float:
+    """bf16 FLOP/s of 8192^3 matrix products on this GPU (mean of 10 after 3 warm-ups)."""
+    import torch
+
+    a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(10):
+        a @ b
+    torch.cuda.synchronize()
+    return 10 * 2 * 8192 ** 3 / (time.perf_counter() - start)
+
+
+RUNNERS = {"gptrain": run_gptrain, "hf-trainer": run_hf_trainer, "torch-loop": run_torch_loop,
+           "nanogpt": run_nanogpt}
 
 
 def child(args) -> None:
@@ -150,8 +206,9 @@ def child(args) -> None:
     device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
     w = workload(device)
     precision = args.precision
+    extra = {"extra": args.gptrain_arg} if args.child == "gptrain" else {}
     with tempfile.TemporaryDirectory() as out:
-        step_times = RUNNERS[args.child](args.data, w, args.steps + args.warmup, precision, device, out)
+        step_times = RUNNERS[args.child](args.data, w, args.steps + args.warmup, precision, device, out, **extra)
     timed = step_times[args.warmup - 1:]  # drop warm-up steps (allocator, first-call overheads)
     step_s = statistics.median(timed)
     peak = (torch.cuda.max_memory_allocated() if device == "cuda"
@@ -161,7 +218,7 @@ def child(args) -> None:
                                   "peak_bytes": peak, "workload": w}))
 
 
-def mfu(result) -> float:
+def mfu(result, peak=None) -> float:
     from gptrain.models.registry import GPTConfig
     from gptrain.models.gpt2 import GPT
     from gptrain.train.metrics import flops_per_token, peak_flops
@@ -173,7 +230,8 @@ def mfu(result) -> float:
                     block_size=w["block_size"])
     with torch.device("meta"):
         n = GPT(cfg).num_params()
-    peak, _ = peak_flops(torch.device(result["device"]), None, result["precision"])
+    if peak is None:
+        peak, _ = peak_flops(torch.device(result["device"]), None, result["precision"])
     return flops_per_token(cfg, n) * result["tokens_per_s"] / peak
 
 
@@ -198,6 +256,7 @@ def main():
     ap.add_argument("--sides", default=",".join(SIDES))
     ap.add_argument("--precision", default="best", choices=["best", "bf16", "fp32"],
                     help="best: bf16 on a GPU; on a CPU both, each side keeping its faster one")
+    ap.add_argument("--gptrain-arg", action="append", default=[], help="a setting for gptrain's side")
     ap.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -208,11 +267,16 @@ def main():
 
     device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
     sides = args.sides.split(",")
+    measured = matmul_peak() if device == "cuda" else None
+    if measured:
+        print(f"{torch.cuda.get_device_name()}: measured bf16 matmul peak {measured / 1e12:.0f} TFLOP/s",
+              file=sys.stderr)
     tried = {(s, p): [] for s in sides for p in precisions(device, args.precision)}
     for r in range(args.repeat):
         for side, precision in tried:
             cmd = [sys.executable, __file__, "--child", side, "--data", str(data), "--steps", str(args.steps),
-                   "--warmup", str(args.warmup), "--device", device, "--precision", precision]
+                   "--warmup", str(args.warmup), "--device", device, "--precision", precision,
+                   *(f"--gptrain-arg={a}" for a in args.gptrain_arg)]
             proc = subprocess.run(cmd, capture_output=True, text=True,
                                   env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
             line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
@@ -230,8 +294,9 @@ def main():
             results[side] = runs  # each side at its faster precision
     first = results[sides[0]][0]
     w = first["workload"]
-    print(f"device {first['device']} | {w['n_layer']} layers x {w['n_head']} heads x {w['n_embd']} wide, "
+    print(f"device {torch.cuda.get_device_name() if first['device'] == 'cuda' else 'cpu'} | {w['n_layer']} layers x {w['n_head']} heads x {w['n_embd']} wide, "
           f"context {w['block_size']}, batch {w['batch']}, GPT-2 vocabulary | {args.steps} timed steps, "
+          f"gptrain {' '.join(args.gptrain_arg) or 'defaults'}, "
           f"median of {args.repeat} runs")
     med = {}
     for side in sides:
@@ -242,7 +307,8 @@ def main():
         med[side] = tok_s
         rep = dict(runs[0], tokens_per_s=tok_s)
         print(f"{side:<11} {runs[0]['precision']:<5} {tok_s:>10,.0f} tokens/s  {step_ms:8.1f} ms/step  "
-              f"MFU {100 * mfu(rep):5.1f}%  peak {'GPU' if first['device'] == 'cuda' else 'RSS'} {peak:,.0f} MiB")
+              f"MFU {100 * mfu(rep):5.1f}%" + (f" ({100 * mfu(rep, measured):.1f}% of measured)" if measured else "")
+              + f"  peak {'GPU' if first['device'] == 'cuda' else 'RSS'} {peak:,.0f} MiB")
     if "gptrain" in med:
         for side in sides:
             if side != "gptrain":

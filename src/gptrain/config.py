@@ -107,9 +107,12 @@ class TrainConfig:
     eval_every: int = opt(500, "Evaluate every this many steps (eval_strategy=steps).", ge=1)
     activation_checkpointing: str = opt("none", "Recompute activations in backward to save memory.",
                                         ("none", "full", "selective"))
-    compile: bool = opt(False, "torch.compile each transformer block.")
-    fused_loss: bool = opt(True, "Compute the loss with the fused, chunked lm_head + cross-entropy "
-                           "(the logits never exist); false: the plain logits -> cross-entropy path.")
+    compile: bool | None = opt(None, "torch.compile each transformer block and the loss; default: on "
+                               "a GPU, off on a CPU (where compiling costs more than it saves).")
+    fused_loss: bool | None = opt(None, "Compute the loss with the fused, chunked lm_head + cross-"
+                                  "entropy (the logits never exist, less memory); false: the plain "
+                                  "logits -> cross-entropy path; default: fused, except compiled on a "
+                                  "GPU, where the compiled plain path is faster (BENCHMARKS.md).")
     nan_policy: str = opt("stop", "On a NaN/inf loss: stop the run, or skip the step.", ("stop", "skip"))
     device: str = opt("auto", "auto: cuda when present, else cpu.", ("auto", "cpu", "cuda"))
 

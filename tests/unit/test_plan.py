@@ -49,3 +49,13 @@ def test_global_batch_becomes_accumulation_or_microbatches():
 def test_bad_layouts_are_refused_before_any_process_group(argv, world, message):
     with pytest.raises(UserError, match=message):
         plan.resolve(parse_train_args(argv), "cpu", world)
+
+
+def test_kernels_default_to_what_measured_fastest_and_obey_settings():
+    from gptrain.train.plan import resolve_kernels
+
+    assert resolve_kernels(None, None, "cuda") == (True, False)   # compiled plain loss on a GPU
+    assert resolve_kernels(None, None, "cpu") == (False, True)    # eager, fused loss on a CPU
+    assert resolve_kernels(False, None, "cuda") == (False, True)  # eager on a GPU: fused
+    assert resolve_kernels(True, True, "cuda") == (True, True)    # as set
+    assert resolve_kernels(True, None, "cpu") == (True, True)

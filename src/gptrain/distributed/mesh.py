@@ -27,20 +27,30 @@ class Dist:
 
 
 def init_distributed(device_pref: str = "auto") -> Dist:
-    """Read torchrun's environment, pick the device, start the process group (nccl or gloo)."""
+    """Read torchrun's environment, pick the device, start the process group: nccl with a GPU
+    per local rank, else gloo (CPU, or more ranks than GPUs on a host: ranks then share GPUs
+    round-robin, which NCCL cannot do)."""
     rank = int(os.environ.get("RANK", 0))
     world = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     use_cuda = device_pref == "cuda" or (device_pref == "auto" and torch.cuda.is_available())
     if use_cuda and not torch.cuda.is_available():
         raise UserError("train.device=cuda but no CUDA GPU is available")
+    backend = "gloo"
     if use_cuda:
-        device = torch.device("cuda", local_rank)
+        gpus = torch.cuda.device_count()
+        device = torch.device("cuda", local_rank % gpus)
         torch.cuda.set_device(device)
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        if local_world <= gpus:
+            backend = "nccl"
+        elif rank == 0 and world > 1:  # NCCL refuses two ranks on one device ("Duplicate GPU")
+            print(f"note: {local_world} ranks share {gpus} GPU(s) on this host; NCCL needs a GPU "
+                  "per rank, so they communicate over gloo (slower)", flush=True)
     else:
         device = torch.device("cpu")
     if world > 1 and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
+        torch.distributed.init_process_group(backend, device_id=device if backend == "nccl" else None)
     return Dist(rank, world, local_rank, device)
 
 

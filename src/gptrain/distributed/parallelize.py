@@ -75,9 +75,13 @@ def apply_ac(model, mode: str) -> None:
 
 
 def apply_compile(model) -> None:
-    """Compile each block in place (names and state-dict keys stay the same)."""
+    """Compile each block in place (names and state-dict keys stay the same), and the loss of
+    the unfused path (one fused kernel pair instead of passes over the whole logits tensor)."""
     for block in model.transformer.h.values():
         block.compile()
+    from gptrain.models.base import cross_entropy
+
+    model.loss_fn = torch.compile(cross_entropy)
 
 
 def apply_fsdp(model, dp_mesh, param_dtype, reduce_dtype) -> None:
@@ -96,14 +100,15 @@ def apply_fsdp(model, dp_mesh, param_dtype, reduce_dtype) -> None:
     fully_shard(model, mesh=dp_mesh, mp_policy=mp)
 
 
-def parallelize(model, dims, mesh, cfg, device, param_dtype=None) -> nn.Module:
+def parallelize(model, dims, mesh, cfg, device, param_dtype=None, compile_=False) -> nn.Module:
     """The model ready to train on this rank (wrapped by DDP when pure data parallel);
-    FSDP gathers parameters in `param_dtype` (the plan's compute dtype; None: fp32)."""
+    FSDP gathers parameters in `param_dtype` (the plan's compute dtype; None: fp32); blocks and
+    loss are compiled when `compile_` (the plan's)."""
     if dims.tp > 1:
         apply_tp(model, mesh["tp"])
     if cfg.train.activation_checkpointing != "none":
         apply_ac(model, cfg.train.activation_checkpointing)
-    if cfg.train.compile:
+    if compile_:
         apply_compile(model)
     if dims.dp_shard > 1:
         names = ("dp_replicate", "dp_shard") if dims.dp_replicate > 1 else ("dp_shard",)

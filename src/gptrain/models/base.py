@@ -67,6 +67,7 @@ class CausalLM(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.transformer.wte.weight
         self.fused_loss = True  # False: the reference logits -> cross-entropy path
+        self.loss_fn = cross_entropy  # that path's loss (compiled by parallelize when asked)
         self.init_weights()
 
     def embed(self, idx, start_pos: int):
@@ -130,7 +131,7 @@ class CausalLM(nn.Module):
             logits = logits[..., : self.config.vocab_size]  # padded rows are never predicted
         if targets is None:
             return logits.contiguous()
-        return logits, cross_entropy(logits, targets)
+        return logits, self.loss_fn(logits, targets)
 
 
 def _plain(*tensors) -> bool:

@@ -22,7 +22,11 @@ CHUNK_ELEMENTS = 1 << 26  # logits per chunk (256 MB in fp32): bigger chunks, fa
 class LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, weight, targets, vocab_size: int):
-        W = weight
+        # Under autocast every matmul runs in its dtype, the weight gradient's too: a float32
+        # operand would make that product plain fp32 (on a GPU several times slower).
+        device = h.device.type
+        mm_dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
+        W = weight if weight.dtype == mm_dtype else weight.to(mm_dtype)
         n = h.shape[0]
         valid = targets != -100
         n_valid = valid.sum().clamp_min(1)
@@ -38,7 +42,8 @@ class LinearCrossEntropy(torch.autograd.Function):
         for start in range(0, n, rows):
             end = min(start + rows, n)
             hc, tc = h[start:end], safe_targets[start:end, None]
-            logits = hc @ W.t()
+            hm = hc.to(mm_dtype)
+            logits = hm @ W.t()
             if logits.dtype != torch.float32:
                 logits = logits.float()
             logits[:, vocab_size:] = float("-inf")
@@ -50,14 +55,14 @@ class LinearCrossEntropy(torch.autograd.Function):
             loss_sum += ((lse - target_logit) * valid[start:end]).sum()
             if want_h or want_w:
                 probs.scatter_add_(1, tc, torch.full_like(target_logit, -1.0)[:, None])
-                grad = probs.to(h.dtype)
+                grad = probs.to(mm_dtype)
                 if want_h:
-                    grad_h[start:end] = (grad @ W.to(h.dtype)) * scale[start:end]
+                    grad_h[start:end] = (grad @ W) * scale[start:end]
                 if want_w:
                     if grad.dtype == torch.float32:
                         grad_w.addmm_(grad.t(), hc * scale[start:end])
                     else:
-                        grad_w += (grad.t() @ (hc * scale[start:end])).float()
+                        grad_w += (grad.t() @ (hm * scale[start:end].to(mm_dtype))).float()
         ctx.save_for_backward(grad_h, grad_w)
         ctx.weight_dtype = weight.dtype
         return loss_sum / n_valid

@@ -24,6 +24,8 @@ class Plan:
     grad_accum_steps: int   # micro-steps per optimizer step (1 under pipeline parallel)
     pp_microbatches: int    # microbatches the pipeline splits batch_size into (0 without pp)
     precision_why: str = "as set"  # what decided the precision (printed at start)
+    compile: bool = False   # torch.compile the blocks and the loss
+    fused_loss: bool = True  # the chunked lm_head + cross-entropy (models/fused_ce.py)
 
     @property
     def compute_dtype(self):
@@ -84,8 +86,20 @@ def resolve(cfg: Config, device_type: str, world: int) -> Plan:
             raise UserError(f"interleaved_1f1b needs pp_microbatches ({microbatches}) to be a "
                             f"multiple of pp ({dims.pp})")
     precision, why = resolve_precision(tc.precision, device_type)
+    compile_, fused = resolve_kernels(tc.compile, tc.fused_loss, device_type)
     return Plan(precision=precision, dims=dims, batch_size=tc.batch_size,
-                grad_accum_steps=tc.grad_accum_steps, pp_microbatches=microbatches, precision_why=why)
+                grad_accum_steps=tc.grad_accum_steps, pp_microbatches=microbatches, precision_why=why,
+                compile=compile_, fused_loss=fused)
+
+
+def resolve_kernels(compile_: bool | None, fused_loss: bool | None, device_type: str) -> tuple[bool, bool]:
+    """(compile, fused_loss); unset means what measured fastest (BENCHMARKS.md, GPT-2 124M): on
+    a GPU compiled, with the compiled plain loss (an H200: 38 ms/step against 46 fused); on a
+    CPU eager, with the fused loss."""
+    gpu = device_type == "cuda"
+    compile_ = gpu if compile_ is None else compile_
+    fused = not (gpu and compile_) if fused_loss is None else fused_loss
+    return compile_, fused
 
 
 def apply_global_batch(cfg: Config, dp: int, pp: int) -> None:

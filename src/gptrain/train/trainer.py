@@ -67,9 +67,12 @@ class Trainer(Checkpointing):
         meta = read_meta(self.data_dir)
         self.tokenizer_spec = meta["tokenizer"]
         self.plan = run_plan.resolve(cfg, env.device.type, env.world)
+        if env.device.type == "cuda" and self.plan.precision != "fp32":
+            # what autocast leaves in fp32 may use TF32 (as nanoGPT); fp32 runs stay exact
+            torch.backends.cuda.matmul.allow_tf32 = True
         self.dims = self.plan.dims
         plain = build_model(cfg, meta["vocab_size"])
-        plain.fused_loss = tc.fused_loss
+        plain.fused_loss = self.plan.fused_loss
         self.model_cfg = plain.config
         check_layout(self.model_cfg, self.dims)
         if cfg.checkpoint.remote:
@@ -122,13 +125,15 @@ class Trainer(Checkpointing):
         self.schedule = None
         dtype = self.plan.compute_dtype
         if dims.pp == 1:
-            self.parts = [parallelize(plain.to(device), dims, self.mesh, cfg, device, dtype)]
+            self.parts = [parallelize(plain.to(device), dims, self.mesh, cfg, device, dtype,
+                                     self.plan.compile)]
             return
         pc = cfg.parallel
         microbatches = self.plan.pp_microbatches
         pp_mesh = self.mesh["pp"]
         parts, ids, n_stages = pipeline.split(plain, pp_mesh.get_local_rank(), dims.pp, pc.pp_schedule)
-        self.parts = [parallelize(p.to(device), dims, self.mesh, cfg, device, dtype) for p in parts]
+        self.parts = [parallelize(p.to(device), dims, self.mesh, cfg, device, dtype, self.plan.compile)
+                      for p in parts]
         self.pp_group = pp_mesh.get_group()
         self.embedding_group = pipeline.embedding_group(self.mesh) if plain.config.tie_embeddings else None
         self.has_first = any(pipeline.is_first(p) for p in parts)
@@ -178,13 +183,19 @@ class Trainer(Checkpointing):
         loss_sum = torch.zeros((), device=device)
         accum = self.plan.grad_accum_steps
         for micro in range(accum):
-            x, y = (t.to(device, non_blocking=True) for t in self.loader.next_batch())
+            x, y = (self._to_device(t) for t in self.loader.next_batch())
             with self._grad_sync(micro == accum - 1), self.autocast():
                 _, loss = self.parts[0](x, y)
             scaled = loss / accum
             (self.scaler.scale_loss(scaled) if self.scaler else scaled).backward()
             loss_sum += loss.detach()
         return loss_sum / accum
+
+    def _to_device(self, t: torch.Tensor) -> torch.Tensor:
+        """A batch to the device; to a GPU from pinned memory, a copy that does not wait."""
+        if self.env.device.type == "cuda":
+            t = t.pin_memory()
+        return t.to(self.env.device, non_blocking=True)
 
     def train_step(self):
         """One optimizer step; returns (mean loss or None when skipped, lr)."""
@@ -268,6 +279,8 @@ class Trainer(Checkpointing):
     # ---- the loop ----------------------------------------------------------------------------
 
     def _stop_agreed(self) -> bool:
+        if not dist.is_initialized():  # no device round trip (a host sync) for one process
+            return stop.requested()
         flag = torch.tensor(float(stop.requested()), device=self.env.device)
         if dist.is_initialized():
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
@@ -288,6 +301,8 @@ class Trainer(Checkpointing):
                       f"{env.device.type} ({self.plan.precision}), {self.total_steps} steps, "
                       f"{tokens_per_step:,} tokens/step")
         self.log_main(f"precision {self.plan.precision_why}")
+        self.log_main(f"kernels: {'compiled' if self.plan.compile else 'eager'} blocks, "
+                      f"{'fused chunked' if self.plan.fused_loss else ('compiled ' if self.plan.compile else '') + 'plain'} loss")
         peak = 0.0
         if env.is_main:  # only rank 0 reports MFU; peers on one host would time each other
             peak, basis = peak_flops(env.device, self.cfg.metrics.peak_flops, self.plan.precision)
