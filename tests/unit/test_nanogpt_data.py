@@ -119,3 +119,16 @@ def test_a_save_to_disk_folder_of_ids_has_its_tokenizer_named_at_push(tmp_path, 
     assert ok("data", "list").splitlines()[1].split()[:3] == ["saved", "save_to_disk", "byte"]
     meta = read_meta(resolve_data("saved", tokenizer="gpt2"))  # the recorded one, whatever else is named
     assert meta["tokenizer"] == {"name": "byte"} and meta["vocab_size"] == 257
+
+
+def test_a_tokenizer_saved_in_the_save_to_disk_folder_is_its_own(tmp_path, isolated_home):
+    from gptrain.data.formats import read_meta
+    from gptrain.tokenizers import ByteTokenizer
+    from gptrain.train.model_init import resolve_data
+
+    saved = save_as_hf_blocks(make_dataset(tmp_path, tokenizer="byte"), tmp_path / "tokenized")
+    ByteTokenizer().save_hf(saved)  # tokenizer.save_pretrained(out) beside ds.save_to_disk(out)
+    ok("data", "push", "own", saved)
+    stored = isolated_home / "datasets" / "own"
+    meta = read_meta(resolve_data("own"))
+    assert meta["tokenizer"] == {"name": "hf", "path": str(stored.resolve())} and meta["vocab_size"] == 257

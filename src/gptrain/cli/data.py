@@ -66,7 +66,8 @@ def register(sub) -> None:
 
 def add_push_tokenizer(p) -> None:
     p.add_argument("--tokenizer", default="", help="the tokenizer the token ids came from: needed for a "
-                   "save_to_disk folder with input_ids (gpt2, byte or a HF tokenizer directory); for a "
+                   "save_to_disk folder with input_ids (gpt2, byte or a HF tokenizer directory) unless it "
+                   "holds its own tokenizer files; for a "
                    "nanoGPT folder without meta.pkl (default gpt2)")
 
 

@@ -113,7 +113,7 @@ def push(name: str, src: str, tokenizer: str = "") -> Path:
     nanogpt = nanogpt_dir.is_nanogpt_dir(src_dir)
     if kind == "prepared" and not nanogpt:
         verify(src_dir)
-    tok_spec = _ids_tokenizer(src_dir, tokenizer) if kind == "save_to_disk" else None
+    tok_spec = _ids_tokenizer(src_dir, tokenizer, datasets_dir() / name) if kind == "save_to_disk" else None
     if tokenizer and (kind == "files" or (kind == "prepared" and not nanogpt)):
         raise UserError(f"--tokenizer is for a save_to_disk folder of token ids or a nanoGPT folder; {src} is "
                         f"{'a prepared dataset (its meta.json names its tokenizer)' if kind == 'prepared' else 'neither'}")
@@ -163,14 +163,19 @@ def push(name: str, src: str, tokenizer: str = "") -> Path:
     return dest
 
 
-def _ids_tokenizer(folder: Path, tokenizer: str) -> dict | None:
-    """The spec of the tokenizer a save_to_disk folder's token ids came from: the one named, or
-    None for a folder without input_ids (its text needs none); asked for otherwise, never assumed."""
+def _ids_tokenizer(folder: Path, tokenizer: str, dest: Path) -> dict | None:
+    """The spec of the tokenizer a save_to_disk folder's token ids came from: the one named, the
+    one saved in the folder itself (save_pretrained beside save_to_disk; loaded from its stored
+    copy at `dest`), or None for a folder without input_ids (its text needs none); asked for
+    otherwise, never assumed."""
     from gptrain import tokenizers
 
     if not tokenizer:
         if not _has_token_ids(folder):
             return None
+        if any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+            tokenizers.HFTokenizer(str(folder))  # it loads (its own code never runs)
+            return {"name": "hf", "path": str(dest.resolve())}
         raise UserError(f"{shown(folder)} is a save_to_disk dataset of token ids (input_ids): name the "
                         "tokenizer they were made with, --tokenizer gpt2|byte|TOKENIZER_DIR")
     if tokenizer == "char":
