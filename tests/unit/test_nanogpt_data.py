@@ -88,6 +88,8 @@ def test_a_gpt2_nanogpt_folder_is_read_as_gpt2_ids(tmp_path, isolated_home):
         meta = read_meta(resolve_data(ref))
         assert meta["tokenizer"] == {"name": "gpt2"} and meta["vocab_size"] == 50257
     assert resolve_data(str(folder)) == resolve_data(str(folder))
+    sample = json.loads(ok("data", "inspect", folder, "--json"))["sample"]  # inspect reads it the same way
+    assert len(sample) > 64 and text.startswith(sample)
 
 
 def test_a_meta_pkl_naming_code_or_ids_outside_it_are_refused_at_push(tmp_path, isolated_home):
@@ -98,6 +100,7 @@ def test_a_meta_pkl_naming_code_or_ids_outside_it_are_refused_at_push(tmp_path, 
     folder = shakespeare_char(tmp_path / "evil", "abcabcabc" * 50)
     with open(folder / "meta.pkl", "wb") as f:
         pickle.dump({"vocab_size": 3, "itos": Boom()}, f)
+    refused(run_cli("data", "push", "evil", folder, "--tokenizer", "gpt2"), "meta.pkl", "drop --tokenizer")
     refused(run_cli("data", "push", "evil", folder), "meta.pkl", "only plain data")
     assert not (tmp_path / "ran").exists()
     small = shakespeare_char(tmp_path / "small", "abcabcabc" * 50)

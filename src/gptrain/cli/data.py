@@ -125,10 +125,13 @@ def cmd_list(args, extra) -> int:
 
 def cmd_inspect(args, extra) -> int:
     from gptrain import tokenizers
+    from gptrain.data import nanogpt_dir
     from gptrain.data.formats import is_prepared_dir, open_split, read_meta, verify
     from gptrain.data.store import resolve
 
     path = resolve(args.name)
+    if nanogpt_dir.is_nanogpt_dir(path):  # read as push, train and eval read it (a prepared copy, cached)
+        path = nanogpt_dir.cached(path)
     if not is_prepared_dir(path):
         return _inspect_files(args, path)
     meta = read_meta(path)

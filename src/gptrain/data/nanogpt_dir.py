@@ -120,6 +120,7 @@ def cached(src: Path, tokenizer: str = "") -> Path:
     from gptrain.atomic import build_once, new_directory
     from gptrain.home import home
 
+    tokenizer = "" if (src / META_PKL).exists() else tokenizer  # meta.pkl's is the one
     stamp = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(src.iterdir())
              if p.name in (*FILES, META_PKL)]
     key = hashlib.sha256(f"{src.resolve()}:{stamp}:{tokenizer}".encode()).hexdigest()[:16]

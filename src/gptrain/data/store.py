@@ -114,6 +114,8 @@ def push(name: str, src: str, tokenizer: str = "") -> Path:
     if kind == "prepared" and not nanogpt:
         verify(src_dir)
     tok_spec = _ids_tokenizer(src_dir, tokenizer, datasets_dir() / name) if kind == "save_to_disk" else None
+    if tokenizer and nanogpt and (src_dir / nanogpt_dir.META_PKL).exists():
+        raise UserError(f"{src} has nanoGPT's meta.pkl: its character vocabulary is the tokenizer; drop --tokenizer")
     if tokenizer and (kind == "files" or (kind == "prepared" and not nanogpt)):
         raise UserError(f"--tokenizer is for a save_to_disk folder of token ids or a nanoGPT folder; {src} is "
                         f"{'a prepared dataset (its meta.json names its tokenizer)' if kind == 'prepared' else 'neither'}")
