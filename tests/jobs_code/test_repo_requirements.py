@@ -55,3 +55,23 @@ def test_a_requirements_path_outside_the_repository_is_refused(tmp_path, name):
     (root / "out.txt").symlink_to(tmp_path / "requirements.txt")
     with pytest.raises(UserError, match="inside it|no such file"):
         read_in_snapshot(root, name)
+
+
+def test_a_repository_requirements_file_is_refused_on_kubernetes_too():
+    from gptrain.jobs.kube_manifest import check_options
+    from gptrain.jobs.spec import JobSpec
+
+    spec = JobSpec(name="k", scheduler="kubernetes", kubernetes={"image": "img", "volume": "pvc"},
+                   repository_url="https://example.com/r.git", requirements_file="requirements.txt",
+                   script="train.py")
+    with pytest.raises(UserError, match="--requirements cannot be installed on a cluster"):
+        check_options(spec)
+
+
+def test_a_job_files_requirements_beside_a_repository_is_the_repositorys(tmp_path):
+    from gptrain.jobs.spec import from_yaml
+
+    (tmp_path / "job.yaml").write_text("name: y\nrepository_url: https://example.com/r.git\n"
+                                       "script: train.py\nrequirements: reqs/gpu.txt\n")
+    fields = from_yaml(str(tmp_path / "job.yaml"))  # no local reqs/gpu.txt is read (there is none)
+    assert fields["requirements_file"] == "reqs/gpu.txt" and "requirements" not in fields
