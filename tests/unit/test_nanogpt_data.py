@@ -58,7 +58,9 @@ def refused(r, *needles):
 def test_a_char_nanogpt_folder_is_pushed_trained_on_and_evaluated(tmp_path, isolated_home):
     text = write_corpus(tmp_path / "corpus.txt", n_chars=6000).read_text()
     folder = shakespeare_char(tmp_path / "shakespeare_char", text)
-    assert "(prepared," in ok("data", "push", "chars", folder)
+    r = run_cli("data", "push", "chars", folder)
+    assert r.returncode == 0 and "(prepared," in r.stdout, r.stderr
+    assert "kept meta.pkl, train.bin, val.bin; left out input.txt, prepare.py" in r.stderr, r.stderr
     info = json.loads(ok("data", "inspect", "chars", "--verify", "--json"))
     assert info["meta"]["tokenizer"] == {"name": "char", "chars": "".join(sorted(set(text)))}
     assert info["sample"] == text[:64]  # the ids decode to the text they came from

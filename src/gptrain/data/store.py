@@ -128,6 +128,12 @@ def push(name: str, src: str, tokenizer: str = "") -> Path:
         if nanogpt:
             meta = nanogpt_dir.to_prepared(src_dir, tmp, tokenizer)  # the one reading of such a folder
             verify(tmp)
+            left = sorted(p.name for p in src_dir.iterdir() if not (tmp / p.name).exists())
+            if left:
+                import sys
+
+                print(f"note: nanoGPT's folder: kept {', '.join(sorted(p.name for p in tmp.iterdir() if p.name != 'meta.json'))}; "
+                      f"left out {', '.join(left[:5])}{' ...' if len(left) > 5 else ''}", file=sys.stderr)
             tokenizer, tokens = meta["tokenizer_name"], sum(s["tokens"] for s in meta["splits"].values())
         elif kind == "prepared":
             meta = read_meta(src_dir)
