@@ -183,7 +183,7 @@ def test_save_to_disk_dataset_pushed_as_is_is_read_by_a_script(slots, tmp_path):
     from tests.helpers import make_dataset, save_as_hf_blocks
 
     saved = save_as_hf_blocks(make_dataset(tmp_path), tmp_path / "tokenized")
-    ok("data", "push", "tok", saved)
+    ok("data", "push", "tok", saved, "--tokenizer", "byte")  # (its ids are char ids: below byte's 257)
     s = script(tmp_path, "load.py", """
         import os
         from datasets import load_from_disk

@@ -27,7 +27,7 @@ def test_save_to_disk_and_plain_files_are_pushed_as_they_are(tmp_path, isolated_
     (files / "sub").mkdir(parents=True)
     (files / "a.csv").write_text("x,y\n1,2\n")
     (files / "sub" / "b.txt").write_text("hello")
-    assert "(save_to_disk," in ok("data", "push", "saved", saved)
+    assert "(save_to_disk," in ok("data", "push", "saved", saved, "--tokenizer", "gpt2")
     assert "(files," in ok("data", "push", "raw", files)
     assert "(prepared," in ok("data", "push", "prep", prepared)
     listing = {line.split()[0]: line.split()[1] for line in ok("data", "list").splitlines()[1:]}
@@ -51,7 +51,7 @@ def test_the_trainer_reads_a_pushed_save_to_disk_dataset(tmp_path, isolated_home
     from gptrain.train.model_init import resolve_data
 
     saved = save_as_hf_blocks(make_dataset(tmp_path, tokenizer="gpt2"), tmp_path / "tokenized")
-    ok("data", "push", "saved", saved)
+    ok("data", "push", "saved", saved, "--tokenizer", "gpt2")
     first = resolve_data("saved")
     assert (first / "meta.json").is_file() and resolve_data("saved") == first  # imported once, cached
 

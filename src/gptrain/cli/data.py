@@ -41,11 +41,13 @@ def register(sub) -> None:
 
     p = dsub.add_parser("push", help="register a dataset folder under a name",
                         description="Copy DIR into $GPTRAIN_HOME/datasets/NAME, checksummed, all or "
-                        "nothing: a prepared dataset (meta.json), a Hugging Face save_to_disk "
-                        "folder (kept as is; scripts load_from_disk($GPTRAIN_DATASET_DIR)) or any "
-                        "files. The kind is recorded.")
+                        "nothing: a prepared dataset (meta.json), nanoGPT's folder (train.bin, "
+                        "val.bin, optional meta.pkl; stored as a prepared dataset), a Hugging Face "
+                        "save_to_disk folder (kept as is; scripts load_from_disk($GPTRAIN_DATASET_DIR)) "
+                        "or any files. The kind is recorded.")
     p.add_argument("name")
     p.add_argument("dir")
+    add_push_tokenizer(p)
     p.set_defaults(func=cmd_push)
 
     p = dsub.add_parser("list", help="list named datasets")
@@ -60,6 +62,13 @@ def register(sub) -> None:
     p = dsub.add_parser("rm", help="delete a named dataset")
     p.add_argument("name")
     p.set_defaults(func=cmd_rm)
+
+
+def add_push_tokenizer(p) -> None:
+    p.add_argument("--tokenizer", default="", help="the tokenizer the token ids came from: needed for a "
+                   "save_to_disk folder with input_ids (gpt2, byte or a HF tokenizer directory) unless it "
+                   "holds its own tokenizer files; for a "
+                   "nanoGPT folder without meta.pkl (default gpt2)")
 
 
 def _summary(meta: dict) -> str:
@@ -95,11 +104,9 @@ def cmd_fetch(args, extra) -> int:
 
 
 def cmd_push(args, extra) -> int:
-    from gptrain.data.store import push
+    from gptrain.data.store import kind_of, push
 
-    from gptrain.data.store import kind_of
-
-    dest = push(args.name, args.dir)
+    dest = push(args.name, args.dir, args.tokenizer)
     print(f"pushed dataset {args.name} ({kind_of(dest)}, {dest})")
     return 0
 
@@ -118,10 +125,13 @@ def cmd_list(args, extra) -> int:
 
 def cmd_inspect(args, extra) -> int:
     from gptrain import tokenizers
+    from gptrain.data import nanogpt_dir
     from gptrain.data.formats import is_prepared_dir, open_split, read_meta, verify
     from gptrain.data.store import resolve
 
     path = resolve(args.name)
+    if nanogpt_dir.is_nanogpt_dir(path):  # read as push, train and eval read it (a prepared copy, cached)
+        path = nanogpt_dir.cached(path)
     if not is_prepared_dir(path):
         return _inspect_files(args, path)
     meta = read_meta(path)

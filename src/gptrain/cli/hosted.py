@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from gptrain.cli.data import add_push_tokenizer
+
 TRAINING = ("run", "inspect", "logs", "checkpoints", "fetch")
 
 
@@ -44,6 +46,7 @@ def register(sub) -> None:
     p = dsub.add_parser("push", help="register a dataset directory under a name (= data push NAME DIR)")
     p.add_argument("name")
     p.add_argument("--file", dest="dir", required=True, metavar="DIR", help="the dataset directory")
+    add_push_tokenizer(p)
     p.set_defaults(func=_data_push)
 
 

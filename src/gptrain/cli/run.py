@@ -45,7 +45,8 @@ def add_run_args(p) -> None:
     code.add_argument("--source", "--source-name", dest="source", default=None, metavar="NAME",
                       help="a repository named with `gptrain source add`")
     code.add_argument("--requirements", default=None, metavar="FILE",
-                      help="extra packages (pip requirements) in a virtualenv layered on gptrain's")
+                      help="extra packages (pip requirements) in a virtualenv layered on gptrain's; "
+                      "with --repository-url/--source, a path inside the repository")
     code.add_argument("--resume-args", dest="resume_args", default=None, metavar="ARGS",
                       help="your program's own resume arguments, appended on a restart that finds a "
                       "checkpoint, {checkpoint} its path: hf (--resume_from_checkpoint {checkpoint}), "
@@ -102,7 +103,11 @@ def cmd_run(args, extra) -> int:
             fields[key] = getattr(args, key)
     if args.code:
         fields["code"] = os.path.abspath(os.path.expanduser(args.code))
-    if args.requirements:
+    if args.requirements and (fields.get("repository_url") or fields.get("source")):
+        fields.pop("requirements", None)
+        fields["requirements_file"] = args.requirements  # a path in the repository, read from its clone
+    elif args.requirements:
+        fields.pop("requirements_file", None)
         fields["requirements"] = spec_mod.read_config_file(args.requirements)
     if args.config:
         fields["config"] = spec_mod.read_config_file(args.config)

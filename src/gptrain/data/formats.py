@@ -7,7 +7,8 @@
     DIR/train.bin   (or train-00000.bin, train-00001.bin, ... for large corpora)
     DIR/val.bin
     DIR/meta.pkl    char-level data only: nanoGPT's {'vocab_size', 'itos', 'stoi'} (plain dicts),
-                    which its sample.py reads; written for it, never read back by gptrain
+                    which its sample.py reads; written for it (nanoGPT's own folders, which
+                    have no meta.json, are read by data/nanogpt_dir.py, as plain data only)
 
 The .bin files are what nanoGPT reads with np.memmap(path, dtype=np.uint16, mode="r").
 """

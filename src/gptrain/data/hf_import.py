@@ -24,8 +24,9 @@ def is_hf_saved(path) -> bool:
     return (p / "dataset_dict.json").is_file() or (p / "state.json").is_file()
 
 
-def import_hf(src: str, out: str, tokenizer: str = "gpt2") -> dict:
-    """Convert a save_to_disk dataset into a prepared dataset directory (atomic)."""
+def import_hf(src: str, out: str, tokenizer: str | dict = "gpt2") -> dict:
+    """Convert a save_to_disk dataset into a prepared dataset directory (atomic); `tokenizer`
+    (a name, or a spec such as the one recorded at push) is the one its ids came from."""
     try:
         import datasets
     except ImportError:
@@ -35,7 +36,7 @@ def import_hf(src: str, out: str, tokenizer: str = "gpt2") -> dict:
     src_dir = Path(src).expanduser()
     if not is_hf_saved(src_dir):
         raise UserError(f"{src} is not a dataset saved by Hugging Face save_to_disk")
-    tok = tokenizers.by_name(tokenizer)
+    tok = tokenizers.from_spec(tokenizer) if isinstance(tokenizer, dict) else tokenizers.by_name(tokenizer)
     try:
         loaded = datasets.load_from_disk(str(src_dir))
     except Exception as e:
@@ -82,11 +83,14 @@ def _write_split(ds, path: Path, dtype: str, vocab_size: int) -> dict:
             "files": [{"name": path.name, "tokens": count, "sha256": sha.hexdigest()}]}
 
 
-def cached_import(src: Path) -> Path:
-    """A prepared copy of a save_to_disk dataset under $GPTRAIN_HOME/cache, made once: when many
-    processes (ranks, nodes, jobs) ask at once, one imports and the others wait for it."""
+def cached_import(src: Path, tokenizer: str | dict = "gpt2") -> Path:
+    """A prepared copy of a save_to_disk dataset under $GPTRAIN_HOME/cache, made once per
+    tokenizer: when many processes (ranks, nodes, jobs) ask at once, one imports and the others
+    wait for it."""
+    import json
+
     from gptrain.home import home
 
     stamp = max(p.stat().st_mtime_ns for p in src.rglob("*"))
-    key = hashlib.sha256(f"{src.resolve()}:{stamp}".encode()).hexdigest()[:16]
-    return build_once(home() / "cache" / f"hf-import-{key}", lambda out: import_hf(str(src), str(out)))
+    key = hashlib.sha256(f"{src.resolve()}:{stamp}:{json.dumps(tokenizer, sort_keys=True)}".encode()).hexdigest()[:16]
+    return build_once(home() / "cache" / f"hf-import-{key}", lambda out: import_hf(str(src), str(out), tokenizer))

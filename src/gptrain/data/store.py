@@ -1,10 +1,12 @@
 """Named datasets: files under $GPTRAIN_HOME/datasets/NAME, registered in gptrain.db.
 
 A dataset is one of three kinds, recorded with it:
-  prepared      made by `gptrain data prepare` / `import` (meta.json + token files, with sha256s)
+  prepared      made by `gptrain data prepare` / `import` (meta.json + token files, with sha256s),
+                or nanoGPT's folder (train.bin, val.bin, meta.pkl), stored as one (data/nanogpt_dir.py)
   save_to_disk  a Hugging Face `save_to_disk` folder, kept as it is: a script calls
                 `datasets.load_from_disk(os.environ["GPTRAIN_DATASET_DIR"])`, and the built-in
-                trainer imports it once (data/hf_import.py, cached)
+                trainer imports it once (data/hf_import.py, cached); when it holds token ids
+                (input_ids), the tokenizer they came from is named at push and recorded
   files         any other folder, kept as it is
 The last two get a manifest (MANIFEST: each file's size and sha256) beside their files.
 push copies and verifies into a hidden directory (removed again on any failure, a full disk
@@ -83,10 +85,11 @@ def registered(name: str) -> bool:
 
 
 def kind_of(path) -> str:
-    """'prepared', 'save_to_disk' or 'files' for a folder."""
+    """'prepared', 'save_to_disk' or 'files' for a folder (a nanoGPT folder is pushed as prepared)."""
     from gptrain.data.hf_import import is_hf_saved
+    from gptrain.data.nanogpt_dir import is_nanogpt_dir
 
-    if is_prepared_dir(path):
+    if is_prepared_dir(path) or is_nanogpt_dir(path):
         return "prepared"
     return "save_to_disk" if is_hf_saved(path) else "files"
 
@@ -95,23 +98,44 @@ def is_complete(path) -> bool:
     return is_prepared_dir(path) or (Path(path) / MANIFEST).is_file()
 
 
-def push(name: str, src: str) -> Path:
-    """Copy a dataset folder of any kind into the store; checksums verified; all or nothing."""
+def push(name: str, src: str, tokenizer: str = "") -> Path:
+    """Copy a dataset folder of any kind into the store; checksums verified; all or nothing.
+    `tokenizer` names the tokenizer of a save_to_disk folder's token ids (asked for when it has
+    input_ids) or of a nanoGPT folder without meta.pkl (GPT-2 by default)."""
+    from gptrain.data import nanogpt_dir
+
     check_name(name, "dataset")
     src_dir = Path(src).expanduser()
     if not src_dir.is_dir():
         raise UserError(f"{src} is not a directory; push a dataset folder (prepared, save_to_disk or any files)")
     _check_links(src_dir)
     kind = kind_of(src_dir)
-    if kind == "prepared":
+    nanogpt = nanogpt_dir.is_nanogpt_dir(src_dir)
+    if kind == "prepared" and not nanogpt:
         verify(src_dir)
+    tok_spec = _ids_tokenizer(src_dir, tokenizer, datasets_dir() / name) if kind == "save_to_disk" else None
+    if tokenizer and nanogpt and (src_dir / nanogpt_dir.META_PKL).exists():
+        raise UserError(f"{src} has nanoGPT's meta.pkl: its character vocabulary is the tokenizer; drop --tokenizer")
+    if tokenizer and (kind == "files" or (kind == "prepared" and not nanogpt)):
+        raise UserError(f"--tokenizer is for a save_to_disk folder of token ids or a nanoGPT folder; {src} is "
+                        f"{'a prepared dataset (its meta.json names its tokenizer)' if kind == 'prepared' else 'neither'}")
     dest = datasets_dir() / name
     if dest.exists():
         raise UserError(f"dataset {name!r} already exists; `gptrain data rm {name}` first or pick another name")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.parent / f".{name}.push-{os.getpid()}"
     try:
-        if kind == "prepared":
+        if nanogpt:
+            meta = nanogpt_dir.to_prepared(src_dir, tmp, tokenizer)  # the one reading of such a folder
+            verify(tmp)
+            left = sorted(p.name for p in src_dir.iterdir() if not (tmp / p.name).exists())
+            if left:
+                import sys
+
+                print(f"note: nanoGPT's folder: kept {', '.join(sorted(p.name for p in tmp.iterdir() if p.name != 'meta.json'))}; "
+                      f"left out {', '.join(left[:5])}{' ...' if len(left) > 5 else ''}", file=sys.stderr)
+            tokenizer, tokens = meta["tokenizer_name"], sum(s["tokens"] for s in meta["splits"].values())
+        elif kind == "prepared":
             meta = read_meta(src_dir)
             tmp.mkdir()
             names = [f["name"] for split in meta["splits"].values() for f in split["files"]]
@@ -125,8 +149,9 @@ def push(name: str, src: str) -> Path:
             shutil.copytree(src_dir, tmp, symlinks=True, ignore=shutil.ignore_patterns(MANIFEST))
             links = _relink(src_dir, tmp, links)
             _check_manifest(tmp, manifest, links, checksums=True)  # what landed is what was there
-            (tmp / MANIFEST).write_text(json.dumps({"kind": kind, "files": manifest, "links": links}, indent=1))
-            tokenizer, tokens = "-", 0
+            (tmp / MANIFEST).write_text(json.dumps({"kind": kind, "files": manifest, "links": links,
+                                                    **({"tokenizer": tok_spec} if tok_spec else {})}, indent=1))
+            tokenizer, tokens = (tok_spec["path"] if tok_spec["name"] == "hf" else tok_spec["name"]) if tok_spec else "-", 0
         with db.transaction() as conn:
             if conn.execute("SELECT 1 FROM datasets WHERE name = ?", (name,)).fetchone():
                 raise UserError(f"dataset {name!r} already exists; `gptrain data rm {name}` first")
@@ -144,6 +169,46 @@ def push(name: str, src: str) -> Path:
             raise UserError(f"cannot copy {src}: {str(e).splitlines()[0][:200]}") from None
         raise
     return dest
+
+
+def _ids_tokenizer(folder: Path, tokenizer: str, dest: Path) -> dict | None:
+    """The spec of the tokenizer a save_to_disk folder's token ids came from: the one named, the
+    one saved in the folder itself (save_pretrained beside save_to_disk; loaded from its stored
+    copy at `dest`), or None for a folder without input_ids (its text needs none); asked for
+    otherwise, never assumed."""
+    from gptrain import tokenizers
+
+    if not tokenizer:
+        if not _has_token_ids(folder):
+            return None
+        if any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+            tokenizers.HFTokenizer(str(folder))  # it loads (its own code never runs)
+            return {"name": "hf", "path": str(dest.resolve())}
+        raise UserError(f"{shown(folder)} is a save_to_disk dataset of token ids (input_ids): name the "
+                        "tokenizer they were made with, --tokenizer gpt2|byte|TOKENIZER_DIR")
+    if tokenizer == "char":
+        raise UserError("--tokenizer char names no vocabulary; for token ids give gpt2, byte or a tokenizer directory")
+    return tokenizers.by_name(tokenizer).spec()
+
+
+def _has_token_ids(folder: Path) -> bool:
+    """Whether a save_to_disk folder (one Dataset, or a DatasetDict's split folders) has an
+    input_ids column, from its dataset_info.json files (read as JSON, nothing loaded)."""
+    from gptrain.files import read_json
+
+    infos = [folder / "dataset_info.json", *sorted(folder.glob("*/dataset_info.json"))]
+    features = [read_json(p, "dataset info").get("features") for p in infos if p.is_file() and not p.is_symlink()]
+    return any(isinstance(f, dict) and "input_ids" in f for f in features)
+
+
+def recorded_tokenizer(path) -> dict | None:
+    """The tokenizer spec recorded at push for a stored save_to_disk folder's ids (None: none)."""
+    from gptrain.files import read_json
+    from gptrain.tokenizers import check_spec
+
+    manifest = Path(path) / MANIFEST
+    spec = read_json(manifest, "dataset manifest").get("tokenizer") if manifest.is_file() else None
+    return None if spec is None else check_spec(spec, f"{manifest}'s tokenizer")
 
 
 def _walk(folder: Path) -> tuple[list[Path], list[Path]]:

@@ -128,6 +128,8 @@ def staged(spec):
         raise UserError("--ref needs --repository-url or --source")
     if spec.repository_url:
         check_url(spec.repository_url)
+    if spec.requirements_file and not spec.repository_url:
+        raise UserError("a requirements path inside the repository needs --repository-url or --source")
     if not (spec.code or spec.repository_url):
         if spec.requirements:
             spec.python = job_python(spec.requirements)
@@ -149,11 +151,34 @@ def staged(spec):
             copy_tree(src.resolve(), stage / "code", f"code directory {spec.code}")
         spec.code = spec.code or spec.repository_url
         entry_in_snapshot(spec, stage / "code")
+        if spec.requirements_file:
+            spec.requirements = read_in_snapshot(stage / "code", spec.requirements_file)
         if spec.requirements:
             spec.python = job_python(spec.requirements)
         yield stage / "code"
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def read_in_snapshot(root: Path, name: str, what: str = "--requirements") -> str:
+    """A text file of the cloned repository, named relative to its top: never an absolute path,
+    a `..`, or a link that leads outside the repository."""
+    from gptrain.files import within
+
+    rel = Path(name)
+    if rel.is_absolute() or ".." in rel.parts or not name.strip():
+        raise UserError(f"{what} {name}: with a repository, name a file inside it, relative to its top "
+                        "(e.g. requirements.txt)")
+    path = root / rel
+    if not path.is_file() or not within(path, root):
+        raise UserError(f"{what} {name}: no such file in the repository"
+                        f"{' (a link out of it)' if path.exists() and not within(path, root) else ''}")
+    if path.stat().st_size > 1 << 20:
+        raise UserError(f"{what} {name}: over 1 MiB, not a requirements file")
+    try:
+        return path.read_text()
+    except UnicodeDecodeError:
+        raise UserError(f"{what} {name}: not a text file") from None
 
 
 def place(snapshot: Path | None, jdir: Path) -> None:
@@ -287,7 +312,20 @@ def job_python(requirements: str) -> str:
     digest = hashlib.sha256(f"{sys.executable}\n{requirements}".encode()).hexdigest()[:16]
     out = home() / "venvs" / digest
     build_once(out, lambda o: _build_venv(o, requirements), done=".ready")
+    _torchrun(out)
     return str(out / "bin" / "python")
+
+
+def _torchrun(venv: Path) -> None:
+    """The virtualenv's own `torchrun` (first on the workers' PATH): a program that calls torchrun
+    itself starts its workers with the job's interpreter, and so with the job's packages."""
+    script = venv / "bin" / "torchrun"
+    if not script.exists():
+        from gptrain.atomic import write_text_atomic
+
+        write_text_atomic(script, f"#!{venv / 'bin' / 'python'}\nimport sys\n"
+                                  "from torch.distributed.run import main\nsys.exit(main())\n")
+        script.chmod(0o755)
 
 
 def _build_venv(out: Path, requirements: str) -> None:

@@ -64,7 +64,7 @@ def check_options(spec) -> None:
     names = opts.get("secrets") or []
     if not isinstance(names, list) or not all(isinstance(n, str) and DNS_SUBDOMAIN.fullmatch(n) for n in names):
         raise UserError(f"--k8s-secret takes the name of a Secret in the namespace, got {names!r}")
-    if spec.requirements:
+    if spec.requirements or spec.requirements_file:
         raise UserError("--requirements cannot be installed on a cluster: build the packages into the "
                         "--image instead")
     for ds in spec.datasets:

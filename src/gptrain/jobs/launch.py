@@ -126,10 +126,15 @@ def job_env(spec, jdir: Path) -> dict:
         env[resume.ENV] = spec.resume_args
     if os.environ.get(ALLOW_LARGE):  # the submitter's word that the model is sharded over more
         env[ALLOW_LARGE] = os.environ[ALLOW_LARGE]  # memory than one machine: its workers check again
-    if spec.python:  # the job's virtualenv first on PATH (its console scripts: accelerate, ...)
+    if spec.python:  # the job's virtualenv first on PATH (its console scripts: accelerate, its
+        # torchrun, ...) and its packages on PYTHONPATH: a program that starts other Pythons itself
+        # (torchrun, accelerate launch from gptrain's environment) gives its workers the job's packages
         venv = str(Path(spec.python).parent.parent)
         env["VIRTUAL_ENV"] = venv
         env["PATH"] = f"{venv}/bin:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        site = sorted(Path(venv).glob("lib/python*/site-packages"))
+        env["PYTHONPATH"] = os.pathsep.join([str(p) for p in site[:1]] + [
+            p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env
 
 

@@ -153,9 +153,21 @@ def failed_rank(logs: Path, code: int) -> tuple[int | None, int]:
     return rank, exitcode
 
 
+CHILD_FAILED = "ChildFailedError"  # what torchrun raises when one of its workers failed
+
+
 def error_lines(log: Path) -> list[str]:
-    """The error lines of a rank's last attempt, without torch's `[rankN]:` prefix."""
-    lines = (_RANK_PREFIX.sub("", ln).strip() for ln in last_attempt(log).splitlines())
+    """The error lines of a rank's last attempt, without torch's `[rankN]:` prefix. When the
+    program ran a torchrun of its own (a wrapper script), that torchrun's ChildFailedError is not
+    the error: its workers' are (the root cause's rank's, when their lines carry its prefix)."""
+    text = last_attempt(log)
+    raw = [ln.strip() for ln in text.splitlines()]
+    if any(CHILD_FAILED in ln for ln in raw):
+        root = _FAILURE.search(text, max(text.rfind("Root Cause"), 0))
+        own = [ln for ln in raw if root and ln.startswith(f"[rank{root.group(2)}]:")]
+        raw = [ln for ln in (own if any(_ERROR_LINE.match(_RANK_PREFIX.sub("", ln).strip()) for ln in own)
+                             else raw) if CHILD_FAILED not in ln]
+    lines = (_RANK_PREFIX.sub("", ln).strip() for ln in raw)
     return [ln for ln in lines if _ERROR_LINE.match(ln)]
 
 

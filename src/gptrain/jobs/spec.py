@@ -16,6 +16,7 @@ anything is recorded.
     # code: .                          # snapshot this directory (jobs/code.py), or:
     # repository_url: https://...      # clone (ref: main) -- or source: NAME (gptrain source add)
     # requirements: requirements.txt   # extra packages, in a virtualenv layered on gptrain's
+    #                                  # (with repository_url/source: a path inside the repository)
     # resume_args: hf                  # appended on a restart with a checkpoint (jobs/resume.py):
     #                                  # hf, nanogpt, or '--resume_from_checkpoint {checkpoint}'
 """
@@ -62,6 +63,7 @@ class JobSpec:
     commit: str | None = None          # the commit that was cloned (recorded at submit)
     source: str | None = None          # a named repository (`gptrain source add`)
     requirements: str | None = None    # the --requirements file's text
+    requirements_file: str | None = None  # with a repository: that file's path in it (read from the clone)
     python: str | None = None          # the job's virtualenv interpreter (from requirements)
     resume_args: str | None = None     # the program's own resume arguments (jobs/resume.py)
 
@@ -256,7 +258,7 @@ TYPES = {"name": ((str,), "a string (quote it)"), "nodes": ((int,), "a whole num
          "ray": ((dict,), "a mapping (address)"),
          **{k: ((str,), "a string") for k in ("entry", "module", "command", "code", "repository_url",
                                                "ref", "commit", "source", "requirements", "python",
-                                               "resume_args")}}
+                                               "resume_args", "requirements_file")}}
 SCALARS = (str, int, float, bool)
 
 
@@ -339,7 +341,9 @@ def from_yaml(path: str) -> dict:
     elif isinstance(data.get("script"), str) and not Path(data["script"]).is_absolute() \
             and not data.get("repository_url") and not data.get("source"):
         data["script"] = str(base / data["script"])
-    if isinstance(data.get("requirements"), str):
+    if isinstance(data.get("requirements"), str) and (data.get("repository_url") or data.get("source")):
+        data["requirements_file"] = data.pop("requirements")  # the repository's own (jobs/code.py)
+    elif isinstance(data.get("requirements"), str):
         data["requirements"] = read_config_file(str(base / Path(data["requirements"]).expanduser()))
     data["args"] = [str(a) for a in data.get("args", [])]
     for key in ("env", "secrets"):

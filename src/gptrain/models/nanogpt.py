@@ -11,7 +11,6 @@ refused, never run.
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
 from gptrain.errors import UserError
@@ -83,17 +82,6 @@ def load_nanogpt(path, **overrides):
     return model, tok
 
 
-META_MAX_BYTES = 16 << 20
-
-
-class _PlainData(pickle.Unpickler):
-    """An unpickler that builds plain data only (dicts, lists, str, int, ...): any class or
-    function named in the file is refused, so nothing from it is ever run."""
-
-    def find_class(self, module, name):
-        raise pickle.UnpicklingError(f"it names {module}.{name}; only plain data is read")
-
-
 def meta_paths(path: Path, ckpt: dict) -> list[Path]:
     """Where nanoGPT keeps a character-level run's meta.pkl, for checkpoint `path`: beside it, or
     data/<its config's dataset>/meta.pkl in the folders above it (nanoGPT's sample.py reads it from
@@ -109,21 +97,13 @@ def meta_paths(path: Path, ckpt: dict) -> list[Path]:
 def meta_tokenizer(path: Path, ckpt: dict, vocab_size: int):
     """The character tokenizer of a nanoGPT run from its meta.pkl (read as plain data, never run),
     or None when there is none: `generate` then asks for --tokenizer."""
+    from gptrain.data.nanogpt_dir import read_char_vocab
     from gptrain.tokenizers import CharTokenizer
 
     meta = next((p for p in meta_paths(path, ckpt) if p.is_file()), None)
     if meta is None:
         return None
-    if meta.stat().st_size > META_MAX_BYTES:
-        raise UserError(f"{meta} is over {META_MAX_BYTES >> 20} MiB: not a nanoGPT character vocabulary")
-    try:
-        with open(meta, "rb") as f:
-            data = _PlainData(f).load()
-        itos = data["itos"]
-        chars = "".join(itos[i] for i in range(int(data["vocab_size"])))
-    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError) as e:
-        raise UserError(f"{meta} is not nanoGPT's character vocabulary ({type(e).__name__}: {e})") from None
-    if len(chars) != vocab_size or "".join(sorted(set(chars))) != chars:
-        raise UserError(f"{meta}: its {len(chars)} characters are not the model's {vocab_size} in "
-                        "nanoGPT's sorted order; give --tokenizer")
+    chars = read_char_vocab(meta)  # the one reader of meta.pkl (data/nanogpt_dir.py): plain data only
+    if len(chars) != vocab_size:
+        raise UserError(f"{meta}: its {len(chars)} characters are not the model's {vocab_size}; give --tokenizer")
     return CharTokenizer(chars)

@@ -12,11 +12,13 @@ from gptrain.errors import UserError
 
 
 def resolve_data(path: str, tokenizer: str = "", init_from: str = "") -> Path:
-    """A prepared dataset dir from a path, a dataset name, a HF save_to_disk directory, or a
-    text/JSONL/parquet file, URL or pushed folder of such files (tokenized once into the cache
-    with `tokenizer`, or init_from's)."""
+    """A prepared dataset dir from a path, a dataset name, a HF save_to_disk directory, a
+    nanoGPT folder, or a text/JSONL/parquet file, URL or pushed folder of such files (tokenized
+    once into the cache with `tokenizer`, or init_from's). The tokenizer of ids is the one the
+    data names (meta.json, meta.pkl, the one recorded at push); `tokenizer` only where it names none."""
+    from gptrain.data import nanogpt_dir
     from gptrain.data.hf_import import cached_import, is_hf_saved
-    from gptrain.data.store import MANIFEST, resolve
+    from gptrain.data.store import MANIFEST, recorded_tokenizer, resolve
 
     if not path:
         raise UserError("no training data: pass --data.path DIR|NAME|FILE (or --tokenized_dataset_load_dir)")
@@ -24,7 +26,9 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "") -> Path:
         p = resolve(path)  # a path, or a pushed dataset's name (data/store.py's one rule)
         if not p.is_file():
             if is_hf_saved(p) and not (p / "meta.json").is_file():
-                return cached_import(p)
+                return cached_import(p, recorded_tokenizer(p) or tokenizer or _model_tokenizer(init_from))
+            if nanogpt_dir.is_nanogpt_dir(p):  # read as `data push` stores one: one reader
+                return nanogpt_dir.cached(p, tokenizer if tokenizer != "char" else "")
             if not (p / MANIFEST).is_file():  # a pushed dataset of any files: its text prepared once
                 read_meta(p)
                 return p
