@@ -6,7 +6,9 @@ The local supervisor (jobs/supervisor.py) with its agents on the cluster: instea
 slots here it places the job on the cluster (a placement group, one bundle per node,
 STRICT_SPREAD) and waits, queued, until Ray has room; then one actor per bundle
 (jobs/ray_node.py) starts that node's torchrun agent, which meets the others at node 0's address
-as Ray reports it (node 0 hosts the c10d store: --rdzv-conf=is_host=1). Everything else is the
+as Ray reports it (node 0 hosts the c10d store: --rdzv-conf=is_host=1; it is the bundle on this
+supervisor's own node when there is one, so that losing any other host leaves the store, and an
+elastic job goes on: jobs/elastic.py). Everything else is the
 local supervisor's: polling, the failed node, restarts from the latest checkpoint, stop (SIGTERM
 to the workers, SIGKILL after the timeout), owner-token writes. This process is the job's Ray
 driver: when it ends, even by kill -9, Ray ends its actors, and with them (PR_SET_PDEATHSIG) the
@@ -66,6 +68,11 @@ class RaySupervisor(Supervisor):
                                     PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=i))
                       .remote(self.run_id) for i in range(spec.nodes)]
         self.hosts = ray.get([n.where.remote() for n in self.nodes])
+        # node 0 hosts the rendezvous store: on this supervisor's own node when the job has a
+        # bundle there, so that no other host's loss takes it (an elastic job survives it)
+        here = ray.get_runtime_context().get_node_id()
+        order = sorted(range(spec.nodes), key=lambda i: self.hosts[i]["node_id"] != here)
+        self.nodes, self.hosts = [self.nodes[i] for i in order], [self.hosts[i] for i in order]
         blind = [h["ip"] for h, ok in zip(self.hosts, self._all("sees", str(folder.spec_file(self.dir)),
                                                                  folder.spec_file(self.dir).read_text())) if not ok]
         if blind:

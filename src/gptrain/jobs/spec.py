@@ -345,6 +345,9 @@ def from_yaml(path: str) -> dict:
         if key not in YAML_KEYS:
             raise UserError(f"unknown field {key!r} in {path}{closest(str(key), YAML_KEYS)}")
     data = {k: v for k, v in data.items() if v is not None}
+    elastic = re.search(r"^nodes\s*:\s*[\"']?(\d+\s*:\s*\d+)[\"']?\s*(#.*)?$", text, re.M)
+    if elastic:  # unquoted, YAML 1.1 reads `nodes: 1:2` as a base-60 number (62)
+        data["nodes"] = elastic.group(1)
     check_types(data, f" in {path}")
     base = Path(path).expanduser().resolve().parent
     if isinstance(data.get("config"), dict):
