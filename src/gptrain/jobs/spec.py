@@ -33,6 +33,7 @@ from gptrain.jobs.launch import ENTRY_KINDS
 from gptrain.jobs.schedulers import SCHEDULERS
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NODES = re.compile(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?")  # N or MIN:MAX
 MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -141,11 +142,11 @@ class JobSpec:
         with the nodes left, down to MIN, when one is lost). Only where torchrun's c10d
         rendezvous runs the nodes: the local and Ray engines, a Python entrypoint."""
         if isinstance(self.nodes, str):
-            m = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?", self.nodes)
+            m = NODES.fullmatch(self.nodes)
             if not m:
                 raise UserError(f"--nodes must be N or MIN:MAX (whole numbers), got {self.nodes!r}")
             lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-            if not 1 <= lo <= hi:
+            if m.group(2) and not 1 <= lo <= hi:
                 raise UserError(f"--nodes {self.nodes}: MIN:MAX needs 1 <= MIN <= MAX")
             self.nodes, self.min_nodes = hi, (lo if m.group(2) else None)
         if self.min_nodes is None:
@@ -296,7 +297,8 @@ def check_types(fields: dict, where: str = "") -> None:
         if value is None or key not in TYPES:
             continue
         types, words = TYPES[key]
-        wrong = not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
+        wrong = not isinstance(value, types) or (isinstance(value, bool) and bool not in types) or \
+            (key == "nodes" and isinstance(value, str) and not NODES.fullmatch(value))
         items = value.values() if isinstance(value, dict) and key in ("env", "secrets") else \
             value if isinstance(value, list) else ()
         item_types = (str,) if key == "datasets" else SCALARS
