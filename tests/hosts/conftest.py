@@ -14,7 +14,6 @@ import pytest
 from tests.conftest import ROOT
 from tests.hosts.podman_hosts import Hosts, unavailable
 
-pytestmark = pytest.mark.slow
 RAY = str(Path(sys.executable).parent / "ray")
 RAY_PORT = 6379
 
@@ -28,12 +27,16 @@ def hosts(tmp_path_factory):
     h = Hosts(2, shared=[shared])
     h.shared_dir = shared
     try:
-        yield h.start()
+        h.start()
+    except RuntimeError as e:  # (start removed what it made)
+        pytest.skip(f"no podman hosts: podman cannot run a container here: {str(e).splitlines()[-1][:300]}")
+    try:
+        yield h
     finally:
         h.stop()
 
 
-def node_env(shared: Path) -> dict:
+def node_env() -> dict:
     """What every process on the hosts gets: this checkout's gptrain, one thread per process."""
     return {"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
             "RAY_USAGE_STATS_ENABLED": "0"}
@@ -54,7 +57,7 @@ def ray_hosts(hosts):
     for i, args in starts:
         log = shared / f"ray-h{i + 1}.log"
         line = " ".join([RAY, "start", *args, f"--node-ip-address={hosts.ips[i]}", *common])
-        hosts.exec(i, ["sh", "-c", f"exec {line} > {log} 2>&1"], env=node_env(shared), detach=True)
+        hosts.exec(i, ["sh", "-c", f"exec {line} > {log} 2>&1"], env=node_env(), detach=True)
         deadline = time.time() + 120
         while b"Ray runtime started" not in (log.read_bytes() if log.exists() else b""):
             if time.time() > deadline:

@@ -42,7 +42,7 @@ def home(ray_hosts, request, monkeypatch, tmp_path):
 
 def gptrain(hosts, home, *args, check=True):
     """`gptrain ARGS` on h1, against the cluster."""
-    env = {**node_env(hosts.shared_dir), "GPTRAIN_HOME": str(home), "RAY_ADDRESS": hosts.ray_address}
+    env = {**node_env(), "GPTRAIN_HOME": str(home), "RAY_ADDRESS": hosts.ray_address}
     r = hosts.exec(0, [sys.executable, "-m", "gptrain", *map(str, args)], env=env, check=False)
     assert not check or r.returncode == 0, r.stdout + r.stderr
     return r

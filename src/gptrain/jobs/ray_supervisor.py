@@ -115,7 +115,7 @@ class RaySupervisor(Supervisor):
         ends with DEAD, to be counted lost (jobs/elastic.py); a fixed job's raises, as before."""
         if not self.spec.elastic:
             return self._all("poll")
-        from ray.exceptions import RayActorError
+        from ray.exceptions import GetTimeoutError, RayActorError
 
         codes = []
         for i, n in enumerate(self.nodes):
@@ -124,10 +124,12 @@ class RaySupervisor(Supervisor):
                 continue
             try:
                 codes.append(self.ray.get(n.poll.remote(), timeout=60))
+            except GetTimeoutError:  # (Ray has not yet decided whether that node is gone)
+                codes.append(None)
             except RayActorError as e:
                 if i == 0:
                     raise
-                self.dead[i] = str(e).splitlines()[0][:200]
+                self.dead[i] = str(e).splitlines()[0][:160]
                 codes.append(DEAD)
         return codes
 
