@@ -24,7 +24,9 @@ def add_run_args(p) -> None:
     p.add_argument("-f", "--file", dest="job_file", help="job.yaml describing the job")
     p.add_argument("--dataset", action="append", dest="datasets", default=None,
                    help="named dataset (repeatable; the first feeds the trainer)")
-    p.add_argument("--nodes", type=int, default=None)
+    p.add_argument("--nodes", default=None, metavar="N|MIN:MAX",
+                   help="nodes; MIN:MAX is elastic (local and ray): a lost node and the job goes on "
+                   "with those left, from its latest checkpoint (docs/multi-host.md)")
     p.add_argument("--accels", type=int, default=None, help="processes (accelerators) per node")
     p.add_argument("--scheduler", choices=list(SCHEDULERS), default=None)
     p.add_argument("--config", default=None, help="trainer config TOML")
@@ -135,7 +137,8 @@ def cmd_run(args, extra) -> int:
     api.submit(spec, dry_run=args.dry_run)
     if args.dry_run:
         return 0
-    print(f"submitted job {spec.name} ({spec.nodes} node(s) x {spec.accels} accelerator(s), "
+    nodes = f"{spec.min_nodes}:{spec.nodes}" if spec.elastic else spec.nodes
+    print(f"submitted job {spec.name} ({nodes} node(s) x {spec.accels} accelerator(s), "
           f"{spec.scheduler}); watch it with `gptrain logs {spec.name} --follow`")
     if args.follow:
         from gptrain.cli.jobs import follow

@@ -30,6 +30,9 @@ from gptrain.jobs.folder import (SUBMITTED_CONFIG, checkpoints_dir, code_dir, lo
 ENTRY_KINDS = ("trainer", "script", "module", "command")
 # What a command entrypoint (run once per node) gets to start its own workers with.
 RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "WORLD_SIZE")
+# An elastic job's rendezvous waits this long, once MIN nodes are there, for the others (at
+# start, and after a node is lost: then the lost node never comes and the rest go on).
+ELASTIC_LAST_CALL_S = 10
 EXPANDED = re.compile(r"\$(?:\{(GPTRAIN_[A-Z0-9_]*)\}|(GPTRAIN_[A-Z0-9_]*))")
 
 
@@ -161,6 +164,14 @@ def torchrun_args(spec, *, nnodes, endpoint, rdzv_id=None, is_host=None) -> list
     """torchrun's arguments for one node's agent (no restarts of its own: gptrain restarts).
     Without is_host, a static rendezvous at endpoint: each node's rank is fixed and torchrun
     reads it from PET_NODE_RANK (Kubernetes: the pod's completion index)."""
+    if getattr(spec, "elastic", False) and is_host is not None:
+        # torchrun's elastic form: when a node is lost its workers' collectives fail, the agents
+        # left restart their workers (up to one restart per node that can go) and meet again,
+        # with whoever is there after ELASTIC_LAST_CALL_S, down to MIN nodes; the trainer
+        # resumes from the latest checkpoint, resharded to the smaller world (docs/multi-host.md)
+        return [f"--nproc-per-node={spec.accels}", f"--max-restarts={spec.nodes - spec.min_nodes}",
+                f"--nnodes={spec.min_nodes}:{spec.nodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+                f"--rdzv-id={rdzv_id}", f"--rdzv-conf=is_host={is_host},last_call_timeout={ELASTIC_LAST_CALL_S}"]
     cmd = [f"--nproc-per-node={spec.accels}", "--max-restarts=0"]
     if nnodes == 1:
         return [*cmd, "--standalone"]

@@ -16,6 +16,7 @@ own session, so without this a killed agent or supervisor would leave them train
 """
 
 import os
+import socket
 import sys
 import time
 
@@ -41,7 +42,9 @@ def main() -> None:
     entry, resumes = finish(os.environ, Path(log_dir).parent, entry)
     fd = os.open(rank_log(Path(log_dir), int(rank)), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     attempt = os.environ.get("GPTRAIN_ATTEMPT", "0")
-    os.write(fd, f"--- gptrain: attempt {attempt}, rank {rank}, {time.strftime('%Y-%m-%d %H:%M:%S')}{resumes}\n".encode())
+    where = f", host {socket.gethostname()}, world {os.environ.get('WORLD_SIZE', '1')}"  # (an elastic job's shrinks)
+    os.write(fd, f"--- gptrain: attempt {attempt}, rank {rank}, {time.strftime('%Y-%m-%d %H:%M:%S')}{where}{resumes}\n"
+             .encode())
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)

@@ -36,7 +36,8 @@ class NodeAgent:
         import ray
 
         return {"ip": ray.util.get_node_ip_address(), "host": socket.gethostname(),
-                "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+                "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                "node_id": ray.get_runtime_context().get_node_id()}
 
     def free_port(self) -> int:
         """A TCP port free on this node, for the rendezvous it hosts (node 0)."""

@@ -6,7 +6,9 @@ The local supervisor (jobs/supervisor.py) with its agents on the cluster: instea
 slots here it places the job on the cluster (a placement group, one bundle per node,
 STRICT_SPREAD) and waits, queued, until Ray has room; then one actor per bundle
 (jobs/ray_node.py) starts that node's torchrun agent, which meets the others at node 0's address
-as Ray reports it (node 0 hosts the c10d store: --rdzv-conf=is_host=1). Everything else is the
+as Ray reports it (node 0 hosts the c10d store: --rdzv-conf=is_host=1; it is the bundle on this
+supervisor's own node when there is one, so that losing any other host leaves the store, and an
+elastic job goes on: jobs/elastic.py). Everything else is the
 local supervisor's: polling, the failed node, restarts from the latest checkpoint, stop (SIGTERM
 to the workers, SIGKILL after the timeout), owner-token writes. This process is the job's Ray
 driver: when it ends, even by kill -9, Ray ends its actors, and with them (PR_SET_PDEATHSIG) the
@@ -25,6 +27,9 @@ from gptrain.jobs.store import JobState
 from gptrain.jobs.supervisor import POLL_S, Supervisor, main
 
 
+DEAD = -9  # the exit code of a node whose actor died (its host lost)
+
+
 class RaySupervisor(Supervisor):
     def __init__(self, name: str):
         super().__init__(name)
@@ -32,6 +37,7 @@ class RaySupervisor(Supervisor):
         self.group = None
         self.nodes: list = []  # one NodeAgent actor per bundle, node 0 first
         self.hosts: list[dict] = []  # where each runs (NodeAgent.where)
+        self.dead: dict[int, str] = {}  # an elastic job's nodes whose actor died, and Ray's words
 
     def run(self) -> None:
         try:
@@ -62,6 +68,11 @@ class RaySupervisor(Supervisor):
                                     PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=i))
                       .remote(self.run_id) for i in range(spec.nodes)]
         self.hosts = ray.get([n.where.remote() for n in self.nodes])
+        # node 0 hosts the rendezvous store: on this supervisor's own node when the job has a
+        # bundle there, so that no other host's loss takes it (an elastic job survives it)
+        here = ray.get_runtime_context().get_node_id()
+        order = sorted(range(spec.nodes), key=lambda i: self.hosts[i]["node_id"] != here)
+        self.nodes, self.hosts = [self.nodes[i] for i in order], [self.hosts[i] for i in order]
         blind = [h["ip"] for h, ok in zip(self.hosts, self._all("sees", str(folder.spec_file(self.dir)),
                                                                  folder.spec_file(self.dir).read_text())) if not ok]
         if blind:
@@ -80,6 +91,9 @@ class RaySupervisor(Supervisor):
         self.agent_logs, self.failed_node, self.signaled = [], None, set()
         started = []
         for node, actor in enumerate(self.nodes):
+            if node in self.lost:  # an elastic job goes on without the nodes it lost (their actors died)
+                self.agent_logs.append(agent_log(logs, node))
+                continue
             node_env = dict(env)
             cmd = self.node_command(node, attempt, host, port, node_env, bool(self.hosts[node]["gpus"]))
             self.agent_logs.append(agent_log(logs, node))
@@ -91,10 +105,39 @@ class RaySupervisor(Supervisor):
     # ---- the agents, through their actors ------------------------------------------------------
 
     def _all(self, method: str, *args) -> list:
-        return self.ray.get([getattr(n, method).remote(*args) for n in self.nodes])
+        """`method` on every node's actor; a lost node's (an elastic job's) is skipped, None."""
+        refs = {i: getattr(n, method).remote(*args) for i, n in enumerate(self.nodes) if i not in self.lost}
+        done = dict(zip(refs, self.ray.get(list(refs.values()))))
+        return [done.get(i) for i in range(len(self.nodes))]
 
     def poll_agents(self) -> list[int | None]:
-        return self._all("poll")
+        """Each node's agent's exit code; an elastic job's node whose actor died (its host gone)
+        ends with DEAD, to be counted lost (jobs/elastic.py); a fixed job's raises, as before."""
+        if not self.spec.elastic:
+            return self._all("poll")
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        codes = []
+        for i, n in enumerate(self.nodes):
+            if i in self.lost:
+                codes.append(DEAD)
+                continue
+            try:
+                codes.append(self.ray.get(n.poll.remote(), timeout=60))
+            except GetTimeoutError:  # (Ray has not yet decided whether that node is gone)
+                codes.append(None)
+            except RayActorError as e:
+                if i == 0:
+                    raise
+                self.dead[i] = str(e).splitlines()[0][:160]
+                codes.append(DEAD)
+        return codes
+
+    def lost_why(self, node: int, code: int) -> str:
+        h = self.hosts[node]
+        if node in self.dead:
+            return f"its Ray actor on {h['ip']} ({h['host']}) died: {self.dead[node]}"
+        return f"its torchrun agent on {h['ip']} ({h['host']}) exited with {code}"
 
     def _signal_workers(self, sig) -> None:
         self._all("signal_workers", int(sig), launch.under_torchrun(self.spec))
@@ -114,7 +157,10 @@ class RaySupervisor(Supervisor):
             return
         try:
             for n in self.nodes:
-                self.ray.kill(n)
+                try:
+                    self.ray.kill(n)
+                except Exception:  # (a lost node's actor)
+                    pass
             if self.group is not None:
                 from ray.util.placement_group import remove_placement_group
 

@@ -34,13 +34,14 @@ from gptrain.jobs.launch import ENTRY_KINDS
 from gptrain.jobs.schedulers import SCHEDULERS
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NODES = re.compile(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?")  # N or MIN:MAX
 MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 @dataclass
 class JobSpec:
     name: str
-    nodes: int = 1
+    nodes: int = 1                     # the most nodes (`--nodes N`, or MAX of `--nodes MIN:MAX`)
     accels: int = 1
     datasets: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
@@ -66,6 +67,7 @@ class JobSpec:
     requirements_file: str | None = None  # with a repository: that file's path in it (read from the clone)
     python: str | None = None          # the job's virtualenv interpreter (from requirements)
     resume_args: str | None = None     # the program's own resume arguments (jobs/resume.py)
+    min_nodes: int | None = None       # elastic (`--nodes MIN:MAX`): the fewest it goes on with
 
     @property
     def argv(self) -> list[str]:
@@ -92,6 +94,7 @@ class JobSpec:
     def validate(self) -> "JobSpec":
         check_types(dataclasses.asdict(self))
         check_name(self.name, "job")
+        self.parse_nodes()
         for key, least in (("nodes", 1), ("accels", 1), ("max_restarts", 0)):
             if getattr(self, key) < least:
                 raise UserError(f"--{key.replace('_', '-')} must be a whole number >= {least}, "
@@ -131,6 +134,33 @@ class JobSpec:
                                 "from the job's latest checkpoint by itself")
             resume.check(self.resume_args)
         return self
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_nodes is not None and self.min_nodes < self.nodes
+
+    def parse_nodes(self) -> None:
+        """`nodes` as typed: N, or MIN:MAX (elastic: torchrun's --nnodes=MIN:MAX, which goes on
+        with the nodes left, down to MIN, when one is lost). Only where torchrun's c10d
+        rendezvous runs the nodes: the local and Ray engines, a Python entrypoint."""
+        if isinstance(self.nodes, str):
+            m = NODES.fullmatch(self.nodes)
+            if not m:
+                raise UserError(f"--nodes must be N or MIN:MAX (whole numbers), got {self.nodes!r}")
+            lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+            if m.group(2) and not 1 <= lo <= hi:
+                raise UserError(f"--nodes {self.nodes}: MIN:MAX needs 1 <= MIN <= MAX")
+            self.nodes, self.min_nodes = hi, (lo if m.group(2) else None)
+        if self.min_nodes is None:
+            return
+        if not 1 <= self.min_nodes <= self.nodes:
+            raise UserError(f"min_nodes {self.min_nodes} must be between 1 and nodes ({self.nodes})")
+        if self.scheduler not in ("local", "ray"):
+            raise UserError(f"--nodes {self.min_nodes}:{self.nodes} (elastic) runs on the local and ray "
+                            f"schedulers; {self.scheduler} gives a job a fixed set of nodes: use --nodes N")
+        if (self.entry or self.kind()) == "command":
+            raise UserError(f"--nodes {self.min_nodes}:{self.nodes} (elastic) needs a Python entrypoint "
+                            "run under torchrun (the trainer, a script, -m module), not a command")
 
     def resolve_trainer_config(self) -> None:
         """Parse the trainer config now, so a bad flag or value is refused before anything is
@@ -247,7 +277,8 @@ def check_env(values: dict, flag: str) -> None:
 
 # field -> (accepted types, what to write); a list field's items must be str (or, for args,
 # env and secrets in a job.yaml, a number or boolean, taken as text)
-TYPES = {"name": ((str,), "a string (quote it)"), "nodes": ((int,), "a whole number"),
+TYPES = {"name": ((str,), "a string (quote it)"), "nodes": ((int, str), "a whole number or MIN:MAX"),
+         "min_nodes": ((int,), "a whole number"),
          "accels": ((int,), "a whole number"), "max_restarts": ((int,), "a whole number"),
          "datasets": ((list,), "a list of dataset names"), "env": ((dict,), "a mapping of NAME: value"),
          "secrets": ((dict,), "a mapping of NAME: value"), "scheduler": ((str,), "local, slurm, kubernetes or ray"),
@@ -268,7 +299,8 @@ def check_types(fields: dict, where: str = "") -> None:
         if value is None or key not in TYPES:
             continue
         types, words = TYPES[key]
-        wrong = not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
+        wrong = not isinstance(value, types) or (isinstance(value, bool) and bool not in types) or \
+            (key == "nodes" and isinstance(value, str) and not NODES.fullmatch(value))
         items = value.values() if isinstance(value, dict) and key in ("env", "secrets") else \
             value if isinstance(value, list) else ()
         item_types = (str,) if key == "datasets" else SCALARS
@@ -287,7 +319,7 @@ def read_config_file(path: str) -> str:
         raise UserError(f"cannot read config {path}: {e.strerror}") from None
 
 
-YAML_KEYS = {f.name for f in dataclasses.fields(JobSpec)} - {"config_path", "commit", "python", "entry"}
+YAML_KEYS = {f.name for f in dataclasses.fields(JobSpec)} - {"config_path", "commit", "python", "entry", "min_nodes"}
 
 
 def from_yaml(path: str) -> dict:
@@ -317,6 +349,9 @@ def from_yaml(path: str) -> dict:
         if key not in YAML_KEYS:
             raise UserError(f"unknown field {key!r} in {path}{closest(str(key), YAML_KEYS)}")
     data = {k: v for k, v in data.items() if v is not None}
+    elastic = re.search(r"^nodes\s*:\s*[\"']?(\d+\s*:\s*\d+)[\"']?\s*(#.*)?$", text, re.M)
+    if elastic:  # unquoted, YAML 1.1 reads `nodes: 1:2` as a base-60 number (62)
+        data["nodes"] = elastic.group(1)
     check_types(data, f" in {path}")
     base = Path(path).expanduser().resolve().parent
     if isinstance(data.get("config"), dict):

@@ -28,7 +28,7 @@ import time
 import uuid
 
 from gptrain import db
-from gptrain.jobs import folder, found, launch, local, procs, resume, secrets, store
+from gptrain.jobs import elastic, folder, found, launch, local, procs, resume, secrets, store
 from gptrain.jobs.logs import NO_SPACE, agent_log, failed_rank, failure_summary, mentions_no_space
 from gptrain.jobs.reconcile import reconcile
 from gptrain.jobs.spec import JobSpec
@@ -62,6 +62,7 @@ class Supervisor:
         self.run_id = uuid.uuid4().hex  # also the owner token of every write (jobs/store.py)
         self.agent_logs = []
         self.failed_node: int | None = None  # the node whose agent exited in error first
+        self.lost: set[int] = set()  # an elastic job's nodes lost in this attempt (jobs/elastic.py)
         self.before: dict = {}  # the job's checkpoints when this attempt started (resume.baseline)
         self.warned: set[str] = set()  # checkpoints already named in a warning
 
@@ -153,7 +154,7 @@ class Supervisor:
         env = {**launch.inherited_env(spec), **self.job_env(attempt)}
         launch.prepare_dirs(spec, self.dir)
         port = free_port()
-        self.agents, self.agent_logs, self.failed_node = [], [], None
+        self.agents, self.agent_logs, self.failed_node, self.lost = [], [], None, set()
         for node in range(spec.nodes):
             node_env = dict(env)
             mine = slots[node * spec.accels:(node + 1) * spec.accels]
@@ -175,8 +176,13 @@ class Supervisor:
         while True:
             self._check_db()
             codes = self.poll_agents()
+            for node in elastic.newly_lost(self.spec, codes, self.lost):
+                elastic.record_loss(self.name, self.spec, self.dir, node, self.lost_why(node, codes[node]),
+                                    self.lost, self.run_id)
+            left = {n: c for n, c in enumerate(codes) if n not in self.lost}  # all but lost nodes
             if self.failed_node is None:
-                self.failed_node = next((n for n, c in enumerate(codes) if c not in (None, 0)), None)
+                self.failed_node = next((n for n, c in left.items() if c not in (None, 0)), None)
+            codes = list(left.values())
             if all(c is not None for c in codes):
                 return next((c for c in codes if c != 0), 0)
             if any(c not in (None, 0) for c in codes) and stop_deadline is None:
@@ -191,6 +197,10 @@ class Supervisor:
             if time.time() - self.last_sync > SYNC_EVERY_S:
                 self.sync_checkpoints()
             time.sleep(POLL_S)
+
+    def lost_why(self, node: int, code: int) -> str:
+        """Why an elastic job's node ended, for its event."""
+        return f"its torchrun agent exited with {code}"
 
     def _stop_timeout(self) -> float:
         return folder.stop_timeout(self.dir)
@@ -261,7 +271,7 @@ class Supervisor:
                 self._set(JobState.STOPPED, "stopped on request", exit_code=code)
                 return
             if code == 0:
-                self._set(JobState.SUCCEEDED, exit_code=0)
+                self._set(JobState.SUCCEEDED, elastic.finished_line(self.spec, self.lost), exit_code=0)
                 return
             error = failure_summary(folder.logs_dir(self.dir), code, self.failed_node)
             final = self.no_restart_reason(code, error)

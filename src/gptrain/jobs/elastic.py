@@ -1,0 +1,51 @@
+"""Elastic jobs (`--nodes MIN:MAX`): what a supervisor does when one of the job's nodes is lost.
+
+The workers run under torchrun's elastic form (launch.torchrun_args: --nnodes=MIN:MAX, c10d
+rendezvous hosted by node 0, one in-place restart per node that may go). When a node dies (its
+host killed, its agent gone), the collectives of the workers left fail, their torchrun agents
+restart them and meet again without it, and the trainer resumes from the latest checkpoint with
+the smaller world (DCP reshards the weights and optimizer; the data position is global, so it
+carries over; a fixed train.global_batch_size keeps the batch the same). The supervisor's part
+is only not to treat that node's end as the job's failure, and to say it in the job's events.
+
+Node 0 holds the rendezvous store: its loss ends the attempt as on a fixed-size job (restarts,
+then `gptrain resume`). Neither is a node lost when fewer than MIN nodes would be left.
+"""
+
+from __future__ import annotations
+
+from gptrain.jobs import found, store
+
+
+def newly_lost(spec, codes: list[int | None], lost: set[int]) -> list[int]:
+    """The nodes that ended in error since the last poll and are lost rather than failed: not
+    node 0, and while at least MIN nodes are left. Adds them to `lost`."""
+    if not spec.elastic:
+        return []
+    out = []
+    for node, code in enumerate(codes):
+        if node and code not in (None, 0) and node not in lost and spec.nodes - len(lost) - 1 >= spec.min_nodes:
+            lost.add(node)
+            out.append(node)
+    return out
+
+
+def record_loss(name: str, spec, jdir, node: int, why: str, lost: set[int], owner: str) -> None:
+    """The job's event for a lost node: which, why, and what happens now."""
+    left = spec.nodes - len(lost)
+    latest = found.latest(jdir)
+    source = f"its latest checkpoint ({latest.name})" if latest is not None else "the start (no checkpoint yet)"
+    message = (f"node {node} lost ({why}); elastic {spec.min_nodes}:{spec.nodes}: the job goes on with "
+               f"{left} node(s), its workers restarted by torchrun from {source}, resharded to the smaller world")
+    with store.transaction() as conn:
+        row = conn.execute("SELECT run_id FROM jobs WHERE name = ?", (name,)).fetchone()
+        if row is not None and row["run_id"] == owner:  # (a supervisor writes only its own job)
+            store.add_event(conn, name, "node lost", message)
+
+
+def finished_line(spec, lost: set[int]) -> str:
+    """The success message of an attempt that lost nodes (empty when none was lost)."""
+    if not lost:
+        return ""
+    return (f"finished on {spec.nodes - len(lost)} of {spec.nodes} nodes "
+            f"(lost: {', '.join(f'node {n}' for n in sorted(lost))})")

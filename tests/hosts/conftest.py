@@ -1,0 +1,67 @@
+"""Fixtures for tests on real separate hosts (podman containers, tests/hosts/podman_hosts.py).
+
+`hosts`: two hosts h1, h2 for the module, sharing one folder (their GPTRAIN_HOME lives there).
+`ray_hosts`: a real Ray cluster on them: the head on h1, a worker raylet on h2 (one CPU each).
+Both skip, in one line, where podman cannot run or Ray is not installed.
+"""
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.hosts.podman_hosts import Hosts, unavailable
+
+RAY = str(Path(sys.executable).parent / "ray")
+RAY_PORT = 6379
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    why = unavailable()
+    if why:
+        pytest.skip(f"no podman hosts: {why}")
+    shared = tmp_path_factory.mktemp("shared")
+    h = Hosts(2, shared=[shared])
+    h.shared_dir = shared
+    try:
+        h.start()
+    except RuntimeError as e:  # (start removed what it made)
+        pytest.skip(f"no podman hosts: podman cannot run a container here: {str(e).splitlines()[-1][:300]}")
+    try:
+        yield h
+    finally:
+        h.stop()
+
+
+def node_env() -> dict:
+    """What every process on the hosts gets: this checkout's gptrain, one thread per process."""
+    return {"PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+            "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+@pytest.fixture(scope="module")
+def ray_hosts(hosts):
+    """`ray start --head` on h1 and `ray start --address` on h2 (their output in the shared
+    folder); ended with the containers (the fixture `hosts`), never with `ray stop`."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        pytest.skip("Ray is not installed here: pip install 'gptrain[ray]' (`make test` does)")
+    shared = hosts.shared_dir
+    address = f"{hosts.ips[0]}:{RAY_PORT}"
+    common = ["--num-cpus=1", "--object-store-memory=100000000", "--disable-usage-stats", "--block"]
+    starts = [(0, ["--head", f"--port={RAY_PORT}", "--include-dashboard=false"]), (1, [f"--address={address}"])]
+    for i, args in starts:
+        log = shared / f"ray-h{i + 1}.log"
+        line = " ".join([RAY, "start", *args, f"--node-ip-address={hosts.ips[i]}", *common])
+        hosts.exec(i, ["sh", "-c", f"exec {line} > {log} 2>&1"], env=node_env(), detach=True)
+        deadline = time.time() + 120
+        while b"Ray runtime started" not in (log.read_bytes() if log.exists() else b""):
+            if time.time() > deadline:
+                raise RuntimeError(f"ray start on h{i + 1} did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+    hosts.ray_address = address
+    return hosts

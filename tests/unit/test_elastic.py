@@ -1,0 +1,62 @@
+"""`--nodes MIN:MAX`: what is accepted where, the torchrun arguments it gives, and which node
+ends are a lost node rather than the job's failure (jobs/elastic.py). The real thing, a host
+killed under a running job, is tests/hosts/test_ray_hosts.py."""
+
+import pytest
+
+from gptrain.errors import UserError
+from gptrain.jobs import elastic, launch
+from gptrain.jobs.spec import JobSpec
+
+
+def spec(nodes, scheduler="ray", **kw) -> JobSpec:
+    s = JobSpec(name="e", nodes=nodes, scheduler=scheduler, **kw)
+    s.parse_nodes()
+    return s
+
+
+def test_min_max_parsed_and_a_plain_number_is_not_elastic():
+    s = spec("1:3")
+    assert (s.nodes, s.min_nodes, s.elastic) == (3, 1, True)
+    assert not spec(2).elastic and not spec("2").elastic and spec("2").nodes == 2
+    assert not spec("2:2").elastic  # MIN = MAX: a fixed size
+
+
+@pytest.mark.parametrize("nodes, scheduler, words", [
+    ("3:2", "ray", "MIN:MAX needs 1 <= MIN <= MAX"), ("0:2", "local", "MIN:MAX needs 1"),
+    ("1-2", "local", "must be N or MIN:MAX"), ("1:2", "slurm", "runs on the local and ray schedulers"),
+    ("1:2", "kubernetes", "runs on the local and ray schedulers")])
+def test_refused_in_one_line(nodes, scheduler, words):
+    with pytest.raises(UserError, match=words):
+        spec(nodes, scheduler)
+
+
+def test_a_command_entrypoint_cannot_be_elastic():
+    with pytest.raises(UserError, match="needs a Python entrypoint"):
+        spec("1:2", command="bash")
+
+
+def test_torchrun_elastic_form():
+    args = launch.torchrun_args(spec("1:2"), nnodes=2, endpoint="h1:29500", rdzv_id="e-0", is_host=1)
+    assert "--nnodes=1:2" in args and "--max-restarts=1" in args and "--rdzv-backend=c10d" in args
+    assert f"--rdzv-conf=is_host=1,last_call_timeout={launch.ELASTIC_LAST_CALL_S}" in args
+    fixed = launch.torchrun_args(spec(2), nnodes=2, endpoint="h1:29500", rdzv_id="e-0", is_host=0)
+    assert "--nnodes=2" in fixed and "--max-restarts=0" in fixed
+
+
+def test_lost_nodes_never_node_0_nor_below_min():
+    s, lost = spec("2:4"), set()
+    assert elastic.newly_lost(s, [None, 1, None, None], lost) == [1]
+    assert elastic.newly_lost(s, [None, 1, None, -9], lost) == [3] and lost == {1, 3}
+    assert elastic.newly_lost(s, [None, 1, 1, -9], lost) == []  # 2 left = MIN: node 2 fails the job
+    assert elastic.newly_lost(spec("1:2"), [1, None], set()) == []  # node 0 holds the rendezvous
+    assert elastic.newly_lost(spec(2), [None, 1], set()) == []  # not elastic
+    assert elastic.finished_line(s, lost) == "finished on 2 of 4 nodes (lost: node 1, node 3)"
+
+
+def test_job_file_nodes_min_max_quoted_or_not(tmp_path):
+    from gptrain.jobs.spec import from_yaml
+
+    for text in ("name: e\nnodes: 1:2\n", "name: e\nnodes: '1:2'  # elastic\n"):
+        (tmp_path / "job.yaml").write_text(text)
+        assert from_yaml(str(tmp_path / "job.yaml"))["nodes"] == "1:2"  # not YAML 1.1's 62
