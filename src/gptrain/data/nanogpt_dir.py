@@ -97,8 +97,9 @@ def to_prepared(src, out, tokenizer: str = "") -> dict:
         if fp.stat().st_size % 2:
             raise UserError(f"{fp} has an odd number of bytes: not nanoGPT's uint16 token ids")
         shutil.copyfile(fp, out / name)
-        if max_token(out / name, "uint16") >= tok.vocab_size:
-            raise UserError(f"{fp} holds token id {max_token(out / name, 'uint16')}, outside the "
+        top = max_token(out / name, "uint16")
+        if top >= tok.vocab_size:
+            raise UserError(f"{fp} holds token id {top}, outside the "
                             f"{tok.vocab_size} tokens of {tok.name}: name the tokenizer its ids came from")
         n = (out / name).stat().st_size // 2
         splits[name.removesuffix(".bin")] = {"tokens": n, "documents": 1 if n else 0, "files": [

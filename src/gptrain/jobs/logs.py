@@ -163,12 +163,20 @@ def error_lines(log: Path) -> list[str]:
     text = last_attempt(log)
     raw = [ln.strip() for ln in text.splitlines()]
     if any(CHILD_FAILED in ln for ln in raw):
-        root = _FAILURE.search(text, max(text.rfind("Root Cause"), 0))
-        own = [ln for ln in raw if root and ln.startswith(f"[rank{root.group(2)}]:")]
-        raw = [ln for ln in (own if any(_ERROR_LINE.match(_RANK_PREFIX.sub("", ln).strip()) for ln in own)
-                             else raw) if CHILD_FAILED not in ln]
+        raw = _inner_worker_lines(text, raw)
     lines = (_RANK_PREFIX.sub("", ln).strip() for ln in raw)
     return [ln for ln in lines if _ERROR_LINE.match(ln)]
+
+
+def _inner_worker_lines(text: str, raw: list[str]) -> list[str]:
+    """A wrapper's torchrun failed: the lines of its root-cause worker when they hold an error
+    (else all lines), without the ChildFailedError itself."""
+    root = _FAILURE.search(text, max(text.rfind("Root Cause"), 0))
+    if root:
+        own = [ln for ln in raw if ln.startswith(f"[rank{root.group(2)}]:")]
+        if any(_ERROR_LINE.match(_RANK_PREFIX.sub("", ln).strip()) for ln in own):
+            raw = own
+    return [ln for ln in raw if CHILD_FAILED not in ln]
 
 
 def mentions_no_space(logs: Path) -> bool:

@@ -301,8 +301,9 @@ class Trainer(Checkpointing):
                       f"{env.device.type} ({self.plan.precision}), {self.total_steps} steps, "
                       f"{tokens_per_step:,} tokens/step")
         self.log_main(f"precision {self.plan.precision_why}")
-        self.log_main(f"kernels: {'compiled' if self.plan.compile else 'eager'} blocks, "
-                      f"{'fused chunked' if self.plan.fused_loss else ('compiled ' if self.plan.compile else '') + 'plain'} loss")
+        mode = "compiled" if self.plan.compile else "eager"
+        loss = "fused chunked" if self.plan.fused_loss else f"{mode} plain"
+        self.log_main(f"kernels: {mode} blocks, {loss} loss")
         peak = 0.0
         if env.is_main:  # only rank 0 reports MFU; peers on one host would time each other
             peak, basis = peak_flops(env.device, self.cfg.metrics.peak_flops, self.plan.precision)
