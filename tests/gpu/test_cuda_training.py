@@ -93,3 +93,21 @@ def test_checkpoint_moves_between_gpu_and_cpu(data, tmp_path):
 
     ids = generate(model, torch.tensor([[1, 2, 3]]), 5)
     assert ids.shape == (1, 8)
+
+
+@pytest.mark.parametrize("policy", ["skip", "stop"])
+def test_a_non_finite_step_on_the_gpu(data, tmp_path, policy):
+    """The fused AdamW skips a NaN/inf step on the GPU itself (train/finite.py): `skip` trains on,
+    `stop` ends with exit 2 before any checkpoint follows the NaN."""
+    from gptrain.weights.layout import find_latest, read_state
+
+    out = tmp_path / "run"
+    r = train(*_args(data, out, "--train.device=cuda", "--train.precision=fp32", "--train.lr=1e30",
+                     "--train.warmup_steps=0", "--train.grad_clip=0", f"--train.nan_policy={policy}",
+                     "--checkpoint.every=1"), check=False)
+    if policy == "skip":
+        assert r.returncode == 0 and "skipped" in r.stdout, r.stdout + r.stderr
+        return
+    assert r.returncode == 2 and "NaN/inf" in r.stderr, r.stderr
+    latest = find_latest(out)
+    assert latest is None or math.isfinite(read_state(latest)["train_loss"])

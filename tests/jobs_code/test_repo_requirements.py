@@ -18,9 +18,9 @@ from tests.jobs_code.programs import git_repository, write
 from tests.jobs_code.test_code_jobs import tiny_wheel
 
 WORKER = """
-import os, tinypkg
+import os, sys, tinypkg
 rank = int(os.environ["RANK"])
-print("worker", rank, "tinypkg", tinypkg.VALUE, flush=True)
+sys.stdout.write(f"worker {rank} tinypkg {tinypkg.VALUE}\\n")  # one write: the two ranks share the log
 if rank == 1:
     raise ValueError(f"boom from worker {rank}")
 """

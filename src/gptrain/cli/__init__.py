@@ -53,6 +53,20 @@ def sweep_leftovers() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import os
+
+    code = _run(argv)
+    if code == 2 and os.environ.get("TORCHELASTIC_RUN_ID"):
+        # a torchrun worker that said why it failed leaves at once: tearing down torch's
+        # distributed objects at interpreter exit can abort ("terminate called without an active
+        # exception"), and torchrun would then report a SIGABRT instead of exit 2
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _run(argv: list[str] | None) -> int:
     import sqlite3
 
     from gptrain.db import corrupt

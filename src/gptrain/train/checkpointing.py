@@ -14,14 +14,13 @@ from gptrain.weights import layout
 
 class Checkpointing:
     """Uses the trainer's cfg, env, out, step, parts, optims, loader, scaler, last, pending_save,
-    _async_pg, _step_loss and the fields it records (model_cfg, tokenizer_spec, data_dir)."""
+    _async_pg, _step_loss, mean_loss, report_skipped and the fields it records (model_cfg,
+    tokenizer_spec, data_dir)."""
 
     def save(self, final: bool = False) -> Path:
-        if self._step_loss is not None:  # the loss of the step just taken, averaged over ranks
-            loss = self._step_loss.detach().clone()
-            if dist.is_initialized():
-                dist.all_reduce(loss, op=dist.ReduceOp.AVG)
-            self.last["train_loss"] = loss.item()
+        self.report_skipped()  # nan_policy=stop ends the run here: no checkpoint after a NaN
+        if (loss := self.mean_loss(self._step_loss)) is not None:  # of the step just taken
+            self.last["train_loss"] = loss
         state = {
             "step": self.step, "total_steps": self.total_steps, "loader": self.loader.state_dict(),
             "train_loss": self.last["train_loss"], "eval_loss": self.last["eval_loss"],

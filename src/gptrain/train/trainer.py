@@ -31,7 +31,7 @@ from gptrain.errors import UserError, disk_full
 from gptrain.models.base import cross_entropy
 from gptrain.train.checkpointing import Checkpointing
 from gptrain.train import plan as run_plan
-from gptrain.train import stop
+from gptrain.train import finite, stop
 from gptrain.train.evaluate import evaluate, reshard
 from gptrain.train.loss_scale import LossScaler
 from gptrain.train.metrics import MetricsLogger, console_line, flops_per_token, peak_flops
@@ -85,6 +85,7 @@ class Trainer(Checkpointing):
         self._build_parts(plain)
         self.optims = [build_optimizer(p, tc, env.device) for p in self.parts]
         self.scaler = LossScaler.from_config(cfg.train) if self.plan.precision == "fp16" else None
+        self.skips = finite.DeviceSkips(env.device) if finite.on_device(self.optims, self.scaler) else None
         T = self.model_cfg.block_size
         train_tokens = open_split(self.data_dir, "train")
         if num_blocks(len(train_tokens), T, cfg.data.max_train_samples) < self.dims.dp:
@@ -214,6 +215,10 @@ class Trainer(Checkpointing):
             flag = finite.float()
             dist.all_reduce(flag, op=dist.ReduceOp.MIN)
             finite = flag.bool()
+        if self.skips is not None:  # the optimizers skip a non-finite step themselves
+            self.skips.step(self.optims, finite, self.step + 1)
+            self.step += 1
+            return mean_loss, lr
         finite = bool(finite)
         if self.scaler:
             self.scaler.update(finite)
@@ -227,10 +232,7 @@ class Trainer(Checkpointing):
         elif not finite:
             for opt in self.optims:
                 opt.zero_grad(set_to_none=True)
-            if tc.nan_policy == "stop":
-                raise UserError(f"the loss became NaN/inf at step {self.step + 1}; no checkpoint "
-                                "was written for it. Lower train.lr, or set train.nan_policy=skip")
-            self.log_main(f"warning: non-finite loss at step {self.step + 1}; step skipped")
+            self._non_finite(self.step + 1, 1)
             self.step += 1
             return None, lr
         for opt in self.optims:
@@ -238,6 +240,31 @@ class Trainer(Checkpointing):
             opt.zero_grad(set_to_none=True)
         self.step += 1
         return mean_loss, lr
+
+    @staticmethod
+    def mean_loss(loss) -> float | None:
+        """A step's loss averaged over ranks; None for a step that was skipped (non-finite)."""
+        if loss is None:
+            return None
+        loss = loss.detach().clone()
+        if dist.is_initialized():
+            dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+        value = loss.item()
+        return value if math.isfinite(value) else None
+
+    def report_skipped(self) -> None:
+        """Read back what the device skipped since the last report (train/finite.py)."""
+        if self.skips is not None:
+            count, first = self.skips.take()
+            if count:
+                self._non_finite(first, count)
+
+    def _non_finite(self, first: int, count: int) -> None:
+        if self.cfg.train.nan_policy == "stop":
+            raise UserError(f"the loss became NaN/inf at step {first}; no checkpoint was written "
+                            "for it. Lower train.lr, or set train.nan_policy=skip")
+        later = f" and {count - 1} later step(s)" if count > 1 else ""
+        self.log_main(f"warning: non-finite loss at step {first}{later}; skipped")
 
     # ---- evaluation --------------------------------------------------------------------------
 
@@ -316,18 +343,18 @@ class Trainer(Checkpointing):
                 loss, lr = self.train_step()
                 self._step_loss = loss
                 window_steps += 1
-                if loss is not None and (self.step % self.cfg.metrics.log_every == 0 or
-                                         self.step == self.total_steps):
-                    if dist.is_initialized():
-                        dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+                logging = self.step % self.cfg.metrics.log_every == 0 or self.step == self.total_steps
+                if logging:
+                    self.report_skipped()
+                if logging and (value := self.mean_loss(loss)) is not None:
                     elapsed = time.perf_counter() - window_start
                     tok_s = tokens_per_step * window_steps / elapsed
                     mfu = flops_tok * tok_s / peak if peak else 0.0
-                    self.last["train_loss"] = loss.item()
-                    self.metrics.log(self.step, {"loss": loss.item(), "lr": lr, "tokens_per_s": tok_s,
+                    self.last["train_loss"] = value
+                    self.metrics.log(self.step, {"loss": value, "lr": lr, "tokens_per_s": tok_s,
                                                  "mfu": mfu, "tokens": self.step * tokens_per_step})
                     eta = (self.total_steps - self.step) * elapsed / window_steps
-                    self.log_main(console_line(self.step, self.total_steps, loss.item(), lr, tok_s, mfu, eta))
+                    self.log_main(console_line(self.step, self.total_steps, value, lr, tok_s, mfu, eta))
                     window_start, window_steps = time.perf_counter(), 0
                 if self._should_eval() and self.step < self.total_steps:
                     self._eval()
