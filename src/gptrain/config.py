@@ -113,7 +113,9 @@ class TrainConfig:
                                   "entropy (the logits never exist, less memory); false: the plain "
                                   "logits -> cross-entropy path; default: fused, except compiled on a "
                                   "GPU, where the compiled plain path is faster (BENCHMARKS.md).")
-    nan_policy: str = opt("stop", "On a NaN/inf loss: stop the run, or skip the step.", ("stop", "skip"))
+    nan_policy: str = opt("stop", "On a NaN/inf loss or gradient the step is skipped; stop: the run then ends "
+                                  "by the next log step, before any checkpoint.",
+                          ("stop", "skip"))
     device: str = opt("auto", "auto: cuda when present, else cpu.", ("auto", "cpu", "cuda"))
 
 
