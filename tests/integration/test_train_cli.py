@@ -75,6 +75,9 @@ def test_nan_loss_stops_without_a_poisoned_checkpoint(tmp_path):
     import math
 
     assert latest is not None and math.isfinite(read_state(latest)["train_loss"])
+    # step 1 (lr 1e30) makes the weights overflow: step 2 is the first NaN, skipped on the
+    # device (train/finite.py) and reported before step 2's checkpoint would be written
+    assert "the loss became NaN/inf at step 2;" in r.stderr and latest.name == "step-000001", (r.stderr, latest)
 
 
 @pytest.mark.parametrize("args, message", [
