@@ -80,6 +80,17 @@ def test_nan_loss_stops_without_a_poisoned_checkpoint(tmp_path):
     assert "the loss became NaN/inf at step 2;" in r.stderr and latest.name == "step-000001", (r.stderr, latest)
 
 
+@pytest.mark.parametrize("where", ["a-file", "a-file/out"])
+def test_an_output_dir_that_cannot_be_made_is_one_line(tmp_path, where):
+    data = make_dataset(tmp_path)
+    (tmp_path / "a-file").write_text("not a directory\n")
+    r = train(f"--data.path={data}", f"--train.output_dir={tmp_path / where}", "--train.max_steps=1",
+              *TINY, check=False)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith(f"gptrain: error: cannot write the output directory {tmp_path / where} ("), r.stderr
+    assert len(r.stderr.splitlines()) == 1 and "choose another train.output_dir" in r.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["--parallel.tp=2", "--parallel.dp_shard=1"], "multiply to the world size"),
     (["--parallel.tp=2"], "cannot infer parallel.dp_shard"),

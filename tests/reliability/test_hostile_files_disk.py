@@ -107,3 +107,17 @@ def test_checkpoint_on_a_full_disk_under_torchrun(small_disk, prepared):
                          for line in lines), r.stderr[-3000:]
     assert "exitcode  : 2" in r.stderr  # the rank that failed first, in torchrun's report
     _no_checkpoint(out)
+
+
+def test_an_unwritable_output_dir_under_torchrun(tmp_path, prepared):
+    """Rank 0 cannot make the output directory: every rank that reports says so in the same
+    one line (no broken-connection traceback from the others), and torchrun reports exit 2."""
+    (tmp_path / "a-file").write_text("not a directory\n")
+    out = tmp_path / "a-file" / "out"
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                        "-m", "gptrain", "train", *_train_args(prepared, out)],
+                       capture_output=True, text=True, env=env(), timeout=300)
+    lines = [line for line in r.stderr.splitlines() if line.startswith("gptrain: error:")]
+    assert lines and all(line.startswith(f"gptrain: error: cannot write the output directory {out} (")
+                         for line in lines), r.stderr[-3000:]
+    assert "exitcode  : 2" in r.stderr and "Connection closed" not in r.stderr, r.stderr[-3000:]

@@ -66,6 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _error_line(message) -> None:
+    # one write: under torchrun every rank's stderr is the same stream, and print's separate
+    # write of the newline (stderr unbuffered, as in jobs) lets two ranks' lines run together
+    sys.stderr.write(f"gptrain: error: {message}\n")
+    sys.stderr.flush()
+
+
 def _run(argv: list[str] | None) -> int:
     import sqlite3
 
@@ -87,13 +94,13 @@ def _run(argv: list[str] | None) -> int:
     try:
         return args.func(args, extra) or 0
     except UserError as e:
-        print(f"gptrain: error: {e}", file=sys.stderr)
+        _error_line(e)
         return 2
     except sqlite3.DatabaseError as e:  # gptrain.db unreadable past its header: one line too
         bad = corrupt(e)
         if bad is None:
             raise
-        print(f"gptrain: error: {bad}", file=sys.stderr)
+        _error_line(bad)
         return 2
     except BrokenPipeError:
         return 0
@@ -101,7 +108,7 @@ def _run(argv: list[str] | None) -> int:
         full = disk_full(e)
         if full is None:
             raise
-        print(f"gptrain: error: {full}", file=sys.stderr)
+        _error_line(full)
         return 2
     except KeyboardInterrupt:
         print("gptrain: interrupted", file=sys.stderr)

@@ -12,6 +12,29 @@ from gptrain.train import checkpoint as ckpt
 from gptrain.weights import layout
 
 
+def make_output_dir(out: Path, config_text: str, is_main: bool) -> None:
+    """Rank 0 makes the output directory and writes config.toml in it; when it cannot (read-only,
+    under a file, a full disk), every rank ends with the same one line rather than rank 0 with a
+    traceback and the others with a broken connection."""
+    from gptrain.errors import UserError, disk_full
+
+    problem = None
+    if is_main:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "config.toml").write_text(config_text)
+        except OSError as e:
+            full = disk_full(e, out)
+            problem = str(full) if full else (f"cannot write the output directory {out} "
+                                              f"({e.strerror or e}): choose another train.output_dir")
+    if dist.is_initialized():
+        shared = [problem]
+        dist.broadcast_object_list(shared, src=0)
+        problem = shared[0]
+    if problem:
+        raise UserError(problem)
+
+
 class Checkpointing:
     """Uses the trainer's cfg, env, out, step, parts, optims, loader, scaler, last, pending_save,
     _async_pg, _step_loss, mean_loss, report_skipped and the fields it records (model_cfg,

@@ -29,7 +29,7 @@ from gptrain.distributed.mesh import init_distributed
 from gptrain.distributed.parallelize import check_layout, parallelize
 from gptrain.errors import UserError, disk_full
 from gptrain.models.base import cross_entropy
-from gptrain.train.checkpointing import Checkpointing
+from gptrain.train.checkpointing import Checkpointing, make_output_dir
 from gptrain.train import plan as run_plan
 from gptrain.train import finite, stop
 from gptrain.train.evaluate import evaluate, reshard
@@ -104,6 +104,7 @@ class Trainer(Checkpointing):
         self._step_loss = None
         self.pending_save = None
         self._async_pg = None
+        make_output_dir(self.out, dump_toml(cfg), env.is_main)  # after every check: none wrote anything
         self.metrics = MetricsLogger(self.out, cfg.metrics, env.is_main, self.out.name, cfg.to_dict())
 
     def _val_split(self, meta: dict, T: int):
@@ -315,9 +316,6 @@ class Trainer(Checkpointing):
 
     def run(self) -> dict:
         tc, env = self.cfg.train, self.env
-        if env.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            (self.out / "config.toml").write_text(dump_toml(self.cfg))
         # dropout draws: seeded per rank here, restored from the checkpoint when resuming
         torch.manual_seed(tc.seed + env.rank)
         self.maybe_resume()
