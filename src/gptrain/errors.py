@@ -5,8 +5,31 @@ anything else and keep their traceback.
 """
 
 
+import re
+
+_URL = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)([^\s'\"<>]*)")
+
+
+def scrub_credentials(text: str) -> str:
+    """`text` with whatever can carry a credential in each URL in it (a user part such as
+    `user:secret@`, a query string such as a presigned signature) replaced by ***."""
+    def scrub(m: re.Match) -> str:
+        authority, slash, path = m.group(2).partition("/")
+        if "@" in authority:
+            authority = "***@" + authority.rpartition("@")[2]
+        url = authority + slash + path
+        return m.group(1) + (url.split("?", 1)[0] + "?***" if "?" in url else url)
+
+    return _URL.sub(scrub, text)
+
+
 class UserError(Exception):
-    """Bad input from the user: the message names the input and the fix."""
+    """Bad input from the user: the message names the input and the fix. A URL in the message
+    never shows its credentials (scrub_credentials): the message reaches terminals, job
+    records and the console."""
+
+    def __init__(self, *args):
+        super().__init__(*(scrub_credentials(a) if isinstance(a, str) else a for a in args))
 
 
 class BadName(UserError):

@@ -20,6 +20,10 @@ from gptrain.weights.layout import by_step, is_checkpoint_dir, root_of
 def _fs(url: str):
     import fsspec
 
+    if url.startswith("file://") and not url.startswith(("file:///", "file://localhost/")):
+        # fsspec would read file://host/dir as a path relative to the current directory
+        raise UserError(f"checkpoint.remote={url}: a file:// URL names an absolute local path, "
+                        "as in file:///shared/run")
     try:
         return fsspec.core.url_to_fs(url)
     except ImportError as e:
