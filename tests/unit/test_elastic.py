@@ -36,6 +36,23 @@ def test_a_command_entrypoint_cannot_be_elastic():
         spec("1:2", command="bash")
 
 
+@pytest.mark.parametrize("nodes, flags, fits", [
+    ("2:3", ["--train.global_batch_size=24", "--train.batch_size=4"], True),    # 24 = 4 x 2 x 3 = 4 x 3 x 2
+    ("2:3", ["--train.global_batch_size=24", "--train.batch_size=8"], False),   # 3 nodes: 24 / 3 = 8 ok; 2: 12 is not 8 x n
+    ("1:3", ["--parallel.tp=2", "--parallel.dp_shard=1"], False),                # 1 node: world 1 cannot hold tp 2
+    ("2:3", [], True)])
+def test_an_elastic_trainer_job_fits_every_world_it_may_run_at(tmp_path, monkeypatch, nodes, flags, fits):
+    """Checked at submit (spec.validate -> elastic.check_worlds): the job would otherwise fail at
+    its first node loss (found by a new-user trial with train.global_batch_size)."""
+    monkeypatch.chdir(tmp_path)
+    s = JobSpec(name="e", nodes=nodes, scheduler="local", accels=1, args=["--data.path=d", *flags])
+    if fits:
+        s.validate()
+        return
+    with pytest.raises(UserError, match=f"--nodes {nodes}: with [123] node"):
+        s.validate()
+
+
 def test_torchrun_elastic_form():
     args = launch.torchrun_args(spec("1:2"), nnodes=2, endpoint="h1:29500", rdzv_id="e-0", is_host=1)
     assert "--nnodes=1:2" in args and "--max-restarts=1" in args and "--rdzv-backend=c10d" in args

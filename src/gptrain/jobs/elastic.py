@@ -49,3 +49,23 @@ def finished_line(spec, lost: set[int]) -> str:
         return ""
     return (f"finished on {spec.nodes - len(lost)} of {spec.nodes} nodes "
             f"(lost: {', '.join(f'node {n}' for n in sorted(lost))})")
+
+
+def check_worlds(spec, cfg) -> None:
+    """An elastic trainer job must fit every world it may run at, MIN to MAX nodes (its layout,
+    its train.global_batch_size); else it would be accepted and fail at its first node loss."""
+    import copy
+
+    from gptrain.distributed.mesh import ParallelDims
+    from gptrain.errors import UserError
+    from gptrain.train.plan import apply_global_batch
+
+    if not spec.elastic:
+        return
+    for nodes in range(spec.min_nodes, spec.nodes + 1):
+        try:
+            dims = ParallelDims.from_config(cfg.parallel, nodes * spec.accels)
+            apply_global_batch(copy.deepcopy(cfg), dims.dp, dims.pp)
+        except UserError as e:
+            raise UserError(f"--nodes {spec.min_nodes}:{spec.nodes}: with {nodes} node(s) of "
+                            f"{spec.accels} process(es), {e}") from None

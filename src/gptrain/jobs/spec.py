@@ -169,8 +169,10 @@ class JobSpec:
         (which start in the job's folder, on every scheduler) read the files the user meant."""
         from gptrain.config import DEEPSPEED_FLAGS, Config, canonical_key, dump_toml, load_toml, split_options
 
+        from gptrain.jobs.elastic import check_worlds
+
         base = Path.cwd()
-        self.trainer_config()
+        check_worlds(self, self.trainer_config())
         args = []
         for name, value, tokens in split_options(self.args):
             if canonical_key(name) == "train.output_dir":
