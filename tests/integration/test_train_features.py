@@ -74,7 +74,8 @@ def test_fp16_with_pipeline_and_tensor_parallel_tracks_fp32(data, reference, tmp
 def test_nan_policy_skip_keeps_going(data, tmp_path):
     r = train(*_args(data, tmp_path, "--train.lr=1e30", "--train.warmup_steps=0", "--train.grad_clip=0",
                      "--train.nan_policy=skip"))
-    assert "skipped" in r.stdout and f"completed at step {STEPS}" in r.stdout
+    assert "non-finite loss or gradient at step" in r.stdout and f"completed at step {STEPS}" in r.stdout
+    assert "step(s) skipped: non-finite)" in r.stdout.splitlines()[-1], r.stdout
 
 
 def test_wandb_offline_run(data, tmp_path, monkeypatch):

@@ -29,6 +29,7 @@ class DeviceSkips:
     def __init__(self, device):
         self.count = torch.zeros((), dtype=torch.int64, device=device)
         self.first = torch.full((), -1, dtype=torch.int64, device=device)
+        self.last = torch.zeros((), dtype=torch.int64, device=device)  # 1: the latest step was skipped
 
     def step(self, optims, finite: torch.Tensor, step_number: int) -> None:
         """One optimizer step that each optimizer skips when `finite` (a device bool) is false."""
@@ -41,11 +42,13 @@ class DeviceSkips:
             del opt.found_inf
         self.count += bad
         self.first = torch.where(bad & (self.first < 0), step_number, self.first)
+        self.last = bad.long()
 
-    def take(self) -> tuple[int, int]:
-        """(steps skipped, the first of them) since the last call; reading them waits for the device."""
-        count, first = (int(v) for v in torch.stack([self.count, self.first]).tolist())
+    def take(self) -> tuple[int, int, bool]:
+        """(steps skipped, the first of them, whether the latest step was) since the last call;
+        reading them waits for the device."""
+        count, first, last = (int(v) for v in torch.stack([self.count, self.first, self.last]).tolist())
         if count:
             self.count.zero_()
             self.first.fill_(-1)
-        return count, first
+        return count, first, bool(last)

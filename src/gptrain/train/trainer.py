@@ -99,7 +99,7 @@ class Trainer(Checkpointing):
         batches_per_epoch = self.loader.batches_per_epoch() / self.plan.grad_accum_steps
         self.steps_per_epoch = max(1, math.ceil(batches_per_epoch))
         self.total_steps = tc.max_steps if tc.max_steps > 0 else max(1, math.ceil(tc.epochs * batches_per_epoch))
-        self.step = 0
+        self.step, self.skipped = 0, 0
         self.last = {"train_loss": None, "eval_loss": None}
         self._step_loss = None
         self.pending_save = None
@@ -253,19 +253,23 @@ class Trainer(Checkpointing):
         value = loss.item()
         return value if math.isfinite(value) else None
 
-    def report_skipped(self) -> None:
-        """Read back what the device skipped since the last report (train/finite.py)."""
-        if self.skips is not None:
-            count, first = self.skips.take()
-            if count:
-                self._non_finite(first, count)
+    def report_skipped(self) -> bool:
+        """Read back what the device skipped since the last report (train/finite.py); whether
+        the step just taken was skipped."""
+        if self.skips is None:
+            return False
+        count, first, latest = self.skips.take()
+        if count:
+            self._non_finite(first, count)
+        return latest
 
     def _non_finite(self, first: int, count: int) -> None:
         if self.cfg.train.nan_policy == "stop":
             raise UserError(f"the loss became NaN/inf at step {first}; no checkpoint was written "
                             "for it. Lower train.lr, or set train.nan_policy=skip")
+        self.skipped += count
         later = f" and {count - 1} later step(s)" if count > 1 else ""
-        self.log_main(f"warning: non-finite loss at step {first}{later}; skipped")
+        self.log_main(f"warning: non-finite loss or gradient at step {first}{later}; skipped")
 
     # ---- evaluation --------------------------------------------------------------------------
 
@@ -342,9 +346,7 @@ class Trainer(Checkpointing):
                 self._step_loss = loss
                 window_steps += 1
                 logging = self.step % self.cfg.metrics.log_every == 0 or self.step == self.total_steps
-                if logging:
-                    self.report_skipped()
-                if logging and (value := self.mean_loss(loss)) is not None:
+                if logging and not self.report_skipped() and (value := self.mean_loss(loss)) is not None:
                     elapsed = time.perf_counter() - window_start
                     tok_s = tokens_per_step * window_steps / elapsed
                     mfu = flops_tok * tok_s / peak if peak else 0.0
@@ -368,6 +370,7 @@ class Trainer(Checkpointing):
                 self.save(final=True)
         finally:
             self.metrics.close()
-        self.log_main(f"{status} at step {self.step} in {time.perf_counter() - run_start:.1f}s")
+        skipped = f" ({self.skipped} step(s) skipped: non-finite)" if self.skipped else ""
+        self.log_main(f"{status} at step {self.step} in {time.perf_counter() - run_start:.1f}s{skipped}")
         return {"status": status, "step": self.step, **self.last}
 
