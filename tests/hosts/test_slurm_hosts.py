@@ -7,7 +7,8 @@ succeeds, each rank's log says which host it ran on, and its checkpoints are lis
 
 Then h2 killed mid-run (`podman kill`): rank 0 on h1 loses its peer, slurmctld marks h2 down
 (SlurmdTimeout=10 here) and requeues the job (it is submitted with --requeue), which then
-waits for two nodes; gptrain shows it `queued` again, with Slurm's word, its checkpoint kept,
+waits for two nodes; gptrain records the requeue (`restarting`, from which checkpoint it would
+go on) and shows it `queued` again, with Slurm's word, its checkpoint kept,
 and `gptrain stop` ends it `stopped`. Runs in this order: test 2 kills h2.
 
 The CLI runs on h1 (the login node: its munged signs sbatch's and scontrol's requests); this
@@ -15,6 +16,7 @@ process only reads the shared folder.
 """
 
 import json
+import re
 import time
 
 import pytest
@@ -90,7 +92,11 @@ def test_host_killed_the_job_is_requeued_then_stopped(slurm_hosts, home):
     report, seen = until(cluster, home, "k", states=("queued", "failed", "succeeded", "stopped"), timeout=120)
     story = "\n".join(f"{e['kind']}: {e['message']}" for e in report["events"])
     out = "".join(p.read_text() for p in (jdir / "logs").glob("slurm-*.out"))
-    assert seen[-1] == "queued", (seen, story, out)
+    assert seen[-1] == "queued" and "restarting" in seen, (seen, story, out)
+    requeue = [e["message"] for e in report["events"] if e["kind"] == "restarting"]
+    assert len(requeue) == 1 and re.match(  # (REQUEUED itself when a look catches its instant)
+        r"Slurm (requeued the job \(restart 1\), now PENDING|REQUEUED).*: continues from step-0000[2-9]0$",
+        requeue[0]), story
     assert report["events"][-1]["message"].startswith("Slurm PENDING"), story
     job_id = report["job"]["external_id"]
     fields = slurm_job(cluster, job_id)  # what gptrain says is Slurm's: requeued, waiting
@@ -101,6 +107,5 @@ def test_host_killed_the_job_is_requeued_then_stopped(slurm_hosts, home):
     assert f"[{hosts.ips[1]}]:" in rank0 and "by peer" in rank0, rank0[-2000:]
     assert 20 in [c["step"] for c in json.loads(gptrain(cluster, home, "checkpoints", "k", "--json"))]
     gptrain(cluster, home, "stop", "k", "--wait", "--timeout", "60")
-    report, seen = until(cluster, home, "k", timeout=60)
-    assert report["job"]["state"] == "stopped", report["events"]
-    print(f"h2 killed: gptrain showed {' -> '.join(seen)}; events: {story}")
+    assert until(cluster, home, "k", timeout=60)[0]["job"]["state"] == "stopped"
+    print(f"h2 killed: gptrain showed {' -> '.join(seen)}; events:\n{story}")
