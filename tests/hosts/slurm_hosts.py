@@ -19,11 +19,8 @@ class HostsCluster(Cluster):
     def __init__(self, hosts: Hosts, root: Path, extra: str = ""):
         names, ips = hosts.hostnames, hosts.ips
         super().__init__(root, ctld=(names[0], ips[0]), nodes=[(h, h, ip) for h, ip in zip(names, ips)],
-                         munge_run=Path(f"/tmp/{hosts.net}-munge"))
-        self.hosts, self.extra = hosts, extra
-
-    def write_config(self, extra: str = "") -> None:
-        super().write_config(extra or self.extra)
+                         munge_run=Path(f"/tmp/{hosts.net}-munge"), extra=extra)
+        self.hosts = hosts
 
     def on(self, host: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
         return self.hosts.exec(self.hosts.hostnames.index(host), list(cmd), env={"SLURM_CONF": str(self.conf)},

@@ -45,21 +45,24 @@ class Cluster:
 
     Other hosts (tests/hosts/slurm_hosts.py) give `ctld` (hostname, address), `nodes` [(name,
     hostname, address)] and a `munge_run` folder private to each host (each host runs its own
-    munged with the shared key), and override `on` and `_spawn`, which run a command on a host.
+    munged with the shared key), and override `on` and `_spawn`, which run a command on a host;
+    `extra`: more slurm.conf lines.
     """
 
     def __init__(self, root: Path, ctld: tuple[str, str] | None = None,
-                 nodes: list[tuple[str, str, str]] | None = None, munge_run: Path | None = None):
+                 nodes: list[tuple[str, str, str]] | None = None, munge_run: Path | None = None,
+                 extra: str = ""):
         self.root = root
         host = socket.gethostname()
         self.ctld = ctld or (host, "127.0.0.1")
         self.nodes = nodes or [("node1", host, "127.0.0.1"), ("node2", host, "127.0.0.1")]
         self.munge_run = munge_run or root / "munge"
+        self.extra = extra  # more slurm.conf lines
         self.procs: list[subprocess.Popen] = []
         self.conf = root / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
 
-    def write_config(self, extra: str = "") -> None:
+    def write_config(self) -> None:
         r = self.root
         for d in ("state", "log", "munge", *(f"spool-{n}" for n, _, _ in self.nodes)):
             (r / d).mkdir(parents=True, exist_ok=True)
@@ -93,7 +96,7 @@ MpiDefault=none
 InactiveLimit=0
 MinJobAge=300
 KillWait=30
-{extra}{nodes}PartitionName=debug Nodes={",".join(n for n, _, _ in self.nodes)} Default=YES MaxTime=INFINITE State=UP
+{self.extra}{nodes}PartitionName=debug Nodes={",".join(n for n, _, _ in self.nodes)} Default=YES MaxTime=INFINITE State=UP
 """)
 
     def on(self, host: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
