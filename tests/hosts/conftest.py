@@ -2,7 +2,8 @@
 
 `hosts`: two hosts h1, h2 for the module, sharing one folder (their GPTRAIN_HOME lives there).
 `ray_hosts`: a real Ray cluster on them: the head on h1, a worker raylet on h2 (one CPU each).
-Both skip, in one line, where podman cannot run or Ray is not installed.
+`slurm_hosts`: a real Slurm on them: slurmctld on h1, a slurmd on each (tests/hosts/slurm_hosts.py).
+Each skips, in one line, where podman cannot run, Ray is not installed or Slurm cannot be.
 """
 
 import sys
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
+from tests.helpers import make_dataset
 from tests.hosts.podman_hosts import Hosts, unavailable
 
 RAY = str(Path(sys.executable).parent / "ray")
@@ -42,6 +44,22 @@ def node_env() -> dict:
             "RAY_USAGE_STATS_ENABLED": "0"}
 
 
+def job_home(shared: Path, request, monkeypatch, tmp_path) -> Path:
+    """A test's GPTRAIN_HOME in the hosts' shared folder, with a tiny dataset pushed."""
+    home = shared / f"home-{request.node.name[:40]}"
+    monkeypatch.setenv("GPTRAIN_HOME", str(home))
+    assert run_cli("data", "push", "tiny", make_dataset(tmp_path)).returncode == 0
+    return home
+
+
+def gptrain_on_h1(hosts, home, *args, env=None, check=True):
+    """`gptrain ARGS` run on h1 (a node of the cluster), with GPTRAIN_HOME `home` and `env`."""
+    env = {**node_env(), "GPTRAIN_HOME": str(home), **(env or {})}
+    r = hosts.exec(0, [sys.executable, "-m", "gptrain", *map(str, args)], env=env, check=False)
+    assert not check or r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
 @pytest.fixture(scope="module")
 def ray_hosts(hosts):
     """`ray start --head` on h1 and `ray start --address` on h2 (their output in the shared
@@ -65,3 +83,20 @@ def ray_hosts(hosts):
             time.sleep(0.5)
     hosts.ray_address = address
     return hosts
+
+
+@pytest.fixture(scope="module")
+def slurm_hosts(hosts):
+    """A real Slurm on the hosts (tests/hosts/slurm_hosts.py): slurmctld on h1, slurmd h1 and h2."""
+    from tests.hosts.slurm_hosts import HostsCluster
+    from tests.slurm.cluster import Unavailable
+
+    cluster = HostsCluster(hosts, hosts.shared_dir / "slurm", extra="SlurmdTimeout=10\n")
+    try:
+        cluster.start()
+    except Unavailable as e:
+        pytest.skip(f"no Slurm on the podman hosts: {e}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -14,14 +14,12 @@ Runs in this order: test 2 kills h2.
 """
 
 import json
-import sys
 import time
 
 import pytest
 
-from tests.conftest import run_cli
-from tests.helpers import TINY, make_dataset
-from tests.hosts.conftest import node_env
+from tests.helpers import TINY
+from tests.hosts.conftest import gptrain_on_h1, job_home
 
 pytestmark = pytest.mark.slow
 # the same config for both jobs: a fixed global batch, so 2 ranks and 1 rank see the same data
@@ -33,19 +31,12 @@ FINAL = {}  # test 1's final loss, the reference of test 2
 
 @pytest.fixture
 def home(ray_hosts, request, monkeypatch, tmp_path):
-    """This test's GPTRAIN_HOME in the hosts' shared folder, with a tiny dataset pushed."""
-    home = ray_hosts.shared_dir / f"home-{request.node.name[:40]}"
-    monkeypatch.setenv("GPTRAIN_HOME", str(home))
-    assert run_cli("data", "push", "tiny", make_dataset(tmp_path)).returncode == 0
-    return home
+    return job_home(ray_hosts.shared_dir, request, monkeypatch, tmp_path)
 
 
 def gptrain(hosts, home, *args, check=True):
     """`gptrain ARGS` on h1, against the cluster."""
-    env = {**node_env(), "GPTRAIN_HOME": str(home), "RAY_ADDRESS": hosts.ray_address}
-    r = hosts.exec(0, [sys.executable, "-m", "gptrain", *map(str, args)], env=env, check=False)
-    assert not check or r.returncode == 0, r.stdout + r.stderr
-    return r
+    return gptrain_on_h1(hosts, home, *args, env={"RAY_ADDRESS": hosts.ray_address}, check=check)
 
 
 def wait_for(name, states=("succeeded", "failed", "stopped"), timeout=240, until=None):

@@ -1,4 +1,5 @@
-"""A real single-host Slurm for the tests: munged + slurmctld + two slurmd (node1, node2).
+"""A real Slurm for the tests: munged + slurmctld + two slurmd (node1, node2), on one host
+(or on several: tests/hosts/slurm_hosts.py).
 
 Installs Debian's slurmctld/slurmd/slurm-client/munge when they are missing and we are root
 (CI is), writes a private slurm.conf with free ports and its own munge socket, starts the
@@ -40,25 +41,41 @@ def _free_port() -> int:
 
 
 class Cluster:
-    def __init__(self, root: Path):
+    """`Cluster(root)`: the daemons on this machine, its two nodes node1 and node2 at 127.0.0.1.
+
+    Other hosts (tests/hosts/slurm_hosts.py) give `ctld` (hostname, address), `nodes` [(name,
+    hostname, address)] and a `munge_run` folder private to each host (each host runs its own
+    munged with the shared key), and override `on` and `_spawn`, which run a command on a host;
+    `extra`: more slurm.conf lines.
+    """
+
+    def __init__(self, root: Path, ctld: tuple[str, str] | None = None,
+                 nodes: list[tuple[str, str, str]] | None = None, munge_run: Path | None = None,
+                 extra: str = ""):
         self.root = root
+        host = socket.gethostname()
+        self.ctld = ctld or (host, "127.0.0.1")
+        self.nodes = nodes or [("node1", host, "127.0.0.1"), ("node2", host, "127.0.0.1")]
+        self.munge_run = munge_run or root / "munge"
+        self.extra = extra  # more slurm.conf lines
         self.procs: list[subprocess.Popen] = []
         self.conf = root / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
 
     def write_config(self) -> None:
         r = self.root
-        host = socket.gethostname()
-        for d in ("state", "log", "spool-node1", "spool-node2", "munge"):
+        for d in ("state", "log", "munge", *(f"spool-{n}" for n, _, _ in self.nodes)):
             (r / d).mkdir(parents=True, exist_ok=True)
-        ctld, slurmd, n1, n2 = (_free_port() for _ in range(4))
+        ctld, slurmd = _free_port(), _free_port()
+        nodes = "".join(f"NodeName={name} NodeHostname={host} NodeAddr={addr} Port={_free_port()} "
+                        "CPUs=2 State=UNKNOWN\n" for name, host, addr in self.nodes)
         self.conf.write_text(f"""ClusterName=gptrain-test
-SlurmctldHost={host}(127.0.0.1)
+SlurmctldHost={self.ctld[0]}({self.ctld[1]})
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={r}/munge/munge.socket
+AuthInfo=socket={self.munge_run}/munge.socket
 SlurmctldPort={ctld}
 SlurmdPort={slurmd}
 StateSaveLocation={r}/state
@@ -79,12 +96,18 @@ MpiDefault=none
 InactiveLimit=0
 MinJobAge=300
 KillWait=30
-NodeName=node1 NodeHostname={host} NodeAddr=127.0.0.1 Port={n1} CPUs=2 State=UNKNOWN
-NodeName=node2 NodeHostname={host} NodeAddr=127.0.0.1 Port={n2} CPUs=2 State=UNKNOWN
-PartitionName=debug Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP
+{self.extra}{nodes}PartitionName=debug Nodes={",".join(n for n, _, _ in self.nodes)} Default=YES MaxTime=INFINITE State=UP
 """)
 
-    def _spawn(self, *cmd: str) -> None:
+    def on(self, host: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+        """`cmd` on the host named `host`, with SLURM_CONF (here: every host is this machine)."""
+        r = subprocess.run(cmd, capture_output=True, text=True, env=self.env)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)}: {r.stderr}")
+        return r
+
+    def _spawn(self, host: str, *cmd: str) -> None:
+        """Start the daemon `cmd` on `host`, its output in log/."""
         log = open(self.root / "log" / f"{Path(cmd[0]).name}-{len(self.procs)}.out", "ab")
         self.procs.append(subprocess.Popen(cmd, env=self.env, stdout=log, stderr=log,
                                            stdin=subprocess.DEVNULL, start_new_session=True))
@@ -92,24 +115,28 @@ PartitionName=debug Nodes=node1,node2 Default=YES MaxTime=INFINITE State=UP
     def start(self) -> None:
         ensure_installed()
         self.write_config()
-        key = self.root / "munge" / "munge.key"
+        key, run = self.root / "munge" / "munge.key", self.munge_run
         subprocess.run(["mungekey", "--create", "--keyfile", str(key)], check=True, capture_output=True)
         os.chmod(key, 0o400)
-        self._spawn("munged", "--foreground", "--force", f"--key-file={key}",
-                    f"--socket={self.root}/munge/munge.socket", f"--pid-file={self.root}/munge/munged.pid",
-                    f"--seed-file={self.root}/munge/munge.seed", f"--log-file={self.root}/log/munged.log")
-        self._wait(lambda: (self.root / "munge" / "munge.socket").exists(), "munged")
-        self._spawn("slurmctld", "-D", "-i", "-f", str(self.conf))
+        hosts = list(dict.fromkeys([self.ctld[0], *(h for _, h, _ in self.nodes)]))
+        for h in hosts:  # one munged per host, all with the same key
+            self.on(h, "mkdir", "-p", str(run))
+            self._spawn(h, "munged", "--foreground", "--force", f"--key-file={key}",
+                        f"--socket={run}/munge.socket", f"--pid-file={run}/munged.pid",
+                        f"--seed-file={run}/munge.seed", f"--log-file={self.root}/log/munged-{h}.log")
+            self._wait(lambda: self.on(h, "test", "-S", f"{run}/munge.socket", check=False).returncode == 0,
+                       f"munged on {h}")
+        self._spawn(self.ctld[0], "slurmctld", "-D", "-i", "-f", str(self.conf))
         self._wait(lambda: self.run("sinfo", check=False).returncode == 0, "slurmctld")
-        for node in ("node1", "node2"):
-            self._spawn("slurmd", "-D", "-f", str(self.conf), "-N", node)
-        self._wait(lambda: self.run("sinfo", "-h", "-o", "%t").stdout.split() == ["idle"], "two idle nodes")
+        for name, h, _ in self.nodes:
+            self._spawn(h, "slurmd", "-D", "-f", str(self.conf), "-N", name)
+        n = len(self.nodes)
+        self._wait(lambda: self.run("sinfo", "-h", "-o", "%D %t").stdout.split() == [str(n), "idle"],
+                   f"{n} idle nodes")
 
     def run(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-        r = subprocess.run(cmd, capture_output=True, text=True, env=self.env)
-        if check and r.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)}: {r.stderr}")
-        return r
+        """A Slurm client command on the controller's host."""
+        return self.on(self.ctld[0], *cmd, check=check)
 
     def _wait(self, ready, what: str, timeout: float = 60) -> None:
         deadline = time.time() + timeout

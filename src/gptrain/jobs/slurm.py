@@ -231,7 +231,8 @@ def query(job_id: str) -> dict | None:
     if r.returncode == 0 and "JobState=" in r.stdout:
         fields = dict(tok.split("=", 1) for tok in r.stdout.split() if "=" in tok)
         return {"state": fields["JobState"], "reason": fields.get("Reason", "None"),
-                "exit_code": int(fields.get("ExitCode", "0:0").split(":")[0])}
+                "exit_code": int(fields.get("ExitCode", "0:0").split(":")[0]),
+                "restarts": int(fields.get("Restarts", "0") or 0)}
     if shutil.which("sacct"):
         r = _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Reason"])
         if r.returncode == 0 and r.stdout.strip():
@@ -250,6 +251,17 @@ def describe(job: dict) -> str | None:
                      + (f" (reason: {info['reason']})" if info["reason"] != "None" else ""))
 
 
+def seen_state(info: dict, was: str) -> tuple[str, str]:
+    """The gptrain state of what `query` said, and Slurm's words for the event. A job that
+    was starting or running and is PENDING with its restarts counted was requeued between two
+    looks (a node failed, `scontrol requeue`: Slurm shows REQUEUED only for an instant)."""
+    state = STATES.get(info["state"], "running")
+    said = info["state"] + (f" ({info['reason']})" if info["reason"] not in ("None", "") else "")
+    if state == "queued" and was in ("starting", "running") and info.get("restarts", 0) > 0:
+        return "restarting", f"requeued the job (restart {info['restarts']}), now {said}"
+    return state, said
+
+
 def refresh(name: str) -> dict:
     """Bring the stored state of a Slurm job up to date; returns the job."""
     job = store.get_job(name)
@@ -263,12 +275,12 @@ def refresh(name: str) -> dict:
             return job
         code = int(exit_file.read_text().strip() or 1)
         info = {"state": "COMPLETED" if code == 0 else "FAILED", "reason": "None", "exit_code": code}
-    state = STATES.get(info["state"], "running")
+    state, said = seen_state(info, job["state"])
     if folder.stop_request(jdir).is_file():
         state = "stopped" if state in store.TERMINAL else ("stopping" if state == "running" else state)
     if state == job["state"]:
         return job
-    note = f"Slurm {info['state']}" + (f" ({info['reason']})" if info["reason"] not in ("None", "") else "")
+    note = f"Slurm {said}"
     fields = {}
     if state == "failed":
         fields = {"exit_code": info["exit_code"],

@@ -1,0 +1,35 @@
+"""The test Slurm (tests/slurm/cluster.py) on podman hosts (tests/hosts/podman_hosts.py):
+slurmctld on h1, one slurmd per host (node h1 at h1's address, node h2 at h2's), a munged on
+each host with the same key. Its config, key, state and logs are in the hosts' shared folder;
+each munged's socket is in the host's own /tmp (the overlay root: not shared). The daemons end
+with their containers (`Hosts.stop`).
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+from tests.hosts.podman_hosts import Hosts
+from tests.slurm.cluster import Cluster
+
+
+class HostsCluster(Cluster):
+    def __init__(self, hosts: Hosts, root: Path, extra: str = ""):
+        names, ips = hosts.hostnames, hosts.ips
+        super().__init__(root, ctld=(names[0], ips[0]), nodes=[(h, h, ip) for h, ip in zip(names, ips)],
+                         munge_run=Path(f"/tmp/{hosts.net}-munge"), extra=extra)
+        self.hosts = hosts
+
+    def on(self, host: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+        return self.hosts.exec(self.hosts.hostnames.index(host), list(cmd), env={"SLURM_CONF": str(self.conf)},
+                               check=check)
+
+    def _spawn(self, host: str, *cmd: str) -> None:
+        log = self.root / "log" / f"{Path(cmd[0]).name}-{host}.out"
+        self.hosts.exec(self.hosts.hostnames.index(host), ["sh", "-c", f"exec {shlex.join(cmd)} >> {log} 2>&1"],
+                        env={"SLURM_CONF": str(self.conf)}, detach=True)
+
+    def stop(self) -> None:
+        self.run("scancel", "--full", "--user=root", check=False)  # the daemons go with the containers

@@ -1,0 +1,111 @@
+"""A gptrain job on a real Slurm cluster of two hosts (podman containers h1 and h2, each with
+its own address and hostname): slurmctld on h1, a slurmd on each (tests/hosts/slurm_hosts.py).
+
+`--scheduler slurm --nodes 2`: sbatch puts the job on nodes h1 and h2, srun starts one torchrun
+agent on each, they meet at h1's bridge address (the NodeAddr the script reads), the job
+succeeds, each rank's log says which host it ran on, and its checkpoints are listed.
+
+Then h2 killed mid-run (`podman kill`): rank 0 on h1 loses its peer, slurmctld marks h2 down
+(SlurmdTimeout=10 here) and requeues the job (it is submitted with --requeue), which then
+waits for two nodes; gptrain records the requeue (`restarting`, from which checkpoint it would
+go on) and shows it `queued` again, with Slurm's word, its checkpoint kept,
+and `gptrain stop` ends it `stopped`. Runs in this order: test 2 kills h2.
+
+The CLI runs on h1 (the login node: its munged signs sbatch's and scontrol's requests); this
+process only reads the shared folder.
+"""
+
+import json
+import re
+import time
+
+import pytest
+
+from tests.helpers import TINY
+from tests.hosts.conftest import gptrain_on_h1, job_home
+
+pytestmark = pytest.mark.slow
+STEPS = 20
+ARGS = [*TINY, f"--train.max_steps={STEPS}", "--train.batch_size=4", "--checkpoint.every=10"]
+
+
+@pytest.fixture
+def home(slurm_hosts, request, monkeypatch, tmp_path):
+    return job_home(slurm_hosts.hosts.shared_dir, request, monkeypatch, tmp_path)
+
+
+def gptrain(cluster, home, *args):
+    """`gptrain ARGS` on h1, against the cluster; its stdout."""
+    return gptrain_on_h1(cluster.hosts, home, *args, env={"SLURM_CONF": str(cluster.conf)}).stdout
+
+
+def until(cluster, home, name, states=("succeeded", "failed", "stopped"), timeout=180) -> tuple[dict, list]:
+    """`gptrain inspect NAME --json` (which reads Slurm's state) until the job is in one of
+    `states`: its report and the states it showed on the way."""
+    seen, deadline = [], time.time() + timeout
+    while time.time() < deadline:
+        report = json.loads(gptrain(cluster, home, "inspect", name, "--json"))
+        if not seen or seen[-1] != report["job"]["state"]:
+            seen.append(report["job"]["state"])
+        if seen[-1] in states:
+            return report, seen
+        time.sleep(1)
+    raise AssertionError(f"{name} still {seen[-1]} after {timeout} s: {report['events']}")
+
+
+def slurm_job(cluster, job_id: str) -> dict:
+    """Slurm's own fields of the job (scontrol show job), to check what gptrain says against."""
+    out = cluster.run("scontrol", "show", "job", "-o", job_id).stdout
+    return dict(tok.split("=", 1) for tok in out.split() if "=" in tok)
+
+
+def test_two_hosts_one_slurm_job(slurm_hosts, home):
+    cluster = slurm_hosts
+    gptrain(cluster, home, "run", "two", "--scheduler", "slurm", "--nodes", "2", "--accels", "1",
+            "--dataset", "tiny", "--", *ARGS)
+    report, _ = until(cluster, home, "two")
+    jdir = home / "jobs" / "two"
+    logs = jdir / "logs"
+    out = "\n".join(p.read_text()[-3000:] for p in sorted(logs.glob("*.log")) + sorted(logs.glob("slurm-*.out")))
+    assert report["job"]["state"] == "succeeded", (report["events"], out)
+    ip1 = cluster.hosts.ips[0]
+    assert f"on h[1-2] (rendezvous {ip1})" in "".join(p.read_text() for p in logs.glob("slurm-*.out")), out
+    heads = [(logs / f"rank-{r}.log").read_text().splitlines()[0] for r in (0, 1)]
+    assert {h.split(", host ")[1].split(",")[0] for h in heads} == {"h1", "h2"}, heads  # one rank per host
+    assert all("world 2" in h for h in heads), heads
+    ckpts = json.loads(gptrain(cluster, home, "checkpoints", "two", "--json"))
+    assert [c["step"] for c in ckpts] == [10, STEPS], ckpts
+
+
+def test_host_killed_the_job_is_requeued_then_stopped(slurm_hosts, home):
+    cluster, hosts = slurm_hosts, slurm_hosts.hosts
+    gptrain(cluster, home, "run", "k", "--scheduler", "slurm", "--nodes", "2", "--accels", "1",
+            "--dataset", "tiny", "--", *ARGS, "--train.max_steps=100000", "--checkpoint.every=20",
+            "--train.do_eval=false")
+    jdir = home / "jobs" / "k"
+    deadline = time.time() + 120
+    while not (jdir / "checkpoints" / "step-000020").is_dir():
+        assert time.time() < deadline, list((jdir / "logs").glob("*"))
+        time.sleep(0.5)
+    report, seen = until(cluster, home, "k", states=("running",), timeout=30)
+    hosts.kill(1)  # h2 dies with its slurmd, torchrun agent and rank
+    report, seen = until(cluster, home, "k", states=("queued", "failed", "succeeded", "stopped"), timeout=120)
+    story = "\n".join(f"{e['kind']}: {e['message']}" for e in report["events"])
+    out = "".join(p.read_text() for p in (jdir / "logs").glob("slurm-*.out"))
+    assert seen[-1] == "queued" and "restarting" in seen, (seen, story, out)
+    requeue = [e["message"] for e in report["events"] if e["kind"] == "restarting"]
+    assert len(requeue) == 1 and re.match(  # (REQUEUED itself when a look catches its instant)
+        r"Slurm (requeued the job \(restart 1\), now PENDING|REQUEUED).*: continues from step-\d{6}$",
+        requeue[0]), story
+    assert report["events"][-1]["message"].startswith("Slurm PENDING"), story
+    job_id = report["job"]["external_id"]
+    fields = slurm_job(cluster, job_id)  # what gptrain says is Slurm's: requeued, waiting
+    assert fields["JobState"] == "PENDING" and fields["Restarts"] == "1", fields
+    assert "DUE TO NODE FAILURE" in out and "Node failure on h2" in out, out
+    rank0 = (jdir / "logs" / "rank-0.log").read_text()
+    # h1's rank lost its peer at h2's address (gloo: "Connection reset/closed by peer [IP]:PORT")
+    assert f"[{hosts.ips[1]}]:" in rank0 and "by peer" in rank0, rank0[-2000:]
+    assert 20 in [c["step"] for c in json.loads(gptrain(cluster, home, "checkpoints", "k", "--json"))]
+    gptrain(cluster, home, "stop", "k", "--wait", "--timeout", "60")
+    assert until(cluster, home, "k", timeout=60)[0]["job"]["state"] == "stopped"
+    print(f"h2 killed: gptrain showed {' -> '.join(seen)}; events:\n{story}")
