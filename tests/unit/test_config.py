@@ -5,7 +5,7 @@ import pytest
 from gptrain import config
 from gptrain.config import parse_train_args
 from gptrain.errors import UserError
-from gptrain.train import plan
+from gptrain.distributed.mesh import apply_global_batch
 from tests.conftest import run_cli
 
 
@@ -129,9 +129,9 @@ def test_fmengine_flags_and_deepspeed_config(tmp_path, capsys):
     note = capsys.readouterr().err
     assert "steps_per_print" in note and "wall_clock_breakdown" in note and "train_batch_size" not in note
     assert cfg.train.global_batch_size == 32
-    plan.apply_global_batch(cfg, dp=2, pp=2)  # 16 per replica: one pipeline batch of 8 micro
+    apply_global_batch(cfg, dp=2, pp=2)  # 16 per replica: one pipeline batch of 8 micro
     assert (cfg.train.batch_size, cfg.parallel.pp_microbatches, cfg.train.grad_accum_steps) == (16, 8, 1)
-    plan.apply_global_batch(cfg, dp=2, pp=2)  # again, as from the resolved config.toml: no change
+    apply_global_batch(cfg, dp=2, pp=2)  # again, as from the resolved config.toml: no change
     assert (cfg.train.batch_size, cfg.parallel.pp_microbatches) == (16, 8)
     # a flag after the file overrides it
     assert parse_train_args(["--deepspeed", str(ds), "--train.batch_size=4"]).train.batch_size == 4
@@ -200,10 +200,10 @@ def test_bad_deepspeed_configs(tmp_path, content, message):
 
 def test_global_batch_size_sets_accumulation():
     cfg = parse_train_args(["--train.batch_size=4", "--train.global_batch_size=32"])
-    plan.apply_global_batch(cfg, dp=2, pp=1)
+    apply_global_batch(cfg, dp=2, pp=1)
     assert cfg.train.grad_accum_steps == 4
     for argv, dp, message in [(["--train.global_batch_size=30"], 2, "is not train.batch_size"),
                               (["--train.global_batch_size=32", "--train.grad_accum_steps=3"], 1,
                                "contradicts")]:
         with pytest.raises(UserError, match=message):
-            plan.apply_global_batch(parse_train_args(["--train.batch_size=4", *argv]), dp=dp, pp=1)
+            apply_global_batch(parse_train_args(["--train.batch_size=4", *argv]), dp=dp, pp=1)

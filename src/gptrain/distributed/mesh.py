@@ -108,3 +108,28 @@ class ParallelDims:
             return 0
         coord = dict(zip(mesh.mesh_dim_names, mesh.get_coordinate()))
         return coord.get("dp_replicate", 0) * self.dp_shard + coord.get("dp_shard", 0)
+
+
+def apply_global_batch(cfg, dp: int, pp: int) -> None:
+    """Turn train.global_batch_size into accumulation steps for `dp` data-parallel replicas;
+    under pipeline parallel a step takes the replica's whole batch as microbatches of batch_size."""
+    tc, pc = cfg.train, cfg.parallel
+    if not tc.global_batch_size:
+        return
+    per_replica, rest = divmod(tc.global_batch_size, dp)
+    if rest or per_replica % tc.batch_size or per_replica == 0:
+        raise UserError(f"train.global_batch_size={tc.global_batch_size} is not train.batch_size "
+                        f"({tc.batch_size}) x {dp} data-parallel ranks x a whole number of steps")
+    accum = per_replica // tc.batch_size
+    if pp > 1:
+        if accum == 1 and pc.pp_microbatches:
+            return  # batch_size is already the replica's whole batch (a resolved config.toml)
+        if pc.pp_microbatches not in (None, accum):
+            raise UserError(f"parallel.pp_microbatches={pc.pp_microbatches} contradicts "
+                            f"train.global_batch_size (which makes {accum}); set only one")
+        tc.batch_size, pc.pp_microbatches = per_replica, accum
+    elif tc.grad_accum_steps not in (1, accum):
+        raise UserError(f"train.grad_accum_steps={tc.grad_accum_steps} contradicts "
+                        f"train.global_batch_size (which makes {accum}); set only one")
+    else:
+        tc.grad_accum_steps = accum

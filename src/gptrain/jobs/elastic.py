@@ -56,9 +56,8 @@ def check_worlds(spec, cfg) -> None:
     its train.global_batch_size); else it would be accepted and fail at its first node loss."""
     import copy
 
-    from gptrain.distributed.mesh import ParallelDims
+    from gptrain.distributed.mesh import ParallelDims, apply_global_batch
     from gptrain.errors import UserError
-    from gptrain.train.plan import apply_global_batch
 
     if not spec.elastic:
         return
