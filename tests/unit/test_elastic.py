@@ -77,3 +77,16 @@ def test_job_file_nodes_min_max_quoted_or_not(tmp_path):
     for text in ("name: e\nnodes: 1:2\n", "name: e\nnodes: '1:2'  # elastic\n"):
         (tmp_path / "job.yaml").write_text(text)
         assert from_yaml(str(tmp_path / "job.yaml"))["nodes"] == "1:2"  # not YAML 1.1's 62
+
+
+def test_a_negative_looking_value_is_one_line_naming_the_way_to_write_it(isolated_home):
+    from tests.conftest import run_cli
+
+    r = run_cli("run", "x", "--nodes", "-1:2", "--", "--model.n_layer=1")
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert r.stderr.splitlines() == ["gptrain run: error: argument --nodes: expected one argument; a value that "
+                                     "starts with '-' is written --nodes=VALUE (see gptrain run --help)"], r.stderr
+    assert not isolated_home.exists()
+    r = run_cli("run", "x", "--nodes=-1:2", "--", "--model.n_layer=1")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "MIN:MAX" in r.stderr, r.stderr
+    assert not (isolated_home / "jobs" / "x").exists()

@@ -16,10 +16,23 @@ GROUPS = ("gptrain.cli.data", "gptrain.cli.train", "gptrain.cli.run", "gptrain.c
           "gptrain.cli.ui")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A mistake in the command line is one line (what is wrong, where the help is) and exit 2,
+    not argparse's usage block; every subcommand's parser is one too (add_subparsers' default)."""
+
+    def error(self, message):
+        import re
+
+        option = re.fullmatch(r"argument (--[\w-]+)(?:/-\w)?: expected one argument", message)
+        if option:  # `--nodes -1:2`: argparse took the value for another option
+            message += f"; a value that starts with '-' is written {option[1]}=VALUE"
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     import importlib
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="gptrain", description="Train GPT-style language models and manage each training run.")
     parser.add_argument("--version", action="version", version=f"gptrain {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
