@@ -6,6 +6,7 @@
 Each skips, in one line, where podman cannot run, Ray is not installed or Slurm cannot be.
 """
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -50,6 +51,15 @@ def job_home(shared: Path, request, monkeypatch, tmp_path) -> Path:
     monkeypatch.setenv("GPTRAIN_HOME", str(home))
     assert run_cli("data", "push", "tiny", make_dataset(tmp_path)).returncode == 0
     return home
+
+
+def final_eval_loss(jdir: Path, step: int) -> float:
+    """A job's evaluation loss at `step` (the trainer evaluates on the same validation blocks
+    at the end, whatever the world size): what an interrupted run is compared by."""
+    rows = [json.loads(line) for line in (jdir / "metrics.jsonl").read_text().splitlines()]
+    last = [r["eval/loss"] for r in rows if r.get("step") == step and "eval/loss" in r]
+    assert last, rows[-3:]
+    return last[-1]
 
 
 def gptrain_on_h1(hosts, home, *args, env=None, check=True):

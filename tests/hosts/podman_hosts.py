@@ -106,6 +106,11 @@ class Hosts:
         """The host dies: SIGKILL to everything in it (its network address goes with it)."""
         podman("kill", "--signal", "KILL", self.names[i], check=False)
 
+    def revive(self, i: int) -> None:
+        """A killed host comes back: the same container started again (its name, address and
+        hostname), with none of its processes (they start as on a rebooted machine)."""
+        podman("start", self.names[i])
+
     def stop(self) -> None:
         for name in self.made:
             podman("rm", "-f", "-t", "0", name, check=False)

@@ -31,5 +31,15 @@ class HostsCluster(Cluster):
         self.hosts.exec(self.hosts.hostnames.index(host), ["sh", "-c", f"exec {shlex.join(cmd)} >> {log} 2>&1"],
                         env={"SLURM_CONF": str(self.conf)}, detach=True)
 
+    def host_returns(self, i: int) -> None:
+        """Host i, killed, is back (`Hosts.revive`) with its munged and slurmd, as after a reboot:
+        slurmctld puts its node back in service when the slurmd registers (ReturnToService=2)."""
+        self.hosts.revive(i)
+        host = self.hosts.hostnames[i]
+        self.start_munged(host)
+        for name, h, _ in self.nodes:
+            if h == host:
+                self.start_slurmd(name, h)
+
     def stop(self) -> None:
         self.run("scancel", "--full", "--user=root", check=False)  # the daemons go with the containers

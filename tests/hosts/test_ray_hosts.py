@@ -13,13 +13,12 @@ on a node of the cluster); this process only reads the shared folder and the dat
 Runs in this order: test 2 kills h2.
 """
 
-import json
 import time
 
 import pytest
 
 from tests.helpers import TINY
-from tests.hosts.conftest import gptrain_on_h1, job_home
+from tests.hosts.conftest import final_eval_loss, gptrain_on_h1, job_home
 
 pytestmark = pytest.mark.slow
 # the same config for both jobs: a fixed global batch, so 2 ranks and 1 rank see the same data
@@ -51,15 +50,6 @@ def wait_for(name, states=("succeeded", "failed", "stopped"), timeout=240, until
     raise AssertionError(f"job {name} still {job['state']} after {timeout} s: {store.events(name)}")
 
 
-def final_loss(home, name) -> float:
-    """The evaluation loss at the last step (the trainer evaluates on the same validation
-    blocks at the end, whatever the world size)."""
-    rows = [json.loads(line) for line in (home / "jobs" / name / "metrics.jsonl").read_text().splitlines()]
-    last = [r["eval/loss"] for r in rows if r.get("step") == STEPS and "eval/loss" in r]
-    assert last, rows[-3:]
-    return last[-1]
-
-
 def test_two_hosts_one_job(ray_hosts, home):
     hosts = ray_hosts
     gptrain(hosts, home, "run", "two", "--scheduler", "ray", "--nodes", "2", "--accels", "1",
@@ -77,7 +67,7 @@ def test_two_hosts_one_job(ray_hosts, home):
     agents = [(logs / f"agent-node{n}.log").read_text() for n in (0, 1)]
     assert all(f"--rdzv-endpoint={hosts.ips[0]}:" in a for a in agents)  # met at h1's bridge address
     assert "is_host=1" in agents[0] and "is_host=0" in agents[1]
-    FINAL["two"] = final_loss(home, "two")
+    FINAL["two"] = final_eval_loss(home / "jobs" / "two", STEPS)
 
 
 def test_host_killed_elastic_job_goes_on(ray_hosts, home):
@@ -104,6 +94,6 @@ def test_host_killed_elastic_job_goes_on(ray_hosts, home):
     assert "finished on 1 of 2 nodes (lost: node 1)" in story, story
     rank0 = (logs / "rank-0.log").read_text()
     assert "host h1, world 1" in rank0 and "resumed from" in rank0, rank0[-3000:]  # one rank, from the checkpoint
-    loss, ref = final_loss(home, "el"), FINAL["two"]
+    loss, ref = final_eval_loss(home / "jobs" / "el", STEPS), FINAL["two"]
     print(f"final loss at step {STEPS}: uninterrupted 2 hosts {ref:.4f}, h2 killed {loss:.4f}")
     assert abs(loss - ref) <= 0.02 * ref, (loss, ref)

@@ -115,24 +115,33 @@ KillWait=30
     def start(self) -> None:
         ensure_installed()
         self.write_config()
-        key, run = self.root / "munge" / "munge.key", self.munge_run
+        key = self.root / "munge" / "munge.key"
         subprocess.run(["mungekey", "--create", "--keyfile", str(key)], check=True, capture_output=True)
         os.chmod(key, 0o400)
         hosts = list(dict.fromkeys([self.ctld[0], *(h for _, h, _ in self.nodes)]))
         for h in hosts:  # one munged per host, all with the same key
-            self.on(h, "mkdir", "-p", str(run))
-            self._spawn(h, "munged", "--foreground", "--force", f"--key-file={key}",
-                        f"--socket={run}/munge.socket", f"--pid-file={run}/munged.pid",
-                        f"--seed-file={run}/munge.seed", f"--log-file={self.root}/log/munged-{h}.log")
-            self._wait(lambda: self.on(h, "test", "-S", f"{run}/munge.socket", check=False).returncode == 0,
-                       f"munged on {h}")
+            self.start_munged(h)
         self._spawn(self.ctld[0], "slurmctld", "-D", "-i", "-f", str(self.conf))
         self._wait(lambda: self.run("sinfo", check=False).returncode == 0, "slurmctld")
         for name, h, _ in self.nodes:
-            self._spawn(h, "slurmd", "-D", "-f", str(self.conf), "-N", name)
+            self.start_slurmd(name, h)
         n = len(self.nodes)
         self._wait(lambda: self.run("sinfo", "-h", "-o", "%D %t").stdout.split() == [str(n), "idle"],
                    f"{n} idle nodes")
+
+    def start_munged(self, h: str) -> None:
+        """The munge daemon of host `h`, with the cluster's key."""
+        key, run = self.root / "munge" / "munge.key", self.munge_run
+        self.on(h, "mkdir", "-p", str(run))
+        self.on(h, "rm", "-f", f"{run}/munge.socket")  # (a host that came back may keep its old one)
+        self._spawn(h, "munged", "--foreground", "--force", f"--key-file={key}",
+                    f"--socket={run}/munge.socket", f"--pid-file={run}/munged.pid",
+                    f"--seed-file={run}/munge.seed", f"--log-file={self.root}/log/munged-{h}.log")
+        self._wait(lambda: self.on(h, "test", "-S", f"{run}/munge.socket", check=False).returncode == 0,
+                   f"munged on {h}")
+
+    def start_slurmd(self, name: str, h: str) -> None:
+        self._spawn(h, "slurmd", "-D", "-f", str(self.conf), "-N", name)
 
     def run(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
         """A Slurm client command on the controller's host."""
