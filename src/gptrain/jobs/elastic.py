@@ -14,6 +14,8 @@ then `gptrain resume`). Neither is a node lost when fewer than MIN nodes would b
 
 from __future__ import annotations
 
+import json
+
 from gptrain.jobs import found, store
 
 
@@ -30,8 +32,11 @@ def newly_lost(spec, codes: list[int | None], lost: set[int]) -> list[int]:
     return out
 
 
-def record_loss(name: str, spec, jdir, node: int, why: str, lost: set[int], owner: str) -> None:
-    """The job's event for a lost node: which, why, and what happens now."""
+def record_loss(name: str, spec, jdir, node: int, why: str, lost: set[int], owner: str,
+                slots: list[int] | None = None) -> None:
+    """The job's event for a lost node: which, why, and what happens now. `slots`: the local
+    slots the job claimed (node n's are the n-th `accels` of them): the lost nodes' are freed
+    in the same write, for the next job in line."""
     left = spec.nodes - len(lost)
     latest = found.latest(jdir)
     source = f"its latest checkpoint ({latest.name})" if latest is not None else "the start (no checkpoint yet)"
@@ -39,8 +44,14 @@ def record_loss(name: str, spec, jdir, node: int, why: str, lost: set[int], owne
                f"{left} node(s), its workers restarted by torchrun from {source}, resharded to the smaller world")
     with store.transaction() as conn:
         row = conn.execute("SELECT run_id FROM jobs WHERE name = ?", (name,)).fetchone()
-        if row is not None and row["run_id"] == owner:  # (a supervisor writes only its own job)
-            store.add_event(conn, name, "node lost", message)
+        if row is None or row["run_id"] != owner:  # (a supervisor writes only its own job)
+            return
+        if slots:
+            kept = [s for n in range(spec.nodes) if n not in lost for s in slots[n * spec.accels:(n + 1) * spec.accels]]
+            freed = sorted(set(slots) - set(kept))
+            conn.execute("UPDATE jobs SET slots = ? WHERE name = ?", (json.dumps(kept), name))
+            message += f"; its slots {freed} are free for other jobs"
+        store.add_event(conn, name, "node lost", message)
 
 
 def finished_line(spec, lost: set[int]) -> str:

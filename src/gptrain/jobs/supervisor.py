@@ -63,6 +63,7 @@ class Supervisor:
         self.agent_logs = []
         self.failed_node: int | None = None  # the node whose agent exited in error first
         self.lost: set[int] = set()  # an elastic job's nodes lost in this attempt (jobs/elastic.py)
+        self.slots: list[int] = []  # the local slots this attempt claimed (node n: the n-th `accels`)
         self.before: dict = {}  # the job's checkpoints when this attempt started (resume.baseline)
         self.warned: set[str] = set()  # checkpoints already named in a warning
 
@@ -155,6 +156,7 @@ class Supervisor:
         launch.prepare_dirs(spec, self.dir)
         port = free_port()
         self.agents, self.agent_logs, self.failed_node, self.lost = [], [], None, set()
+        self.slots = slots
         for node in range(spec.nodes):
             node_env = dict(env)
             mine = slots[node * spec.accels:(node + 1) * spec.accels]
@@ -178,7 +180,7 @@ class Supervisor:
             codes = self.poll_agents()
             for node in elastic.newly_lost(self.spec, codes, self.lost):
                 elastic.record_loss(self.name, self.spec, self.dir, node, self.lost_why(node, codes[node]),
-                                    self.lost, self.run_id)
+                                    self.lost, self.run_id, slots=self.slots)
             left = {n: c for n, c in enumerate(codes) if n not in self.lost}  # all but lost nodes
             if self.failed_node is None:
                 self.failed_node = next((n for n, c in left.items() if c not in (None, 0)), None)
