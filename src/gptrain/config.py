@@ -155,6 +155,17 @@ class MetricsConfig:
 
 
 @dataclass
+class LoraConfig:
+    r: int | None = opt(None, "LoRA rank (peft's r): train low-rank adapters on lora.target_modules with "
+                        "every base weight frozen; unset: full fine-tuning.", ge=1, le=1 << 16)
+    alpha: float = opt(8.0, "LoRA scaling numerator (peft's lora_alpha): adapters scaled by alpha / r.", gt=0)
+    dropout: float = opt(0.0, "Dropout on the adapters' input (peft's lora_dropout).", ge=0, lt=1)
+    target_modules: list[str] = opt([], "Hugging Face module names to adapt: c_attn, c_proj, c_fc (GPT-2); "
+                                    "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (Llama); "
+                                    "or all-linear. Default: peft's (c_attn; q_proj,v_proj).")
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -162,6 +173,7 @@ class Config:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -294,6 +306,10 @@ def split_options(args: list[str]) -> list[tuple[str, str | None, list[str]]]:
                     takes_no_value and nxt.lower() not in BOOL_WORDS):
                 value, i = nxt, i + 1
                 tokens.append(nxt)
+                while _is_list(name) and i + 1 < len(args) and not args[i + 1].startswith("--"):
+                    i += 1  # `--lora_target_modules q_proj v_proj`: a list's values, as HF's nargs="+"
+                    value += "," + args[i]
+                    tokens.append(args[i])
             elif takes_no_value:
                 value = None
             else:
@@ -306,6 +322,11 @@ def split_options(args: list[str]) -> list[tuple[str, str | None, list[str]]]:
 def canonical_key(name: str) -> str:
     """section.key for an option name or alias (DeepSpeed flags stay as they are)."""
     return ALIASES[name][0] if name in ALIASES else name
+
+
+def _is_list(name: str) -> bool:
+    key = canonical_key(name)
+    return key in all_keys() and typing.get_origin(_base_type(field_info(key)[1])[0]) is list
 
 
 def _is_flag(name: str) -> bool:

@@ -44,6 +44,11 @@ ALIASES: dict[str, tuple[str, dict | None]] = {
     "gradient_checkpointing": ("train.activation_checkpointing",
                                {None: "full", "true": "full", "false": "none"}),
     "report_to": ("metrics.report_to", None),
+    # peft / TRL script flags (TRL's ModelConfig)
+    "lora_r": ("lora.r", None),
+    "lora_alpha": ("lora.alpha", None),
+    "lora_dropout": ("lora.dropout", None),
+    "lora_target_modules": ("lora.target_modules", None),
     # FMEngine / DeepSpeed pipeline-training scripts
     "init_ckpt": ("model.init_from", None),
     "data_path": ("data.path", None),

@@ -19,7 +19,7 @@ ALLOW_LARGE = "GPTRAIN_ALLOW_LARGE_MODEL"
 def check(cfg):
     """Refuse a config the trainer could not run, before anything runs: one UserError naming
     the first field out of bounds, the shape that cannot be built, or the size that cannot fit."""
-    from gptrain.models.registry import check_shape
+    from gptrain.models.registry import check_lora_targets, check_shape
 
     for section in dataclasses.fields(cfg):
         for f in dataclasses.fields(getattr(cfg, section.name)):
@@ -28,6 +28,11 @@ def check(cfg):
                 capped = m["le"] is not None or m["lt"] is not None or not _too_big(value)
                 what = bounds(m) if capped else "a whole number that fits in 64 bits"
                 raise UserError(f"--{section.name}.{f.name} must be {what}, got {value!r}")
+    if cfg.lora.r and (cfg.parallel.tp > 1 or cfg.parallel.pp > 1):
+        raise UserError(f"LoRA (--lora.r) runs with data parallel and FSDP, not with tensor or pipeline "
+                        f"parallel (parallel.tp={cfg.parallel.tp}, parallel.pp={cfg.parallel.pp}); set both to 1")
+    if cfg.lora.r:
+        check_lora_targets(cfg.model, cfg.lora.target_modules)
     check_shape(cfg.model)
     check_memory(cfg.model)
     return cfg

@@ -69,6 +69,10 @@ class CausalLM(nn.Module):
         self.fused_loss = True  # False: the reference logits -> cross-entropy path
         self.loss_fn = cross_entropy  # that path's loss (compiled by parallelize when asked)
         self.init_weights()
+        if cfg.lora_r:  # the adapters a LoRA run's checkpoint holds (models/lora.py)
+            from gptrain.models.lora import attach
+
+            attach(self)
 
     def embed(self, idx, start_pos: int):
         raise NotImplementedError

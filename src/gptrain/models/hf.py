@@ -270,6 +270,10 @@ def export_hf(model, tokenizer, out_dir) -> Path:
 
     from gptrain.atomic import new_directory
 
+    if model.config.lora_r:  # the base with its adapters merged in: a plain HF model
+        from gptrain.models.lora import merged
+
+        model = merged(model)
     cfg = model.config
     with new_directory(out_dir, "--out directory") as tmp:
         save_file(to_hf_state_dict(model.state_dict(), cfg), tmp / "model.safetensors",

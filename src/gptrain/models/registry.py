@@ -40,6 +40,11 @@ class GPTConfig:
     pad_vocab_multiple: int = 64
     tie_embeddings: bool = True  # lm_head shares wte's weight (GPT-2); Llama-2 keeps its own
     gelu: str = "tanh"  # GPT-2's gelu_new (tanh approximation); "exact": nanoGPT's nn.GELU()
+    # LoRA adapters (models/lora.py) on the Linears lora_targets names (HF module names); 0: none
+    lora_r: int = 0
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
+    lora_targets: list = field(default_factory=list)
     mlp_matrices: ClassVar[int] = 2  # c_fc, c_proj (Llama's SwiGLU: 3)
     learned_positions: ClassVar[bool] = True  # wpe (Llama: rotary, none)
 
@@ -84,6 +89,9 @@ class GPTConfig:
             raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.gelu not in GELUS:
             raise UserError(f"gelu must be one of {', '.join(GELUS)}, got {self.gelu!r}")
+        if self.lora_r < 0 or not 0.0 <= self.lora_dropout < 1.0 or not isinstance(self.lora_targets, list):
+            raise UserError(f"LoRA needs r >= 0, dropout in [0, 1) and a list of targets, got r={self.lora_r}, "
+                            f"dropout={self.lora_dropout}, targets={self.lora_targets!r}")
 
 
 @dataclass
@@ -154,6 +162,12 @@ class ArchSpec:
     hf_ignored: tuple = ()      # HF key suffixes that are not weights (old buffers)
     # per block: (norm, sub-module, its column-split input projections, its row-split output one)
     tp_sublayers: tuple = ()
+
+    @property
+    def block_linears(self) -> set[str]:
+        """The names of a block's Linears, as LoRA targets name them (`c_attn`, `attn.c_attn`)."""
+        return {f for _, sub, cols, row in self.tp_sublayers for name in (*cols, row)
+                for f in (name, f"{sub}.{name}")}
 
     def build(self, cfg):
         module, name = self.model_class.split(":")
@@ -254,6 +268,38 @@ def check_shape(model_cfg) -> None:
     if model_cfg.block_size and positions and model_cfg.block_size > positions:
         raise UserError(f"--model.block_size={model_cfg.block_size} exceeds the {positions} positions "
                         f"of {model_cfg.init_from}")
+
+
+def check_lora_targets(model_cfg, targets: list[str]) -> None:
+    """LoRA targets that name no Linear of the model's architecture, refused before anything
+    runs (the architecture from the preset, or from the weights' own config when they are local)."""
+    arch = weights_arch(model_cfg.init_from) if model_cfg.init_from else PRESETS.get(model_cfg.preset, {}).get("arch")
+    if arch not in SPECS:
+        return  # (hub ids: checked when the model is built)
+    names = SPECS[arch].block_linears
+    for t in targets:
+        if t != "all-linear" and not any(t == n or t.endswith("." + n) for n in names):
+            kinds = sorted(n for n in names if "." not in n)
+            raise UserError(f"LoRA target module {t!r} is not a Linear of a {arch} model{closest(t, kinds)}; "
+                            f"its modules: {', '.join(kinds)}, or all-linear")
+
+
+def weights_arch(init_from: str) -> str | None:
+    """The architecture of local weights (a gptrain checkpoint's or a HF config.json's), or None."""
+    import json
+
+    from gptrain.weights.layout import find_latest, is_checkpoint_dir, read_state
+
+    path = Path(init_from).expanduser()
+    try:
+        if path.is_dir():
+            ckpt = path if is_checkpoint_dir(path) else find_latest(path)
+            if ckpt is not None:
+                return read_state(ckpt).get("model_config", {}).get("arch", "gpt2")
+            return spec_of_hf(json.loads((path / "config.json").read_text()).get("model_type")).arch
+    except (OSError, ValueError, AttributeError, UserError):
+        pass
+    return None
 
 
 def weights_positions(init_from: str) -> int | None:

@@ -58,7 +58,22 @@ def _model_tokenizer(init_from: str) -> str:
 
 
 def build_model(cfg: Config, vocab_size: int):
-    """The plain model on CPU: from scratch, HF weights, or a gptrain checkpoint's weights."""
+    """The plain model on CPU: from scratch, HF weights, or a gptrain checkpoint's weights (a
+    LoRA checkpoint's merged into its base), with LoRA adapters when [lora] r is set."""
+    model = _base_model(cfg, vocab_size)
+    if model.config.lora_r:  # weights of a LoRA run: what they compute, as plain weights
+        from gptrain.models.lora import merged
+
+        model = merged(model)
+    if cfg.lora.r:
+        from gptrain.models.lora import add_lora
+
+        torch.manual_seed(cfg.train.seed)  # the same adapters on every rank
+        add_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.target_modules)
+    return model
+
+
+def _base_model(cfg: Config, vocab_size: int):
     from gptrain.models.registry import build, build_model_config
 
     mc = cfg.model

@@ -80,6 +80,7 @@ class Trainer(Checkpointing):
 
             remote.check(cfg.checkpoint.remote)
         self.n_params = plain.num_params()
+        self.n_trained = sum(p.numel() for p in plain.parameters() if p.requires_grad)
         self.mesh = self.dims.build_mesh(env.device.type)
         self.dp_rank = self.dims.dp_rank(self.mesh)
         self._build_parts(plain)
@@ -326,7 +327,9 @@ class Trainer(Checkpointing):
         stop.install()
         tokens_per_step = self.plan.rows_per_step * self.model_cfg.block_size
         flops_tok = flops_per_token(self.model_cfg, self.n_params)
-        self.log_main(f"training {self.n_params / 1e6:.2f}M parameters on {env.world} x "
+        lora = (f" (LoRA r={self.model_cfg.lora_r}: {self.n_trained:,} trained, the rest frozen)"
+                if self.model_cfg.lora_r else "")
+        self.log_main(f"training {self.n_params / 1e6:.2f}M parameters{lora} on {env.world} x "
                       f"{env.device.type} ({self.plan.precision}), {self.total_steps} steps, "
                       f"{tokens_per_step:,} tokens/step")
         self.log_main(f"precision {self.plan.precision_why}")

@@ -1,0 +1,130 @@
+"""LoRA (Hu et al. 2021, as peft does it) native in gptrain's own blocks.
+
+A targeted nn.Linear keeps its frozen `weight` (and `bias`) under the same name and gains two
+small matrices beside it, `lora_A` (r x in) and `lora_B` (out x r):
+
+    y = x W^T + b + dropout(x) A^T B^T * (alpha / r)
+
+A starts as peft's default (Kaiming-uniform), B at zero, so the adapted model starts as the
+base. Every other parameter is frozen (no gradient, no optimizer state). Because the names of
+the base weights do not change, HF import, the parallelism plans and checkpoints see the same
+model; the adapters are more tensors in the same state dict. The shape of the adapters is part
+of the model's config (GPTConfig.lora_*), so a checkpoint of a LoRA run rebuilds them.
+
+Targets are Hugging Face module names, matched as peft matches them: a module whose name is the
+target or ends with "." + target (`c_attn`, `q_proj`, `mlp.c_proj`), or `all-linear` (every
+Linear in the blocks; not lm_head).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from gptrain.errors import UserError, closest
+
+ALL_LINEAR = "all-linear"
+# peft's defaults (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING) where no target is given
+DEFAULT_TARGETS = {"gpt2": ("c_attn",), "llama": ("q_proj", "v_proj")}
+
+
+class LoRALinear(nn.Linear):
+    """An nn.Linear with a low-rank update; made from a Linear in place (`adapt`)."""
+
+    lora_A: nn.Parameter
+    lora_B: nn.Parameter
+
+    def forward(self, x):
+        out = F.linear(x, self.weight, self.bias)
+        h = F.dropout(x, self.lora_dropout, self.training) if self.lora_dropout else x
+        return out + F.linear(F.linear(h, self.lora_A), self.lora_B) * self.lora_scaling
+
+    def delta(self) -> torch.Tensor:
+        """The update to the weight: (B A) * alpha / r, as the weight's (out, in)."""
+        return (self.lora_B @ self.lora_A) * self.lora_scaling
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, lora_r={self.lora_A.shape[0]}, lora_scaling={self.lora_scaling}"
+
+
+def adapt(linear: nn.Linear, r: int, alpha: float, dropout: float) -> None:
+    """Turn `linear` into a LoRALinear in place (its weight and bias stay the same objects)."""
+    dev = linear.weight.device
+    linear.__class__ = LoRALinear
+    linear.lora_A = nn.Parameter(torch.empty(r, linear.in_features, device=dev))
+    linear.lora_B = nn.Parameter(torch.zeros(linear.out_features, r, device=dev))
+    if dev.type != "meta":
+        nn.init.kaiming_uniform_(linear.lora_A, a=math.sqrt(5))  # peft's init_lora_weights=True
+    linear.lora_scaling = alpha / r
+    linear.lora_dropout = dropout
+
+
+def block_linears(model) -> dict[str, nn.Linear]:
+    """Every Linear inside the transformer blocks, by its name relative to the model."""
+    return {name: m for name, m in model.named_modules() if name.startswith("transformer.h.")
+            and isinstance(m, nn.Linear)}
+
+
+def resolve_targets(model, targets) -> list[str]:
+    """The names of the Linears the targets select; a target that selects none is one line
+    naming the module names there are."""
+    linears = block_linears(model)
+    targets = list(targets) or list(DEFAULT_TARGETS[model.config.arch])
+    if ALL_LINEAR in targets:
+        return list(linears)
+    chosen = []
+    for t in targets:
+        hits = [n for n in linears if n == t or n.endswith("." + t)]
+        if not hits:
+            kinds = sorted({n.rsplit(".", 1)[-1] for n in linears})
+            raise UserError(f"LoRA target module {t!r} is not a Linear of this {model.config.arch} model"
+                            f"{closest(t, kinds)}; its modules: {', '.join(kinds)}, or {ALL_LINEAR}")
+        chosen += [n for n in hits if n not in chosen]
+    return chosen
+
+
+def attach(model) -> None:
+    """Add the adapters that model.config.lora_* describe and freeze everything else."""
+    cfg = model.config
+    modules = dict(model.named_modules())
+    for name in resolve_targets(model, cfg.lora_targets):
+        adapt(modules[name], cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout)
+    for name, p in model.named_parameters():
+        p.requires_grad_(".lora_" in name)
+
+
+def add_lora(model, r: int, alpha: float, dropout: float, targets) -> None:
+    """LoRA on a built model (its base weights already loaded): the config records it."""
+    cfg = model.config
+    cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout = r, alpha, dropout
+    cfg.lora_targets = list(targets)
+    attach(model)
+
+
+def merged(model):
+    """A plain copy of a LoRA model: each adapted weight W + (B A) alpha / r, no adapters,
+    config.lora_r = 0 (what `export --format hf` writes); the model itself is left as it is."""
+    import copy
+
+    from gptrain.models.registry import build
+
+    cfg = copy.deepcopy(model.config)
+    cfg.lora_r = 0
+    with torch.device("meta"):
+        plain = build(cfg)
+    plain.to_empty(device="cpu")
+    state = {}
+    with torch.no_grad():
+        for name, m in model.named_modules():
+            if isinstance(m, LoRALinear):
+                state[f"{name}.weight"] = m.weight + m.delta().to(m.weight.dtype)
+        for name, t in model.state_dict().items():
+            if ".lora_" not in name:
+                state.setdefault(name, t)
+    plain.load_state_dict(state, strict=True)
+    if cfg.tie_embeddings:
+        plain.lm_head.weight = plain.transformer.wte.weight
+    return plain.train(model.training)
