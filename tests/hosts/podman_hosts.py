@@ -52,6 +52,19 @@ def unavailable() -> str | None:
     return None
 
 
+def bridge_network(name: str) -> str:
+    """A bridge network NAME on a /24 no other podman network uses (tried at random); returns
+    its first three octets ("10.B.C"). The caller removes it by name (`podman network rm`)."""
+    err = ""
+    for _ in range(8):
+        subnet = f"10.{random.randrange(100, 250)}.{random.randrange(1, 250)}.0/24"
+        r = podman("network", "create", "--driver", "bridge", "--subnet", subnet, name, check=False)
+        if r.returncode == 0:
+            return subnet.rsplit(".", 1)[0]
+        err = r.stderr.strip()
+    raise RuntimeError(f"podman network create: {err[-500:]}")
+
+
 class Hosts:
     """`Hosts(n, shared=[dirs]).start()`: containers h1..hN; `stop()` removes all it made."""
 
@@ -81,19 +94,9 @@ class Hosts:
         return self
 
     def _network(self) -> None:
-        """A bridge network on a /24 no other podman network uses (tried at random)."""
-        err = ""
-        for _ in range(8):
-            b = random.randrange(100, 250)
-            subnet = f"10.{b}.{random.randrange(1, 250)}.0/24"
-            r = podman("network", "create", "--driver", "bridge", "--subnet", subnet, self.net, check=False)
-            if r.returncode == 0:
-                self.net_made = True
-                base = subnet.rsplit(".", 1)[0]
-                self.ips = [f"{base}.{11 + i}" for i in range(self.n)]
-                return
-            err = r.stderr.strip()
-        raise RuntimeError(f"podman network create: {err[-500:]}")
+        base = bridge_network(self.net)
+        self.net_made = True
+        self.ips = [f"{base}.{11 + i}" for i in range(self.n)]
 
     def exec(self, i: int, cmd: list[str], env: dict | None = None, detach: bool = False,
              check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
