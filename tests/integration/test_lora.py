@@ -54,6 +54,15 @@ def test_lora_learns_keeps_the_base_and_exports_what_it_computes(data, base, tmp
         assert torch.equal(p, own[name]), name  # not one bit of the base moved
     assert any(p.abs().sum() > 0 for n, p in model.named_parameters() if n.endswith("lora_B"))
 
+    full = tmp_path / "full"  # a full fine-tune's checkpoint of the same model, for its size
+    train(f"--model.init_from={base}", f"--data.path={data}", f"--train.output_dir={full}", "--train.max_steps=1",
+          "--train.batch_size=4", "--train.do_eval=false", "--report_to=none", "--train.precision=fp32")
+    size = {run: sum(f.stat().st_size for f in (run / "checkpoints").glob("step-*/*")) / len(
+        list((run / "checkpoints").glob("step-*"))) for run in (out, full)}
+    assert size[out] < 0.05 * size[full], size  # adapters (and their optimizer state) only
+    state = json.loads((out / "checkpoints" / "step-000030" / "trainer_state.json").read_text())
+    assert state["lora_base"]["init_from"] == str(base.resolve()) and len(state["lora_base"]["sha256"]) == 64
+
     hf_out = tmp_path / "merged"
     from tests.conftest import run_cli
 
@@ -64,6 +73,32 @@ def test_lora_learns_keeps_the_base_and_exports_what_it_computes(data, base, tmp
     with torch.no_grad():
         diff = (model(x) - theirs(x).logits).abs().max().item()
     assert diff < 1e-4, diff
+
+
+def test_adapters_need_their_own_base(data, tiny_hf_gpt2, tmp_path):
+    """An adapter-only checkpoint loads only on the base it was trained on: a missing or changed
+    base is one line, from generate and from a resume."""
+    from tests.conftest import run_cli, save_tiny_hf_gpt2
+
+    base = save_tiny_hf_gpt2(tmp_path / "base")
+    out = tmp_path / "out"
+    train(*args(data, base, out, 4))
+    r = run_cli("generate", str(out), "--prompt", "a", "--max_new_tokens", "3")
+    assert r.returncode == 0, r.stderr
+    base.rename(tmp_path / "moved")
+    r = run_cli("generate", str(out), "--prompt", "a", "--max_new_tokens", "3")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert f"holds only adapters; its base model {base} cannot be loaded" in r.stderr, r.stderr
+    save_tiny_hf_gpt2(base, n_layer=2)
+    import safetensors.torch as st
+
+    weights = st.load_file(base / "model.safetensors")
+    weights["transformer.ln_f.weight"] += 1
+    st.save_file(weights, base / "model.safetensors", metadata={"format": "pt"})
+    r = run_cli("generate", str(out), "--prompt", "a", "--max_new_tokens", "3")
+    assert r.returncode == 2 and "is not the one it was trained on" in r.stderr, r.stderr
+    r = train(*args(data, base, out, 8), check=False)  # resume over the changed base
+    assert r.returncode == 2 and "holds LoRA adapters for the base" in r.stderr, r.stderr
 
 
 def _rewind_to(out, step):

@@ -68,6 +68,42 @@ def load_model(source: str, device: str = "cpu", **overrides):
     return model.to(device).eval(), tok
 
 
+def load_base(init_from: str, block_size: int | None = None, pad_vocab_multiple: int = 64, **overrides):
+    """The plain model (train mode, CPU) whose weights `init_from` names, as a run starts from
+    them: a gptrain checkpoint (a LoRA one merged into its base), a nanoGPT ckpt.pt, or a HF
+    directory or hub id; its context cut to `block_size` when that is shorter."""
+    import torch
+
+    from gptrain.weights.kinds import source_kind
+
+    src = Path(init_from).expanduser()
+    kind = source_kind(src)
+    if kind == "gptrain":
+        model, _ = load_for_inference(src, "cpu", **overrides)
+        if model.config.lora_r:  # weights of a LoRA run: what they compute, as plain weights
+            from gptrain.models.lora import merged
+
+            model = merged(model)
+    elif kind == "nanogpt":
+        from gptrain.models.nanogpt import load_nanogpt
+
+        model, _ = load_nanogpt(src, **overrides)
+    else:
+        from gptrain.models.hf import load_hf
+
+        model, _ = load_hf(init_from, pad_vocab_multiple=pad_vocab_multiple, **overrides)
+    model.train()
+    if block_size and block_size != model.config.block_size:
+        if block_size > model.config.block_size:
+            raise UserError(f"model.block_size={block_size} exceeds the {model.config.block_size} "
+                            f"positions of {init_from}")
+        if "wpe" in model.transformer:  # learned positions beyond the context are dropped
+            wpe = model.transformer.wpe
+            wpe.weight = torch.nn.Parameter(wpe.weight[: block_size].clone())
+        model.config.block_size = block_size
+    return model
+
+
 def load_for_inference(path, device="cpu", **overrides):
     """(GPT in eval mode, tokenizer) from a checkpoint directory or training output directory."""
     from gptrain import tokenizers
@@ -80,11 +116,17 @@ def load_for_inference(path, device="cpu", **overrides):
     state = read_state(path)
     with reading(path / STATE_FILE, "checkpoint state"):
         cfg = config_from_dict(state["model_config"], overrides)
-        model = build(cfg)
         tok = tokenizers.from_spec(state["tokenizer"]) if state.get("tokenizer") else None
-    sd = {"model": model.state_dict()}
+        base = state.get("lora_base")
+    if base is not None:  # adapters only: the base they go on, from where it was (models/lora.py)
+        from gptrain.models.lora import adapted_base
+
+        model = adapted_base(base, cfg, **overrides)
+    else:
+        model = build(cfg)
+    sd = {"model": {k: v for k, v in model.state_dict().items() if base is None or ".lora_" in k}}
     if cfg.tie_embeddings:
-        sd["model"].pop("lm_head.weight")  # it is wte
+        sd["model"].pop("lm_head.weight", None)  # it is wte
     load_tensors(path, sd)
     model.load_state_dict(sd["model"], strict=False)
     return model.to(device).eval(), tok

@@ -104,6 +104,50 @@ def add_lora(model, r: int, alpha: float, dropout: float, targets) -> None:
     attach(model)
 
 
+def base_digest(model) -> str:
+    """sha256 of the model's weights without adapters: each tensor's name, dtype, shape and
+    bytes, in name order (whatever files they came from)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        if ".lora_" in name:
+            continue
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def base_reference(model, init_from: str) -> dict:
+    """What an adapter-only checkpoint keeps of the weights its adapters go on: where they
+    were (an absolute path, or the hub id) and their digest, checked whenever they are loaded."""
+    from pathlib import Path
+
+    path = Path(init_from).expanduser()
+    return {"init_from": str(path.resolve()) if path.exists() else init_from, "sha256": base_digest(model)}
+
+
+def adapted_base(ref: dict, cfg, **overrides):
+    """The base an adapter-only checkpoint names (`ref`), loaded and checked against its digest,
+    with empty adapters of the checkpoint's shape (`cfg`) attached, ready for its tensors."""
+    from gptrain.models.load import load_base
+
+    where = ref.get("init_from") if isinstance(ref, dict) else None
+    if not isinstance(where, str) or not where:
+        raise UserError("the checkpoint's lora_base names no base model")
+    try:
+        model = load_base(where, cfg.block_size, cfg.pad_vocab_multiple, **overrides)
+    except UserError as e:
+        raise UserError(f"this LoRA checkpoint holds only adapters; its base model {where} cannot be "
+                        f"loaded: {e}") from None
+    if base_digest(model) != ref.get("sha256"):
+        raise UserError(f"this LoRA checkpoint's base model {where} is not the one it was trained on "
+                        f"(its weights changed); put the original back there")
+    add_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets)
+    return model
+
+
 def merged(model):
     """A plain copy of a LoRA model: each adapted weight W + (B A) alpha / r, no adapters,
     config.lora_r = 0 (what `export --format hf` writes); the model itself is left as it is."""

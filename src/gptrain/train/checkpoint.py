@@ -159,13 +159,16 @@ def _canonical_key(part, key: str) -> str | None:
     return None if gpt.transformer["wte"] is not None else "transformer.wte.weight"
 
 
-def training_tensors(parts, optims) -> dict:
-    """This rank's model and optimizer tensors under their canonical names."""
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+def training_tensors(parts, optims, adapters_only: bool = False) -> dict:
+    """This rank's model and optimizer tensors under their canonical names; `adapters_only`:
+    the model's trained tensors only (a LoRA run over a base it references), not the frozen ones."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict)
 
     model, optim = {}, {}
+    only = StateDictOptions(ignore_frozen_params=adapters_only)
     for part, opt in zip(parts, optims):
-        for src, dst in ((get_model_state_dict(part), model),
+        for src, dst in ((get_model_state_dict(part, options=only), model),
                          (get_optimizer_state_dict(part, opt)["state"], optim)):
             for key, value in src.items():
                 name = _canonical_key(part, key)
@@ -174,14 +177,14 @@ def training_tensors(parts, optims) -> dict:
     return {"model": model, "optim": optim}
 
 
-def load_training_tensors(path, parts, optims) -> None:
+def load_training_tensors(path, parts, optims, adapters_only: bool = False) -> None:
     """Load model and optimizer tensors into the parts (any layout DCP can reshard into)."""
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                          get_optimizer_state_dict,
                                                          set_model_state_dict,
                                                          set_optimizer_state_dict)
 
-    loaded = training_tensors(parts, optims)
+    loaded = training_tensors(parts, optims, adapters_only)
     try:
         load_tensors(path, loaded)
     except (RuntimeError, ValueError) as e:
@@ -189,7 +192,7 @@ def load_training_tensors(path, parts, optims) -> None:
                         f"{str(e).strip().splitlines()[-1][:300]}") from None
     for part, opt in zip(parts, optims):
         model_sd = {k: loaded["model"][n] for k in get_model_state_dict(part)
-                    if (n := _canonical_key(part, k)) is not None}
+                    if (n := _canonical_key(part, k)) is not None and n in loaded["model"]}
         set_model_state_dict(part, model_sd, options=StateDictOptions(strict=False))
         full = get_optimizer_state_dict(part, opt)
         full["state"] = {k: loaded["optim"][_canonical_key(part, k)] for k in full["state"]}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from gptrain.errors import UserError
 from gptrain.train import checkpoint as ckpt
 from gptrain.weights import layout
 
@@ -16,7 +17,7 @@ def make_output_dir(out: Path, config_text: str, is_main: bool) -> None:
     """Rank 0 makes the output directory and writes config.toml in it; when it cannot (read-only,
     under a file, a full disk), every rank ends with the same one line rather than rank 0 with a
     traceback and the others with a broken connection."""
-    from gptrain.errors import UserError, disk_full
+    from gptrain.errors import disk_full
 
     problem = None
     if is_main:
@@ -38,7 +39,7 @@ def make_output_dir(out: Path, config_text: str, is_main: bool) -> None:
 class Checkpointing:
     """Uses the trainer's cfg, env, out, step, parts, optims, loader, scaler, last, pending_save,
     _async_pg, _step_loss, mean_loss, report_skipped and the fields it records (model_cfg,
-    tokenizer_spec, data_dir)."""
+    tokenizer_spec, data_dir, lora_base)."""
 
     def save(self, final: bool = False) -> Path:
         self.report_skipped()  # nan_policy=stop ends the run here: no checkpoint after a NaN
@@ -51,8 +52,10 @@ class Checkpointing:
             "config": self.cfg.to_dict(), "dataset": str(self.data_dir), "world_size": self.env.world,
             "scaler": self.scaler.state_dict() if self.scaler else None,
         }
+        if self.lora_base is not None:  # adapters only, and where their base is (models/lora.py)
+            state["lora_base"] = self.lora_base
         self.finish_pending_save()
-        tensors = ckpt.training_tensors(self.parts, self.optims)
+        tensors = ckpt.training_tensors(self.parts, self.optims, adapters_only=self.lora_base is not None)
         use_async = self.cfg.checkpoint.async_save and not final
         pending = ckpt.save(self.out, self.step, tensors, state, self.cfg.checkpoint.keep_last,
                             asynchronous=use_async, group=self._async_group() if use_async else None,
@@ -92,7 +95,13 @@ class Checkpointing:
         if path is None:
             return
         state = layout.read_state(path)
-        ckpt.load_training_tensors(path, self.parts, self.optims)
+        theirs = state.get("lora_base")
+        if (theirs or {}).get("sha256") != (self.lora_base or {}).get("sha256"):
+            raise UserError(f"checkpoint {path} " + (
+                f"holds LoRA adapters for the base {theirs.get('init_from')}, not this run's weights" if theirs
+                else "holds a whole model and this run trains adapters over referenced weights")
+                + "; start from it with --model.init_from, or resume with the same base")
+        ckpt.load_training_tensors(path, self.parts, self.optims, adapters_only=theirs is not None)
         self.step = state["step"]
         self.last.update(train_loss=state.get("train_loss"), eval_loss=state.get("eval_loss"))
         try:

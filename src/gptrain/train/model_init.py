@@ -58,22 +58,10 @@ def _model_tokenizer(init_from: str) -> str:
 
 
 def build_model(cfg: Config, vocab_size: int):
-    """The plain model on CPU: from scratch, HF weights, or a gptrain checkpoint's weights (a
-    LoRA checkpoint's merged into its base), with LoRA adapters when [lora] r is set."""
-    model = _base_model(cfg, vocab_size)
-    if model.config.lora_r:  # weights of a LoRA run: what they compute, as plain weights
-        from gptrain.models.lora import merged
-
-        model = merged(model)
-    if cfg.lora.r:
-        from gptrain.models.lora import add_lora
-
-        torch.manual_seed(cfg.train.seed)  # the same adapters on every rank
-        add_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.target_modules)
-    return model
-
-
-def _base_model(cfg: Config, vocab_size: int):
+    """The plain model on CPU: from scratch, or the weights model.init_from names (a LoRA
+    checkpoint's merged into its base: models/load.load_base), with LoRA adapters when [lora]
+    r is set. A LoRA model from weights carries `lora_base`, the reference its adapter-only
+    checkpoints keep to those weights (models/lora.base_reference)."""
     from gptrain.models.registry import build, build_model_config
 
     mc = cfg.model
@@ -83,34 +71,20 @@ def _base_model(cfg: Config, vocab_size: int):
         check_available()
     if not mc.init_from:
         torch.manual_seed(cfg.train.seed)  # identical init on every rank
-        return build(build_model_config(mc, vocab_size))
-    overrides = dict(attn_implementation=mc.attn_implementation, dropout=mc.dropout)
-    from gptrain.weights.kinds import source_kind
-
-    src = Path(mc.init_from).expanduser()
-    kind = source_kind(src)
-    if kind == "gptrain":
-        from gptrain.models.load import load_for_inference
-
-        model, _ = load_for_inference(src, "cpu", **overrides)
-    elif kind == "nanogpt":
-        from gptrain.models.nanogpt import load_nanogpt
-
-        model, _ = load_nanogpt(src, **overrides)
+        model = build(build_model_config(mc, vocab_size))
     else:
-        from gptrain.models.hf import load_hf
+        from gptrain.models.load import load_base
 
-        model, _ = load_hf(mc.init_from, pad_vocab_multiple=mc.pad_vocab_multiple, **overrides)
-    model.train()
-    if vocab_size > model.config.vocab_size:
-        raise UserError(f"the dataset's vocabulary ({vocab_size}) is larger than the model's "
-                        f"({model.config.vocab_size}); prepare the data with the model's tokenizer")
-    if mc.block_size and mc.block_size != model.config.block_size:
-        if mc.block_size > model.config.block_size:
-            raise UserError(f"model.block_size={mc.block_size} exceeds the {model.config.block_size} "
-                            f"positions of {mc.init_from}")
-        if "wpe" in model.transformer:  # learned positions beyond the context are dropped
-            wpe = model.transformer.wpe
-            wpe.weight = torch.nn.Parameter(wpe.weight[: mc.block_size].clone())
-        model.config.block_size = mc.block_size
+        model = load_base(mc.init_from, mc.block_size, pad_vocab_multiple=mc.pad_vocab_multiple,
+                          attn_implementation=mc.attn_implementation, dropout=mc.dropout)
+        if vocab_size > model.config.vocab_size:
+            raise UserError(f"the dataset's vocabulary ({vocab_size}) is larger than the model's "
+                            f"({model.config.vocab_size}); prepare the data with the model's tokenizer")
+    if cfg.lora.r:
+        from gptrain.models.lora import add_lora, base_reference
+
+        base = base_reference(model, mc.init_from) if mc.init_from else None
+        torch.manual_seed(cfg.train.seed)  # the same adapters on every rank
+        add_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.target_modules)
+        model.lora_base = base
     return model

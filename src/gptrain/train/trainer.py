@@ -81,6 +81,7 @@ class Trainer(Checkpointing):
             remote.check(cfg.checkpoint.remote)
         self.n_params = plain.num_params()
         self.n_trained = sum(p.numel() for p in plain.parameters() if p.requires_grad)
+        self.lora_base = getattr(plain, "lora_base", None)  # adapter-only checkpoints refer to it
         self.mesh = self.dims.build_mesh(env.device.type)
         self.dp_rank = self.dims.dp_rank(self.mesh)
         self._build_parts(plain)
