@@ -119,8 +119,6 @@ def load_for_inference(path, device="cpu", **overrides):
         tok = tokenizers.from_spec(state["tokenizer"]) if state.get("tokenizer") else None
         base = state.get("lora_base")
     if base is not None:  # adapters only: the base they go on, from where it was (models/lora.py)
-        from gptrain.models.lora import adapted_base
-
         model = adapted_base(base, cfg, **overrides)
     else:
         model = build(cfg)
@@ -130,3 +128,23 @@ def load_for_inference(path, device="cpu", **overrides):
     load_tensors(path, sd)
     model.load_state_dict(sd["model"], strict=False)
     return model.to(device).eval(), tok
+
+
+def adapted_base(ref: dict, cfg, **overrides):
+    """The base an adapter-only checkpoint names (`ref`), loaded and checked against its digest,
+    with empty adapters of the checkpoint's shape (`cfg`) attached, ready for its tensors."""
+    from gptrain.models.lora import add_lora, base_digest
+
+    where = ref.get("init_from") if isinstance(ref, dict) else None
+    if not isinstance(where, str) or not where:
+        raise UserError("the checkpoint's lora_base names no base model")
+    try:
+        model = load_base(where, cfg.block_size, cfg.pad_vocab_multiple, **overrides)
+    except UserError as e:
+        raise UserError(f"this LoRA checkpoint holds only adapters; its base model {where} cannot be "
+                        f"loaded: {e}") from None
+    if base_digest(model) != ref.get("sha256"):
+        raise UserError(f"this LoRA checkpoint's base model {where} is not the one it was trained on "
+                        f"(its weights changed); put the original back there")
+    add_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets)
+    return model

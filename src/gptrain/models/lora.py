@@ -128,26 +128,6 @@ def base_reference(model, init_from: str) -> dict:
     return {"init_from": str(path.resolve()) if path.exists() else init_from, "sha256": base_digest(model)}
 
 
-def adapted_base(ref: dict, cfg, **overrides):
-    """The base an adapter-only checkpoint names (`ref`), loaded and checked against its digest,
-    with empty adapters of the checkpoint's shape (`cfg`) attached, ready for its tensors."""
-    from gptrain.models.load import load_base
-
-    where = ref.get("init_from") if isinstance(ref, dict) else None
-    if not isinstance(where, str) or not where:
-        raise UserError("the checkpoint's lora_base names no base model")
-    try:
-        model = load_base(where, cfg.block_size, cfg.pad_vocab_multiple, **overrides)
-    except UserError as e:
-        raise UserError(f"this LoRA checkpoint holds only adapters; its base model {where} cannot be "
-                        f"loaded: {e}") from None
-    if base_digest(model) != ref.get("sha256"):
-        raise UserError(f"this LoRA checkpoint's base model {where} is not the one it was trained on "
-                        f"(its weights changed); put the original back there")
-    add_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets)
-    return model
-
-
 def merged(model):
     """A plain copy of a LoRA model: each adapted weight W + (B A) alpha / r, no adapters,
     config.lora_r = 0 (what `export --format hf` writes); the model itself is left as it is."""
