@@ -71,8 +71,21 @@ def test_lora_learns_keeps_the_base_and_exports_what_it_computes(data, base, tmp
     theirs = AutoModelForCausalLM.from_pretrained(hf_out).eval()
     x = torch.randint(0, 60, (2, 24))
     with torch.no_grad():
-        diff = (model(x) - theirs(x).logits).abs().max().item()
+        ours = model(x)
+        diff = (ours - theirs(x).logits).abs().max().item()
     assert diff < 1e-4, diff
+
+    from peft import PeftModel  # the adapters alone, loaded by peft on the HF base
+
+    r = run_cli("export", str(out), "--format", "peft", "--out", str(tmp_path / "adapter"))
+    assert r.returncode == 0 and f"on the {'Llama' if 'llama' in str(base) else 'GPT-2'} base {base.resolve()}" in r.stdout, r
+    adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base).eval(), tmp_path / "adapter").eval()
+    with torch.no_grad():
+        diff = (ours - adapted(x).logits).abs().max().item()
+        plain = (ours - AutoModelForCausalLM.from_pretrained(base).eval()(x).logits).abs().max().item()
+    assert diff < 1e-4 < plain, (diff, plain)  # the adapters matter, and peft applies them as gptrain
+    r = run_cli("export", str(full), "--format", "peft", "--out", str(tmp_path / "none"))
+    assert r.returncode == 2 and "has none" in r.stderr and not (tmp_path / "none").exists(), r.stderr
 
 
 def test_adapters_need_their_own_base(data, tiny_hf_gpt2, tmp_path):

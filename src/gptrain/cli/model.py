@@ -41,9 +41,12 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("export", help="export a model to a Hugging Face directory")
+    p = sub.add_parser("export", help="export a model to a Hugging Face directory",
+                       description="Write MODEL as a Hugging Face model directory (hf: a LoRA model's "
+                       "adapters merged in), or a LoRA model's adapters as a PEFT adapter directory "
+                       "(peft: for PeftModel.from_pretrained on the HF form of its base).")
     p.add_argument("model", metavar="MODEL")
-    p.add_argument("--format", default="hf", choices=["hf"])
+    p.add_argument("--format", default="hf", choices=["hf", "peft"])
     p.add_argument("--out", required=True, help="new directory to write")
     p.set_defaults(func=cmd_export)
 
@@ -134,7 +137,15 @@ def cmd_export(args, extra) -> int:
     from gptrain.refs import resolve
 
     model, tokenizer = load_model(resolve(args.model), device="cpu")
-    out = export_hf(model, tokenizer, args.out)
     arch = "Llama" if model.config.arch == "llama" else "GPT-2"
-    print(f"exported {args.model} to {out} (Hugging Face {arch} format)")
+    if args.format == "peft":
+        from gptrain.models.peft_export import export_peft
+
+        base = (getattr(model, "lora_base", None) or {}).get("init_from", "")
+        out = export_peft(model, args.out, base)
+        print(f"exported the LoRA adapters of {args.model} to {out} (PEFT, on the {arch} base {base or '(its own)'})")
+        return 0
+    out = export_hf(model, tokenizer, args.out)
+    print(f"exported {args.model} to {out} (Hugging Face {arch} format"
+          + (", LoRA adapters merged)" if model.config.lora_r else ")"))
     return 0

@@ -120,6 +120,7 @@ def load_for_inference(path, device="cpu", **overrides):
         base = state.get("lora_base")
     if base is not None:  # adapters only: the base they go on, from where it was (models/lora.py)
         model = adapted_base(base, cfg, **overrides)
+        model.lora_base = base  # (what `export --format peft` names as the base)
     else:
         model = build(cfg)
     sd = {"model": {k: v for k, v in model.state_dict().items() if base is None or ".lora_" in k}}
