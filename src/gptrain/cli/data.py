@@ -72,8 +72,12 @@ def add_push_tokenizer(p) -> None:
 
 
 def _summary(meta: dict) -> str:
-    parts = [f"{s}: {v['tokens']:,} tokens, {v['documents']:,} docs" for s, v in meta["splits"].items()]
-    return f"tokenizer {meta['tokenizer_name']} (vocab {meta['vocab_size']}, {meta['dtype']}); " + "; ".join(parts)
+    sft = meta.get("sft")
+    unit = "examples" if sft else "docs"
+    parts = [f"{s}: {v['tokens']:,} tokens, {v['documents']:,} {unit}" for s, v in meta["splits"].items()]
+    kind = (f"instruction data ({sft['format']}, {sft['template']}; loss on the completions only); "
+            if sft else "")
+    return kind + f"tokenizer {meta['tokenizer_name']} (vocab {meta['vocab_size']}, {meta['dtype']}); " + "; ".join(parts)
 
 
 def cmd_prepare(args, extra) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,48 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 22), b""):
             h.update(block)
     return h.hexdigest()
+
+
+class SplitWriter:
+    """Appends token arrays to DIR/SPLIT.bin, rolling over to numbered shards when large."""
+
+    def __init__(self, out_dir: Path, split: str, dtype: str, shard_tokens: int):
+        self.out_dir, self.split, self.dtype, self.shard_tokens = out_dir, split, dtype, shard_tokens
+        self.little_endian = np.dtype(dtype).newbyteorder("<")
+        self.files: list[dict] = []
+        self.documents = 0
+        self._open_new()
+
+    def _open_new(self):
+        self._name = f"{self.split}-{len(self.files):05d}.bin"
+        self._f = open(self.out_dir / self._name, "wb")
+        self._sha = hashlib.sha256()
+        self._count = 0
+
+    def _close_current(self):
+        self._f.close()
+        self.files.append({"name": self._name, "tokens": self._count, "sha256": self._sha.hexdigest()})
+
+    def write(self, tokens: np.ndarray):
+        while len(tokens):
+            room = self.shard_tokens - self._count
+            if room == 0:
+                self._close_current()
+                self._open_new()
+                continue
+            part, tokens = tokens[:room], tokens[room:]
+            data = part.astype(self.little_endian, copy=False).tobytes()
+            self._f.write(data)
+            self._sha.update(data)
+            self._count += len(part)
+
+    def finish(self) -> dict:
+        self._close_current()
+        if len(self.files) == 1:  # one file: the plain nanoGPT name
+            os.replace(self.out_dir / self.files[0]["name"], self.out_dir / f"{self.split}.bin")
+            self.files[0]["name"] = f"{self.split}.bin"
+        return {"tokens": sum(f["tokens"] for f in self.files), "documents": self.documents,
+                "files": self.files}
 
 
 def is_prepared_dir(path) -> bool:
@@ -76,6 +119,18 @@ def check_meta(meta, where) -> dict:
             if not isinstance(f, dict) or not _count(f.get("tokens")) or not isinstance(f.get("sha256"), str):
                 bad(f"has a malformed file entry in split {name!r}")
             check_plain_name(f.get("name"), where)
+    sft = meta.get("sft")
+    if sft is not None:  # instruction data (data/sft.py): each split's loss mask and example starts
+        if not isinstance(sft, dict) or not isinstance(sft.get("splits"), dict):
+            bad("has a malformed sft entry")
+        for name, info in sft["splits"].items():
+            if name not in splits or not isinstance(info, dict) or not _count(info.get("examples")):
+                bad(f"has a malformed sft split {name!r}")
+            for what in ("mask", "offsets"):
+                f = info.get(what)
+                if not isinstance(f, dict) or not isinstance(f.get("sha256"), str):
+                    bad(f"has a malformed sft {what} file in split {name!r}")
+                check_plain_name(f.get("name"), where)
     return meta
 
 
@@ -140,6 +195,13 @@ def verify(path, checksums: bool = True) -> None:
                                 "prepare or push the dataset again")
             if checksums:
                 check_token_ids(fp, max_token(fp, meta["dtype"]), meta["vocab_size"])
+    for split, info in (meta.get("sft") or {}).get("splits", {}).items():
+        for what in ("mask", "offsets"):
+            fp = path / info[what]["name"]
+            if not fp.is_file() or (checksums and sha256_file(fp) != info[what]["sha256"]):
+                raise UserError(f"instruction data file {fp} is missing or fails its sha256 check; "
+                                "prepare the dataset again")
+        open_examples(path, split, meta["splits"][split]["tokens"])
 
 
 def open_split(path, split: str) -> np.ndarray:
@@ -156,3 +218,23 @@ def open_split(path, split: str) -> np.ndarray:
                             f"`gptrain data inspect --verify` and prepare the dataset again")
         arrays.append(np.memmap(fp, dtype=meta["dtype"], mode="r"))
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+def open_examples(path, split: str, n_tokens: int):
+    """(loss mask, example starts) of one split of instruction data (data/sft.py), or None for
+    plain text; their sizes checked against the tokens and each other."""
+    path = Path(path)
+    info = (read_meta(path).get("sft") or {}).get("splits", {}).get(split)
+    if info is None:
+        return None
+    mask_file, starts_file = path / info["mask"]["name"], path / info["offsets"]["name"]
+    for f in (mask_file, starts_file):
+        if not f.is_file():
+            raise UserError(f"instruction data file {f} is missing; prepare the dataset again")
+    mask = np.memmap(mask_file, dtype=np.uint8, mode="r") if n_tokens else np.zeros(0, np.uint8)
+    starts = np.fromfile(starts_file, dtype="<u8").astype(np.int64)
+    if len(mask) != n_tokens or len(starts) != info["examples"] + 1 or starts[0] != 0 or \
+            starts[-1] != n_tokens or np.any(np.diff(starts) < 0):
+        raise UserError(f"instruction data files of split {split!r} in {path} do not match its tokens; "
+                        "prepare the dataset again")
+    return mask, starts

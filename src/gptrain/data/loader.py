@@ -8,6 +8,12 @@ batch at an epoch's end takes its last blocks and the next epoch's first ones (a
 schedule splits each batch into a fixed number of microbatches, so it needs B rows every step;
 and every layout sees the same batches). The position is counted in blocks, so a resumed run
 continues with the same batches.
+
+Instruction data (data/sft.py) comes with `examples`: its loss mask and example starts. Then a
+"block" is one example: its first block_size + 1 tokens in a row of its own, padded, with the
+targets of prompt tokens and of padding -100 (ignored by the loss), so an example never sees
+another's tokens and its loss is the one it has alone. Examples with no target within the
+first block_size + 1 tokens are left out (`left_out` counts them).
 """
 
 from __future__ import annotations
@@ -23,14 +29,36 @@ def num_blocks(n_tokens: int, block_size: int, limit: int | None = None) -> int:
     return n if limit is None else min(n, limit)
 
 
+def usable_examples(examples, block_size: int) -> np.ndarray:
+    """The examples that have a target among their first block_size + 1 tokens."""
+    mask, starts = examples
+    targets = np.concatenate([[0], np.cumsum(mask, dtype=np.int64)])  # targets before each position
+    lo, hi = starts[:-1] + 1, np.minimum(starts[1:], starts[:-1] + block_size + 1)
+    return np.flatnonzero(targets[np.maximum(hi, lo)] - targets[lo] > 0).astype(np.int64)
+
+
+def count_blocks(n_tokens: int, block_size: int, limit: int | None = None, examples=None) -> int:
+    """Training rows: blocks of plain tokens, or usable examples of instruction data."""
+    if examples is None:
+        return num_blocks(n_tokens, block_size, limit)
+    n = len(usable_examples(examples, block_size))
+    return n if limit is None else min(n, limit)
+
+
 class BlockLoader:
     def __init__(self, tokens: np.ndarray, block_size: int, batch_size: int, rank: int = 0,
                  world: int = 1, seed: int = 0, max_blocks: int | None = None,
-                 vocab_size: int | None = None, source: str = "the dataset"):
+                 vocab_size: int | None = None, source: str = "the dataset", examples=None):
         self.tokens, self.T, self.B = tokens, block_size, batch_size
         self.vocab_size, self.source = vocab_size, source
         self.rank, self.world, self.seed = rank, world, seed
-        self.n_blocks = num_blocks(len(tokens), block_size, max_blocks)
+        self.examples, self.left_out = examples, 0
+        if examples is None:
+            self.n_blocks = num_blocks(len(tokens), block_size, max_blocks)
+        else:
+            self.usable = usable_examples(examples, block_size)
+            self.left_out = len(examples[1]) - 1 - len(self.usable)
+            self.n_blocks = len(self.usable) if max_blocks is None else min(len(self.usable), max_blocks)
         if self.n_blocks < world:
             raise ValueError("fewer blocks than ranks")
         self.epoch = 0
@@ -66,7 +94,9 @@ class BlockLoader:
 
     def blocks(self, indices) -> torch.Tensor:
         starts = np.asarray(indices, dtype=np.int64) * self.T
-        rows = np.stack([self.tokens[s: s + self.T + 1] for s in starts]).astype(np.int64)
+        return self._checked(np.stack([self.tokens[s: s + self.T + 1] for s in starts]).astype(np.int64))
+
+    def _checked(self, rows: np.ndarray) -> torch.Tensor:
         if self.vocab_size is not None and rows.size and rows.max() >= self.vocab_size:
             # a hostile or mismatched token file: the embedding would read past the vocabulary
             raise UserError(f"{self.source} holds token id {int(rows.max())}, outside its vocab_size "
@@ -74,10 +104,25 @@ class BlockLoader:
                             "--verify` and prepare the dataset again")
         return torch.from_numpy(rows)
 
+    def batch(self, indices):
+        """(inputs, targets), each (rows, block_size) int64, of the blocks `indices`."""
+        if self.examples is None:
+            rows = self.blocks(indices)
+            return rows[:, :-1], rows[:, 1:]
+        mask, starts = self.examples
+        x = np.zeros((len(indices), self.T), dtype=np.int64)  # padding: any id (never a target, never seen)
+        y = np.full((len(indices), self.T), -100, dtype=np.int64)
+        for row, i in enumerate(self.usable[np.asarray(indices, dtype=np.int64)]):
+            a, b = starts[i], min(starts[i + 1], starts[i] + self.T + 1)
+            ids = np.asarray(self.tokens[a:b], dtype=np.int64)
+            x[row, : len(ids) - 1] = ids[:-1]
+            y[row, : len(ids) - 1] = np.where(mask[a + 1: b] > 0, ids[1:], -100)
+        self._checked(x)
+        return torch.from_numpy(x), torch.from_numpy(y)
+
     def next_batch(self):
         """(inputs, targets), each (rows, block_size) int64."""
-        rows = self.blocks(self.next_indices())
-        return rows[:, :-1], rows[:, 1:]
+        return self.batch(self.next_indices())
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "offset": self.offset, "seed": self.seed,
@@ -91,11 +136,11 @@ class BlockLoader:
 
 def eval_batches(tokens: np.ndarray, block_size: int, batch_size: int, rank: int = 0,
                  world: int = 1, max_blocks: int | None = None, vocab_size: int | None = None,
-                 source: str = "the dataset"):
+                 source: str = "the dataset", examples=None):
     """The validation blocks in order, dealt to ranks like training batches (no shuffle)."""
-    n = num_blocks(len(tokens), block_size, max_blocks)
+    n = count_blocks(len(tokens), block_size, max_blocks, examples)
     loader = BlockLoader(tokens, block_size, batch_size, rank, world, max_blocks=n,
-                         vocab_size=vocab_size, source=source) if n >= world else None
+                         vocab_size=vocab_size, source=source, examples=examples) if n >= world else None
     if loader is None:
         return
     order = np.arange(n)
@@ -103,5 +148,4 @@ def eval_batches(tokens: np.ndarray, block_size: int, batch_size: int, rank: int
         take = order[start: start + loader.global_batch]
         if len(take) < world:
             break
-        rows = loader.blocks(take[rank::world])
-        yield rows[:, :-1], rows[:, 1:]
+        yield loader.batch(take[rank::world])

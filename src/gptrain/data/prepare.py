@@ -9,7 +9,6 @@ sha256 computed as it goes). The output directory appears atomically when everyt
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import time
 from collections import deque
@@ -20,53 +19,11 @@ import numpy as np
 from gptrain import tokenizers
 from gptrain.atomic import new_directory
 from gptrain.data import sources as src_mod
-from gptrain.data.formats import FORMAT, VERSION, token_dtype, write_meta, write_nanogpt_meta
+from gptrain.data.formats import FORMAT, VERSION, SplitWriter, token_dtype, write_meta, write_nanogpt_meta
 from gptrain.errors import UserError
 
 TASK_CHARS = 1 << 20          # text per tokenization task
 DEFAULT_SHARD_TOKENS = 1 << 30  # tokens per .bin file before a new shard starts
-
-
-class SplitWriter:
-    """Appends token arrays to DIR/SPLIT.bin, rolling over to numbered shards when large."""
-
-    def __init__(self, out_dir: Path, split: str, dtype: str, shard_tokens: int):
-        self.out_dir, self.split, self.dtype, self.shard_tokens = out_dir, split, dtype, shard_tokens
-        self.little_endian = np.dtype(dtype).newbyteorder("<")
-        self.files: list[dict] = []
-        self.documents = 0
-        self._open_new()
-
-    def _open_new(self):
-        self._name = f"{self.split}-{len(self.files):05d}.bin"
-        self._f = open(self.out_dir / self._name, "wb")
-        self._sha = hashlib.sha256()
-        self._count = 0
-
-    def _close_current(self):
-        self._f.close()
-        self.files.append({"name": self._name, "tokens": self._count, "sha256": self._sha.hexdigest()})
-
-    def write(self, tokens: np.ndarray):
-        while len(tokens):
-            room = self.shard_tokens - self._count
-            if room == 0:
-                self._close_current()
-                self._open_new()
-                continue
-            part, tokens = tokens[:room], tokens[room:]
-            data = part.astype(self.little_endian, copy=False).tobytes()
-            self._f.write(data)
-            self._sha.update(data)
-            self._count += len(part)
-
-    def finish(self) -> dict:
-        self._close_current()
-        if len(self.files) == 1:  # one file: the plain nanoGPT name
-            os.replace(self.out_dir / self.files[0]["name"], self.out_dir / f"{self.split}.bin")
-            self.files[0]["name"] = f"{self.split}.bin"
-        return {"tokens": sum(f["tokens"] for f in self.files), "documents": self.documents,
-                "files": self.files}
 
 
 _worker_tokenizer = None
@@ -172,11 +129,22 @@ def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: st
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise UserError(f"output {out_dir} already exists; choose a new --out directory")
     srcs = src_mod.expand(sources, hf_config)
+    from gptrain.data import sft
+
+    local = [Path(s.location) for s in srcs if s.kind == "file" and "://" not in s.location]
+    kind = sft.detect(local) if len(local) == len(srcs) else None
+    if kind and tokenizer == "char":
+        raise UserError("instruction data needs a tokenizer with an end-of-sequence token: use "
+                        "--tokenizer gpt2, byte or a Hugging Face tokenizer directory, not char")
     tok = tokenizers.by_name(tokenizer, _corpus_chars(srcs, text_field, hf_config)
                              if tokenizer == "char" else None)
     with new_directory(out_dir) as tmp:
-        meta = _write_all(srcs, tok, tmp, text_field, hf_config, val_fraction, num_proc, seed,
-                          shard_tokens, quiet)
+        if kind:  # instruction (SFT) records: tokens, loss mask and example boundaries
+            meta = _meta(tok, sft.prepare(local, kind, tok, tmp, val_fraction, seed, token_dtype(tok.vocab_size)),
+                         seed, val_fraction, 0, 0.0)
+        else:
+            meta = _write_all(srcs, tok, tmp, text_field, hf_config, val_fraction, num_proc, seed,
+                              shard_tokens, quiet)
         meta["sources"] = list(sources)
         write_meta(tmp, meta)
         if tok.name == "char":
@@ -225,12 +193,16 @@ def _write_all(srcs, tok, tmp, text_field, hf_config, val_fraction, num_proc, se
         _tail_to_val(tmp, splits, dtype, val_fraction)
     if stats.replaced_chars and not quiet:
         print(f"warning: replaced {stats.replaced_chars} invalid UTF-8 sequences with U+FFFD")
+    return _meta(tok, {"splits": splits}, seed, val_fraction, stats.replaced_chars,
+                 time.perf_counter() - started)
+
+
+def _meta(tok, written: dict, seed: int, val_fraction: float, replaced: int, seconds: float) -> dict:
     return {
-        "format": FORMAT, "version": VERSION, "tokenizer": spec, "tokenizer_name": tok.name,
-        "vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "dtype": dtype, "splits": splits,
-        "invalid_utf8_replaced": stats.replaced_chars, "seed": seed, "val_fraction": val_fraction,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "prepare_seconds": round(time.perf_counter() - started, 3),
+        "format": FORMAT, "version": VERSION, "tokenizer": tok.spec(), "tokenizer_name": tok.name,
+        "vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "dtype": token_dtype(tok.vocab_size),
+        **written, "invalid_utf8_replaced": replaced, "seed": seed, "val_fraction": val_fraction,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "prepare_seconds": round(seconds, 3),
     }
 
 

@@ -1,4 +1,5 @@
-"""Evaluation: mean loss, perplexity and next-token accuracy over the validation blocks."""
+"""Evaluation: mean loss, perplexity and next-token accuracy over the validation blocks
+(over their targets: instruction data's prompt tokens and padding, -100, are left out)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ def evaluate(logits_of, batches, device, copies: int = 1) -> dict:
         logits = logits.float()
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1),
                                                  reduction="sum")
-        total += torch.stack([loss.double(), (logits.argmax(-1) == y).sum().double(),
-                              torch.tensor(float(y.numel()), dtype=torch.float64, device=device)])
+        valid = y != -100  # (instruction data: prompt tokens and padding are no targets)
+        total += torch.stack([loss.double(), ((logits.argmax(-1) == y) & valid).sum().double(),
+                              valid.sum().double()])
     if dist.is_initialized():
         dist.all_reduce(total)
         total /= copies

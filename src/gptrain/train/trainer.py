@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 
 from gptrain.config import Config, dump_toml
-from gptrain.data.formats import open_split, read_meta
-from gptrain.data.loader import BlockLoader, eval_batches, num_blocks
+from gptrain.data.formats import open_examples, open_split, read_meta
+from gptrain.data.loader import BlockLoader, count_blocks, eval_batches
 from gptrain.distributed import pipeline
 from gptrain.distributed.mesh import init_distributed
 from gptrain.distributed.parallelize import check_layout, parallelize
@@ -90,13 +90,17 @@ class Trainer(Checkpointing):
         self.skips = finite.DeviceSkips(env.device) if finite.on_device(self.optims, self.scaler) else None
         T = self.model_cfg.block_size
         train_tokens = open_split(self.data_dir, "train")
-        if num_blocks(len(train_tokens), T, cfg.data.max_train_samples) < self.dims.dp:
-            raise UserError(f"the training split has fewer blocks of {T} tokens than data-parallel "
-                            f"ranks ({self.dims.dp}); use more data or a smaller model.block_size")
+        examples = open_examples(self.data_dir, "train", len(train_tokens))  # instruction data, or None
+        if count_blocks(len(train_tokens), T, cfg.data.max_train_samples, examples) < self.dims.dp:
+            raise UserError(f"the training split has fewer {'examples with a completion token in their first' if examples else 'blocks of'} "
+                            f"{T} tokens than data-parallel ranks ({self.dims.dp}); use more data or another model.block_size")
         self.vocab_size = meta["vocab_size"]
         self.loader = BlockLoader(train_tokens, T, self.plan.batch_size, self.dp_rank, self.dims.dp,
                                   seed=tc.seed, max_blocks=cfg.data.max_train_samples,
-                                  vocab_size=self.vocab_size, source=f"dataset {self.data_dir}")
+                                  vocab_size=self.vocab_size, source=f"dataset {self.data_dir}", examples=examples)
+        if self.loader.left_out:
+            self.log_main(f"note: {self.loader.left_out} example(s) have no completion token within their "
+                          f"first {T + 1} tokens and are left out (a larger model.block_size keeps them)")
         self.val_tokens = self._val_split(meta, T)
         batches_per_epoch = self.loader.batches_per_epoch() / self.plan.grad_accum_steps
         self.steps_per_epoch = max(1, math.ceil(batches_per_epoch))
@@ -113,7 +117,8 @@ class Trainer(Checkpointing):
         """The validation tokens, or None; when eval was asked for, one line says why not."""
         tc = self.cfg.train
         tokens = meta["splits"].get("val", {}).get("tokens", 0)
-        have = num_blocks(tokens, T, self.cfg.data.max_eval_samples)
+        self.val_examples = open_examples(self.data_dir, "val", tokens) if tokens else None
+        have = count_blocks(tokens, T, self.cfg.data.max_eval_samples, self.val_examples)
         need = self.dims.dp * (tc.eval_batch_size if self.dims.pp > 1 else 1)  # a pipeline needs full batches
         if have >= need:
             return open_split(self.data_dir, "val")
@@ -289,7 +294,7 @@ class Trainer(Checkpointing):
             part.eval()
         batches = eval_batches(self.val_tokens, self.model_cfg.block_size, self.cfg.train.eval_batch_size,
                                self.dp_rank, self.dims.dp, self.cfg.data.max_eval_samples,
-                               self.vocab_size, f"dataset {self.data_dir}")
+                               self.vocab_size, f"dataset {self.data_dir}", self.val_examples)
         if self.schedule is not None:  # every microbatch split needs full batches
             batches = (b for b in batches if len(b[0]) == self.cfg.train.eval_batch_size)
         result = evaluate(self._logits, batches, self.env.device, copies=self.dims.tp)
