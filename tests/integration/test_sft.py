@@ -3,6 +3,7 @@ small GPT-2 trained on them (loss on the completions only), and greedy generatio
 then answers in the format the completions taught."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -32,3 +33,29 @@ def test_a_small_run_learns_the_answer_format(tmp_path, isolated_home):
         assert g.returncode == 0, g.stderr
         answer = g.stdout.removeprefix(f"Q: say {word}\n")
         assert answer.startswith("ANSWER: ") and answer.split()[1] in WORDS, g.stdout  # the format, a word of it
+
+
+def test_the_lora_sft_recipe_runs_as_a_2_process_job(tmp_path, slots, tiny_hf_llama):
+    """configs/tinyllama-lora-sft.toml as its comment says to run it, on a tiny Llama and a chat
+    file: a 2-process FSDP2 job that trains adapters only and generates by its name."""
+    from tests.conftest import ROOT
+    from tests.integration.test_jobs import wait_for
+
+    chat = [{"messages": [{"role": "user", "content": f"say {w}"}, {"role": "assistant", "content": f"ANSWER: {w}"}]}
+            for w in WORDS * 4]
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in chat))
+    r = run_cli("run", "sft", "--accels", "2", "--config", ROOT / "configs" / "tinyllama-lora-sft.toml", "--",
+                f"--model.init_from={tiny_hf_llama}", f"--data.path={tmp_path / 'chat.jsonl'}", "--train.max_steps=4",
+                "--checkpoint.every=2", "--model.block_size=64", "--train.batch_size=2", "--train.global_batch_size=4",
+                "--train.eval_every=2", "--report_to=none", "--train.precision=fp32")
+    assert r.returncode == 0, r.stderr
+    job = wait_for("sft")
+    log = run_cli("logs", "sft").stdout
+    assert job["state"] == "succeeded", log
+    assert "(LoRA r=16: " in log and "on 2 x cpu" in log, log
+    ckpts = json.loads(run_cli("checkpoints", "sft", "--json").stdout)
+    assert [c["step"] for c in ckpts] == [2, 4]
+    state = json.loads((Path(ckpts[-1]["path"]) / "trainer_state.json").read_text())
+    assert state["lora_base"]["init_from"] == str(tiny_hf_llama.resolve())
+    g = run_cli("generate", "sft", "--prompt", "<|user|>\nsay cat\n<|assistant|>\n", "--max_new_tokens", "3")
+    assert g.returncode == 0 and g.stdout.startswith("<|user|>\nsay cat\n<|assistant|>\n"), g.stderr
