@@ -163,6 +163,8 @@ class LoraConfig:
     target_modules: list[str] = opt([], "Hugging Face module names to adapt: c_attn, c_proj, c_fc (GPT-2); "
                                     "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (Llama); "
                                     "or all-linear. Default: peft's (c_attn; q_proj,v_proj).")
+    quantize_base: str = opt("none", "QLoRA: hold the frozen base's block Linears in 4-bit NF4 (torchao) "
+                             "while the adapters train in full precision.", ("none", "nf4"))
 
 
 @dataclass

@@ -31,6 +31,9 @@ def check(cfg):
     if cfg.lora.r and (cfg.parallel.tp > 1 or cfg.parallel.pp > 1):
         raise UserError(f"LoRA (--lora.r) runs with data parallel and FSDP, not with tensor or pipeline "
                         f"parallel (parallel.tp={cfg.parallel.tp}, parallel.pp={cfg.parallel.pp}); set both to 1")
+    if cfg.lora.quantize_base != "none" and not (cfg.lora.r and cfg.model.init_from):
+        raise UserError("--lora.quantize_base (QLoRA) quantizes the frozen base of a LoRA run from weights: "
+                        "set --lora_r and --model.init_from")
     if cfg.lora.r:
         check_lora_targets(cfg.model, cfg.lora.target_modules)
     check_shape(cfg.model)

@@ -150,3 +150,31 @@ def test_two_processes_match_one(data, tiny_hf_gpt2, tmp_path, layout):
     assert a.keys() == b.keys()
     for step in a:
         assert abs(a[step] - b[step]) <= 1e-4 * abs(a[step]), (step, a[step], b[step])
+
+
+@pytest.mark.parametrize("layout", [[], ["--parallel.dp_shard=2", "--gradient_checkpointing"]], ids=["one", "fsdp2"])
+def test_qlora_trains_over_an_nf4_base_and_exports(data, tiny_hf_llama, tmp_path, layout):
+    from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import NF4Tensor
+    from transformers import AutoModelForCausalLM
+
+    from gptrain.models.load import load_model
+    from tests.conftest import run_cli
+
+    out, one = tmp_path / "q", tmp_path / "one"
+    train(*args(data, tiny_hf_llama, out, 20, "--load_in_4bit", "--train.global_batch_size=8", *layout),
+          nproc=2 if layout else 1)
+    curve = list(losses(out).values())
+    assert sum(curve[-5:]) / 5 < sum(curve[:5]) / 5 - 0.01, curve
+    if layout:  # the same run on one process: the same losses
+        train(*args(data, tiny_hf_llama, one, 20, "--load_in_4bit", "--train.global_batch_size=8"))
+        ref = losses(one)
+        assert all(abs(ref[s] - v) <= 1e-4 * abs(v) for s, v in losses(out).items()), (ref, losses(out))
+        return
+    model, _ = load_model(str(out))  # its base loaded and quantized again, as it trained
+    assert isinstance(model.transformer.h["0"].mlp.up_proj.weight, NF4Tensor)
+    r = run_cli("export", str(out), "--out", str(tmp_path / "merged"))
+    assert r.returncode == 0 and "LoRA adapters merged" in r.stdout, r.stderr
+    x = torch.randint(0, 60, (2, 24))
+    with torch.no_grad():
+        diff = (model(x) - AutoModelForCausalLM.from_pretrained(tmp_path / "merged").eval()(x).logits).abs().max()
+    assert diff < 1e-4, diff

@@ -100,3 +100,40 @@ def test_a_target_the_weights_lack_is_refused_before_anything_is_written(isolate
                 "--lora_target_modules", "c_attn")
     assert r.returncode == 2 and "'c_attn' is not a Linear" in r.stderr, r.stderr
     assert not (isolated_home / "jobs" / "j").exists()
+
+
+def test_qlora_holds_every_block_linear_in_nf4_and_computes_close_to_the_base():
+    from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import NF4Tensor
+
+    m = tiny("llama-tiny")
+    x = torch.randint(0, 65, (2, 16))
+    before = m(x)
+    fp32_bytes = sum(w.weight.numel() * 4 for w in m.transformer.h.modules() if isinstance(w, torch.nn.Linear))
+    add_lora(m, 4, 8.0, 0.0, ["q_proj", "v_proj"], quant="nf4")
+    linears = [w for w in m.transformer.h.modules() if isinstance(w, torch.nn.Linear)]
+    assert len(linears) == 14 and all(isinstance(w.weight, NF4Tensor) and not w.weight.requires_grad for w in linears)
+    nf4_bytes = sum(w.weight.quantized_data.numel() + w.weight.quantized_scalers.numel() for w in linears)
+    assert nf4_bytes < fp32_bytes / 7  # 4 bits a weight and one-byte scales: about 1/8 of fp32
+    after = m(x)
+    rel = ((after - before).norm() / before.norm()).item()
+    assert 0 < rel < 0.15, rel  # the base, to 4-bit precision
+    m(x, targets=x)[1].backward()
+    assert all(p.grad is not None for n, p in m.named_parameters() if ".lora_" in n)
+    plain = merged(m)  # the NF4 weights dequantized, the adapters added
+    assert not any(isinstance(p, NF4Tensor) for p in plain.parameters())
+    assert torch.allclose(plain(x), m(x), atol=1e-5)
+
+
+def test_qlora_settings(monkeypatch):
+    cfg = parse_train_args(["--model.init_from=x", "--lora_r", "4", "--load_in_4bit"])
+    assert cfg.lora.quantize_base == "nf4"
+    for args in (["--load_in_4bit"], ["--lora_r", "4", "--lora.quantize_base=nf4"]):
+        with pytest.raises(UserError, match="QLoRA.*set --lora_r and --model.init_from"):
+            parse_train_args(args)
+    import sys
+
+    from gptrain.models import lora
+
+    monkeypatch.setitem(sys.modules, "torchao.quantization.quantize_.workflows.nf4.nf4_tensor", None)
+    with pytest.raises(UserError, match=r"pip install 'gptrain\[qlora\]'"):
+        lora.nf4()

@@ -147,5 +147,5 @@ def adapted_base(ref: dict, cfg, **overrides):
     if base_digest(model) != ref.get("sha256"):
         raise UserError(f"this LoRA checkpoint's base model {where} is not the one it was trained on "
                         f"(its weights changed); put the original back there")
-    add_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets)
+    add_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets, cfg.lora_quant)
     return model

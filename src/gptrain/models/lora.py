@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from gptrain.errors import UserError, closest
 
 ALL_LINEAR = "all-linear"
+NF4_BLOCK = 64  # QLoRA's (and torchao's) NF4 block: 64 weights share one scale
 # peft's defaults (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING) where no target is given
 DEFAULT_TARGETS = {"gpt2": ("c_attn",), "llama": ("q_proj", "v_proj")}
 
@@ -87,21 +88,63 @@ def resolve_targets(model, targets) -> list[str]:
 
 
 def attach(model) -> None:
-    """Add the adapters that model.config.lora_* describe and freeze everything else."""
+    """Add the adapters that model.config.lora_* describe and freeze everything else; with
+    lora_quant "nf4" (QLoRA), every block Linear's frozen weight is then held in 4-bit NF4."""
     cfg = model.config
     modules = dict(model.named_modules())
     for name in resolve_targets(model, cfg.lora_targets):
         adapt(modules[name], cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout)
     for name, p in model.named_parameters():
         p.requires_grad_(".lora_" in name)
+    if cfg.lora_quant:
+        quantize_base(model, cfg.lora_quant)
 
 
-def add_lora(model, r: int, alpha: float, dropout: float, targets) -> None:
+def add_lora(model, r: int, alpha: float, dropout: float, targets, quant: str = "") -> None:
     """LoRA on a built model (its base weights already loaded): the config records it."""
     cfg = model.config
     cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout = r, alpha, dropout
-    cfg.lora_targets = list(targets)
+    cfg.lora_targets, cfg.lora_quant = list(targets), quant
     attach(model)
+
+
+def nf4():
+    """torchao's NF4 tensor (QLoRA's 4-bit NormalFloat, blocks of 64 with double-quantized
+    scales), or one line saying how to get it."""
+    import logging
+
+    for noisy in ("torchao", "torch.utils._pytree"):  # (CUDA-only kernels absent on a CPU; a deprecation)
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    try:
+        from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import NF4Tensor, to_nf4
+    except ImportError:
+        raise UserError("QLoRA (--lora.quantize_base nf4) holds the base in torchao's NF4: "
+                        "pip install 'gptrain[qlora]' (torchao)") from None
+    return NF4Tensor, to_nf4
+
+
+def quantize_base(model, kind: str) -> None:
+    """Every Linear weight in the blocks (frozen) as NF4; F.linear dequantizes it per call to
+    the input's dtype (torchao), so the adapters train against the 4-bit base."""
+    if kind != "nf4":
+        raise UserError(f"unknown base quantization {kind!r}: use nf4")
+    _, to_nf4 = nf4()
+    for name, m in block_linears(model).items():
+        w = m.weight
+        if w.device.type == "meta":
+            continue
+        if w.numel() % NF4_BLOCK:
+            raise UserError(f"QLoRA: {name} has {w.numel()} weights, not a multiple of NF4's block of "
+                            f"{NF4_BLOCK}; this model cannot be held in NF4")
+        scales = w.numel() // NF4_BLOCK  # their own scales are quantized in blocks of up to 256,
+        fits = [b for b in (256, 128, 64, 32, 16, 8, 4, 2, 1) if scales % b == 0]  # a count of blocks
+        scaler_block = next(b for even in (8, 4, 2, 1) for b in fits if scales // b % even == 0)  # (FSDP2 splits it)
+        m.weight = nn.Parameter(to_nf4(w.detach().to(torch.bfloat16), NF4_BLOCK, scaler_block), requires_grad=False)
+
+
+def dense(t: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+    """A plain tensor of `t` (an NF4 weight dequantized)."""
+    return t.to(dtype) if type(t).__name__ == "NF4Tensor" else t
 
 
 def base_digest(model) -> str:
@@ -114,6 +157,7 @@ def base_digest(model) -> str:
         if ".lora_" in name:
             continue
         t = t.detach().to("cpu").contiguous()
+        t = dense(t)  # (a quantized base's digest is never taken: it is computed before)
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
@@ -136,7 +180,7 @@ def merged(model):
     from gptrain.models.registry import build
 
     cfg = copy.deepcopy(model.config)
-    cfg.lora_r = 0
+    cfg.lora_r, cfg.lora_quant = 0, ""
     with torch.device("meta"):
         plain = build(cfg)
     plain.to_empty(device="cpu")
@@ -144,10 +188,11 @@ def merged(model):
     with torch.no_grad():
         for name, m in model.named_modules():
             if isinstance(m, LoRALinear):
-                state[f"{name}.weight"] = m.weight + m.delta().to(m.weight.dtype)
+                w = dense(m.weight)
+                state[f"{name}.weight"] = w + m.delta().to(w.dtype)
         for name, t in model.state_dict().items():
             if ".lora_" not in name:
-                state.setdefault(name, t)
+                state.setdefault(name, dense(t))
     plain.load_state_dict(state, strict=True)
     if cfg.tie_embeddings:
         plain.lm_head.weight = plain.transformer.wte.weight

@@ -45,6 +45,7 @@ class GPTConfig:
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0
     lora_targets: list = field(default_factory=list)
+    lora_quant: str = ""  # "nf4": the frozen block Linears held in 4-bit NF4 (QLoRA)
     mlp_matrices: ClassVar[int] = 2  # c_fc, c_proj (Llama's SwiGLU: 3)
     learned_positions: ClassVar[bool] = True  # wpe (Llama: rotary, none)
 

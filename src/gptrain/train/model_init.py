@@ -85,6 +85,7 @@ def build_model(cfg: Config, vocab_size: int):
 
         base = base_reference(model, mc.init_from) if mc.init_from else None
         torch.manual_seed(cfg.train.seed)  # the same adapters on every rank
-        add_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.target_modules)
+        add_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.target_modules,
+                 "" if cfg.lora.quantize_base == "none" else cfg.lora.quantize_base)
         model.lora_base = base
     return model
