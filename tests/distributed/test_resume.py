@@ -26,7 +26,7 @@ def _args(data, out, *extra):
             f"--checkpoint.every={K}", *extra]
 
 
-def _rewind_to(out, step):
+def rewind_to(out, step):
     """Make the run look as if it stopped right after the checkpoint at `step`."""
     root = out / "checkpoints"
     for p in root.glob("step-*"):
@@ -45,7 +45,7 @@ def test_resume_is_bitwise_exact(data, tmp_path, nproc, layout):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     train(*_args(data, straight, *layout), nproc=nproc)
     train(*_args(data, resumed, *layout), nproc=nproc)
-    _rewind_to(resumed, K)
+    rewind_to(resumed, K)
     r = train(*_args(data, resumed, *layout), nproc=nproc)
     assert f"resumed from {resumed / 'checkpoints' / f'step-{K:06d}'} at step {K}" in r.stdout
     assert losses(resumed) == losses(straight)  # exact float equality, every step
@@ -113,7 +113,7 @@ def test_async_checkpoints_resume_exactly(data, tmp_path, nproc, layout):
     train(*_args(data, straight, *layout), nproc=nproc)
     r = train(*_args(data, resumed, *layout, "--checkpoint.async_save=true"), nproc=nproc)
     assert "in the background" in r.stdout
-    _rewind_to(resumed, K)
+    rewind_to(resumed, K)
     train(*_args(data, resumed, *layout, "--checkpoint.async_save=true"), nproc=nproc)
     assert losses(resumed) == losses(straight)
     a = model_tensors(straight / "checkpoints" / f"step-{N:06d}")

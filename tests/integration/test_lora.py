@@ -5,11 +5,11 @@ byte-identical, the merged HF export computes what gptrain's adapted model compu
 match 1 process. CPU, fp32."""
 
 import json
-import shutil
 
 import pytest
 import torch
 
+from tests.distributed.test_resume import rewind_to
 from tests.helpers import losses, make_dataset, train
 
 pytestmark = pytest.mark.slow
@@ -114,16 +114,6 @@ def test_adapters_need_their_own_base(data, tiny_hf_gpt2, tmp_path):
     assert r.returncode == 2 and "holds LoRA adapters for the base" in r.stderr, r.stderr
 
 
-def _rewind_to(out, step):
-    root = out / "checkpoints"
-    for p in root.glob("step-*"):
-        if int(p.name.split("-")[1]) > step:
-            shutil.rmtree(p)
-    (root / "latest").write_text(f"step-{step:06d}\n")
-    lines = (out / "metrics.jsonl").read_text().splitlines()
-    (out / "metrics.jsonl").write_text("".join(line + "\n" for line in lines if json.loads(line)["step"] <= step))
-
-
 def test_a_stopped_lora_run_resumes_bitwise(data, tiny_hf_llama, tmp_path):
     from tests.helpers import model_tensors
 
@@ -131,7 +121,7 @@ def test_a_stopped_lora_run_resumes_bitwise(data, tiny_hf_llama, tmp_path):
     extra = ["--lora_dropout=0.1"]  # the dropout's RNG resumes too
     train(*args(data, tiny_hf_llama, straight, N, *extra))
     train(*args(data, tiny_hf_llama, resumed, N, *extra))
-    _rewind_to(resumed, K)
+    rewind_to(resumed, K)
     r = train(*args(data, tiny_hf_llama, resumed, N, *extra))
     assert f"at step {K}" in r.stdout, r.stdout
     assert losses(resumed) == losses(straight)
