@@ -28,7 +28,7 @@ from tests.helpers import TINY
 from tests.hosts.conftest import final_eval_loss, gptrain_on_h1, job_home
 
 pytestmark = pytest.mark.slow
-STEPS, EVERY = 200, 50
+STEPS, EVERY = 120, 30
 ARGS = [*TINY, f"--train.max_steps={STEPS}", "--train.batch_size=4", f"--checkpoint.every={EVERY}",
         "--train.seed=1"]
 FINAL = {}  # test 1's final loss, the reference of test 2
