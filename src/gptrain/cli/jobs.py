@@ -53,7 +53,7 @@ def cmd_jobs(args, extra) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     render.table([("NAME", "STATE", "RESOURCES", "STEP", "LOSS", "AGE"),
-                  *((j["name"], j["state"], f"{j['nodes']}x{j['accels']} {j['scheduler']}", j["step"],
+                  *((j["name"], j["state"], f"{render.nodes(j)}x{j['accels']} {j['scheduler']}", j["step"],
                      render.loss(j["loss"]), render.age(j["created"])) for j in rows)])
     return 0
 
@@ -68,7 +68,7 @@ def cmd_inspect(args, extra) -> int:
     print(f"state      {job['state']}" + (f"  (exit code {job['exit_code']})" if job["exit_code"] else ""))
     if job["error"]:
         print(f"error      {job['error']}")
-    print(f"resources  {job['nodes']} node(s) x {job['accels']} accelerator(s), {job['scheduler']} "
+    print(f"resources  {render.nodes(job)} node(s) x {job['accels']} accelerator(s), {job['scheduler']} "
           f"scheduler" + (f", slots {job['slots']}" if job["slots"] else "")
           + (f", id {job['external_id']}" if job["external_id"] else ""))
     if report["describe"]:

@@ -48,3 +48,8 @@ def loss(v: float | None) -> str:
 def count(n: int | None) -> str:
     """A count with thousands separators ('-' when there is none)."""
     return "-" if n is None else f"{n:,}"
+
+
+def nodes(job: dict) -> str:
+    """A job's node count as typed: N, or MIN:MAX for an elastic job."""
+    return f"{job['min_nodes']}:{job['nodes']}" if job.get("min_nodes") else str(job["nodes"])

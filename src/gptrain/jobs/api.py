@@ -102,6 +102,9 @@ def shown(row: dict, values=None) -> dict:
     """A job's record as the faces show it: the engines' own fields left out, the failure reason
     masked with the job's secret `values` (read when not given)."""
     out = {k: v for k, v in row.items() if k not in PRIVATE}
+    spec = json.loads(row["spec"]) if isinstance(row.get("spec"), str) else row.get("spec") or {}
+    # elastic (`--nodes MIN:MAX`): the fewest nodes it goes on with, shown as MIN:MAX
+    out["min_nodes"] = spec.get("min_nodes") if isinstance(spec.get("min_nodes"), int) else None
     if out.get("error"):
         out["error"] = secrets.mask(out["error"], secrets.load(row["name"]).values() if values is None else values)
     return out

@@ -56,6 +56,7 @@ gp.age = function (t) {
   return Math.floor(Math.max(s, 0)) + "s";
 };
 gp.tick = (v) => (v === null ? "" : v !== 0 && (Math.abs(v) >= 1e5 || Math.abs(v) < 1e-2) ? v.toExponential(1) : String(+v.toPrecision(3)));
+gp.nodes = (j) => (j.min_nodes ? `${j.min_nodes}:${j.nodes}` : String(j.nodes)); // elastic: MIN:MAX, as typed
 gp.time = (t) => (t ? new Date(t * 1000).toLocaleString() : "-");
 gp.stateBadge = (s) => gp.el("span", { class: "state " + s }, s);
 gp.COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#ca8a04"];

@@ -38,7 +38,7 @@
     error.textContent = j.error ? "failed: " + j.error : "";
     stopBtn.disabled = !ACTIVE.includes(j.state);
     rmBtn.disabled = ACTIVE.includes(j.state);
-    info.textContent = `${j.nodes} node(s) x ${j.accels} accelerator(s), ${j.scheduler}` +
+    info.textContent = `${gp.nodes(j)} node(s) x ${j.accels} accelerator(s), ${j.scheduler}` +
       ` · created ${gp.time(j.created)} · started ${gp.time(j.started)} · ended ${gp.time(j.ended)} · restarts ${j.restarts}`;
     events.replaceChildren(...d.events.map((e) => gp.el("li", {}, gp.el("time", {}, gp.time(e.time)), gp.el("b", {}, e.kind), " ", e.message)));
     ckpts.replaceChildren(...d.checkpoints.map((c) => gp.el("tr", { "data-checkpoint": c.id },

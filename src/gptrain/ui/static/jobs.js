@@ -21,7 +21,7 @@
       gp.el("td", {}, gp.el("input", { type: "checkbox", class: "pick", value: j.name, ...(picked.has(j.name) ? { checked: "" } : {}) })),
       gp.el("td", {}, gp.el("a", { href: "/jobs/" + encodeURIComponent(j.name) }, j.name)),
       gp.el("td", { class: "state-cell" }, gp.stateBadge(j.state)),
-      gp.el("td", {}, `${j.nodes}x${j.accels} ${j.scheduler}`),
+      gp.el("td", {}, `${gp.nodes(j)}x${j.accels} ${j.scheduler}`),
       gp.el("td", { class: "num" }, j.step ?? "-"),
       gp.el("td", { class: "num" }, j.loss === null ? "-" : Number(j.loss).toFixed(4)),
       gp.el("td", { class: "num" }, gp.age(j.created)))));
