@@ -92,6 +92,43 @@ def read_safetensors(path, what: str = "safetensors file") -> dict:
         return load_file(path)
 
 
+class SafetensorsFile:
+    """The tensors of a safetensors file as a read-only mapping, each read from the file when
+    it is asked for (the file is mapped only while one tensor is read): a model loads tensor by
+    tensor, never whole twice in memory. Never code; UserError naming the file when corrupt."""
+
+    def __init__(self, path, what: str = "safetensors file"):
+        from safetensors import safe_open
+
+        self.path, self.what = path, what
+        with reading(path, what), safe_open(path, "pt") as f:
+            self._keys = list(f.keys())
+        self._known = set(self._keys)
+
+    def __getitem__(self, key: str):
+        from safetensors import safe_open
+
+        if key not in self._known:
+            raise KeyError(key)
+        with reading(self.path, self.what), safe_open(self.path, "pt") as f:
+            return f.get_tensor(key)
+
+    def __contains__(self, key) -> bool:
+        return key in self._known
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def keys(self):
+        return list(self._keys)
+
+    def items(self):
+        return ((k, self[k]) for k in self._keys)
+
+
 def read_torch_weights(path, what: str = "weights file") -> dict:
     """A torch.save file loaded with weights_only=True (tensors and plain containers only)."""
     import torch

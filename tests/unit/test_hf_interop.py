@@ -142,6 +142,23 @@ def test_pytorch_model_bin_is_read_weights_only(tiny_hf_gpt2, tmp_path):
         torch.testing.assert_close(model.eval()(ids), ref(ids).logits, atol=1e-5, rtol=1e-5)
 
 
+def test_sharded_safetensors_load_tensor_by_tensor(tiny_hf_llama, tmp_path):
+    """A model saved in several safetensors shards (what save_pretrained writes for big models)
+    loads with the same logits; each tensor is read from its shard when it is copied."""
+    from gptrain.files import SafetensorsFile
+    from gptrain.models.hf import read_state_dict
+
+    ref = AutoModelForCausalLM.from_pretrained(tiny_hf_llama).eval()
+    ref.save_pretrained(tmp_path / "sharded", max_shard_size="100KB")
+    assert len(list((tmp_path / "sharded").glob("model-*.safetensors"))) > 1
+    by_name = read_state_dict(tmp_path / "sharded")
+    assert all(isinstance(f, SafetensorsFile) for f in by_name.values())  # names only: nothing read yet
+    model, _ = load_hf(str(tmp_path / "sharded"))
+    ids = torch.randint(0, ref.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(ids), ref(ids).logits, atol=1e-5, rtol=1e-5)
+
+
 def test_hub_id_offline_is_a_clear_error(monkeypatch):
     from gptrain.errors import UserError
 

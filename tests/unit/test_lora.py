@@ -137,3 +137,33 @@ def test_qlora_settings(monkeypatch):
     monkeypatch.setitem(sys.modules, "torchao.quantization.quantize_.workflows.nf4.nf4_tensor", None)
     with pytest.raises(UserError, match=r"pip install 'gptrain\[qlora\]'"):
         lora.nf4()
+
+
+@pytest.mark.parametrize("preset", ["gpt2-tiny", "llama-tiny"])
+def test_a_base_held_in_bf16_computes_what_autocast_computes_from_fp32(preset):
+    """hold_base_in: the frozen block Linears in the compute dtype give the same logits and
+    the same adapter gradients under autocast as the fp32 base, at half the memory."""
+    import copy
+
+    from gptrain.models.lora import hold_base_in
+
+    ref = tiny(preset)
+    add_lora(ref, 4, 8.0, 0.0, ["all-linear"])
+    for name, p in ref.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.02)  # adapters that do something
+    held = copy.deepcopy(ref)
+    hold_base_in(held, torch.bfloat16)
+    kinds = {(n.rsplit(".", 1)[-1], p.dtype) for n, p in held.named_parameters() if ".h." in n}
+    assert ("weight", torch.bfloat16) in kinds and ("lora_A", torch.float32) in kinds
+    assert held.transformer.wte.weight.dtype == torch.float32  # only the blocks' Linears
+    x = torch.randint(0, 65, (2, 16))
+    outs = []
+    for m in (ref, held):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = m(x)
+        logits.float().square().mean().backward()
+        outs.append((logits, {n: p.grad for n, p in m.named_parameters() if p.requires_grad}))
+    assert torch.equal(outs[0][0], outs[1][0])
+    assert outs[0][1].keys() == outs[1][1].keys() and all(
+        torch.equal(outs[0][1][n], outs[1][1][n]) for n in outs[0][1])

@@ -121,22 +121,22 @@ def config_to_hf(cfg) -> dict:
     }
 
 
-def read_state_dict(model_dir: Path) -> dict:
-    """Tensors of a HF checkpoint: safetensors (single or sharded), else a weights-only .bin
-    (a checkpoint is data, never code); UserError naming the file when one is corrupt."""
-    from gptrain.files import check_plain_name, read_json, read_safetensors, read_torch_weights
+def read_state_dict(model_dir: Path):
+    """Tensors of a HF checkpoint by name: safetensors (single or sharded; each tensor read
+    when it is used), else a weights-only .bin (a checkpoint is data, never code); UserError
+    naming the file when one is corrupt."""
+    from gptrain.files import SafetensorsFile, check_plain_name, read_json, read_torch_weights
 
     if (model_dir / "model.safetensors").is_file():
-        return read_safetensors(model_dir / "model.safetensors", "model weights")
+        return SafetensorsFile(model_dir / "model.safetensors", "model weights")
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
         weight_map = read_json(index, "weights index").get("weight_map")
         if not isinstance(weight_map, dict):
             raise UserError(f"weights index {index} has no weight_map; the model directory is corrupt")
-        sd = {}
-        for shard in sorted(set(weight_map.values())):
-            sd.update(read_safetensors(model_dir / check_plain_name(shard, index), "model weights"))
-        return sd
+        shards = [SafetensorsFile(model_dir / check_plain_name(shard, index), "model weights")
+                  for shard in sorted(set(weight_map.values()))]
+        return {key: shard for shard in shards for key in shard}  # name -> the shard that holds it (_Ours reads it there)
     if not (model_dir / "pytorch_model.bin").is_file() and (model_dir / "pytorch_model.bin.index.json").is_file():
         raise UserError(f"{model_dir} holds sharded pytorch_model-*.bin weights, which gptrain does not "
                         "read; save the model with safetensors (save_pretrained's default)")
@@ -165,26 +165,51 @@ def _rename(key: str, renames, to_ours: bool) -> str | None:
     return None
 
 
-def from_hf_state_dict(sd: dict, cfg) -> dict:
-    """Our tensors (fp32, our names and layouts) from a HF state dict, by the arch's spec."""
+class _Ours:
+    """Our tensors by our names, each read and converted when it is asked for (fp32, our
+    layout): copy_into takes them one at a time, so a model never sits twice in memory."""
+
+    def __init__(self, sd, names: dict, cfg, spec):
+        self.sd, self.names, self.cfg, self.spec = sd, names, cfg, spec
+
+    def __contains__(self, name) -> bool:
+        return name in self.names
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __getitem__(self, name: str):
+        key, spec = self.names[name], self.spec
+        t = self.sd[key]
+        if not isinstance(t, torch.Tensor):  # a sharded checkpoint: the shard that holds it
+            t = t[key]
+        if name.endswith(spec.hf_transposed):
+            t = t.t()
+        if name.endswith(spec.hf_head_rows):
+            t = _qkv_rows(t, self.cfg.n_head, to_hf=False)
+        if name in ("transformer.wte.weight", "lm_head.weight"):
+            t = _pad_vocab(t, self.cfg)
+        return t.float()
+
+    def items(self):
+        return ((name, self[name]) for name in self.names)
+
+
+def from_hf_state_dict(sd, cfg) -> _Ours:
+    """Our tensors (fp32, our names and layouts) from a HF state dict, by the arch's spec; the
+    names checked now, each tensor converted when it is read."""
     from gptrain.models.registry import spec_of
 
     spec = spec_of(cfg.arch)
-    out = {}
-    for key, t in sd.items():
+    names = {}
+    for key in sd:
         if key.endswith(spec.hf_ignored) or (key == "lm_head.weight" and cfg.tie_embeddings):
             continue  # buffers of old HF versions; a tied lm_head is wte
         name = _rename(key, spec.hf_renames, to_ours=True)
         if name is None:
             raise UserError(f"unexpected tensor {key!r} for a {cfg.arch} model")
-        if name.endswith(spec.hf_transposed):
-            t = t.t()
-        if name.endswith(spec.hf_head_rows):
-            t = _qkv_rows(t, cfg.n_head, to_hf=False)
-        if name in ("transformer.wte.weight", "lm_head.weight"):
-            t = _pad_vocab(t, cfg)
-        out[name] = t.float()
-    return out
+        names[name] = key
+    return _Ours(sd, names, cfg, spec)
 
 
 def to_hf_state_dict(sd: dict, cfg) -> dict:

@@ -142,6 +142,18 @@ def quantize_base(model, kind: str) -> None:
         m.weight = nn.Parameter(to_nf4(w.detach().to(torch.bfloat16), NF4_BLOCK, scaler_block), requires_grad=False)
 
 
+def hold_base_in(model, dtype: torch.dtype) -> None:
+    """Every frozen Linear weight and bias in the blocks held in `dtype`, the run's autocast
+    compute dtype: autocast casts them to it in every forward anyway, so the model computes the
+    same numbers, while the base takes half the memory and no cast per step (what HF + peft
+    pay). Only for a base that checkpoints never hold (adapter-only checkpoints: lora_base)."""
+    for m in block_linears(model).values():
+        for name in ("weight", "bias"):
+            p = getattr(m, name)
+            if p is not None and not p.requires_grad and p.dtype != dtype and p.device.type != "meta":
+                setattr(m, name, nn.Parameter(p.detach().to(dtype), requires_grad=False))
+
+
 def dense(t: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
     """A plain tensor of `t` (an NF4 weight dequantized)."""
     return t.to(dtype) if type(t).__name__ == "NF4Tensor" else t

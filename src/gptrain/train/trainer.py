@@ -73,6 +73,10 @@ class Trainer(Checkpointing):
         self.dims = self.plan.dims
         plain = build_model(cfg, meta["vocab_size"])
         plain.fused_loss = self.plan.fused_loss
+        if getattr(plain, "lora_base", None) and not plain.config.lora_quant and self.plan.compute_dtype:
+            from gptrain.models.lora import hold_base_in
+
+            hold_base_in(plain, self.plan.compute_dtype)  # the frozen base in bf16: same numbers
         self.model_cfg = plain.config
         check_layout(self.model_cfg, self.dims)
         if cfg.checkpoint.remote:
