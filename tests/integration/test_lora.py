@@ -112,6 +112,13 @@ def test_adapters_need_their_own_base(data, tiny_hf_gpt2, tmp_path):
     assert r.returncode == 2 and "is not the one it was trained on" in r.stderr, r.stderr
     r = train(*args(data, base, out, 8), check=False)  # resume over the changed base
     assert r.returncode == 2 and "holds LoRA adapters for the base" in r.stderr, r.stderr
+    for ckpt in (out / "checkpoints").glob("step-*"):  # an edited state naming its own checkpoint
+        state_file = ckpt / "trainer_state.json"
+        state = json.loads(state_file.read_text())
+        state["lora_base"]["init_from"] = str(ckpt)
+        state_file.write_text(json.dumps(state))
+    r = run_cli("generate", str(out), "--prompt", "a", "--max_new_tokens", "3")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "leads back to itself" in r.stderr, r.stderr
 
 
 def test_a_stopped_lora_run_resumes_bitwise(data, tiny_hf_llama, tmp_path):

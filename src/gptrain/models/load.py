@@ -131,6 +131,10 @@ def load_for_inference(path, device="cpu", **overrides):
     return model.to(device).eval(), tok
 
 
+MAX_BASE_CHAIN = 8  # LoRA checkpoints whose base is a LoRA checkpoint ... (each merged in turn)
+_BASES_LOADING: list[str] = []  # the bases being loaded now, outermost first
+
+
 def adapted_base(ref: dict, cfg, **overrides):
     """The base an adapter-only checkpoint names (`ref`), loaded and checked against its digest,
     with empty adapters of the checkpoint's shape (`cfg`) attached, ready for its tensors."""
@@ -139,11 +143,18 @@ def adapted_base(ref: dict, cfg, **overrides):
     where = ref.get("init_from") if isinstance(ref, dict) else None
     if not isinstance(where, str) or not where:
         raise UserError("the checkpoint's lora_base names no base model")
+    key = str(Path(where).expanduser().resolve()) if Path(where).expanduser().exists() else where
+    if key in _BASES_LOADING or len(_BASES_LOADING) >= MAX_BASE_CHAIN:  # a hostile or edited state
+        raise UserError(f"this LoRA checkpoint's base model {where} leads back to itself or through "
+                        f"more than {MAX_BASE_CHAIN} LoRA checkpoints; give a plain base")
+    _BASES_LOADING.append(key)
     try:
         model = load_base(where, cfg.block_size, cfg.pad_vocab_multiple, **overrides)
     except UserError as e:
         raise UserError(f"this LoRA checkpoint holds only adapters; its base model {where} cannot be "
                         f"loaded: {e}") from None
+    finally:
+        _BASES_LOADING.pop()
     if base_digest(model) != ref.get("sha256"):
         raise UserError(f"this LoRA checkpoint's base model {where} is not the one it was trained on "
                         f"(its weights changed); put the original back there")
