@@ -237,3 +237,19 @@ def test_remote_latest_naming_a_path_outside_is_refused(trained, tmp_path):
     r = run_cli(*_train_args(data, out, f"--checkpoint.remote=file://{bucket}"))
     assert not (tmp_path / "a" / "b" / "stash").exists(), "a remote name reached outside the output"
     _refused(r, tmp_path / "none", "latest")
+
+
+def test_a_refused_remote_checkpoint_is_not_kept_as_the_local_latest(evil, tmp_path):
+    """A checkpoint fetched from checkpoint.remote whose .metadata is a crafted pickle is refused,
+    and nothing of it stays in the output: it used to become OUTPUT/checkpoints/latest, so every
+    later run refused again even without the remote (found by an attacker trial)."""
+    data, bad, marker = evil
+    bucket = tmp_path / "bucket"
+    shutil.copytree(bad.parent, bucket)
+    (bucket / "latest").write_text(bad.name)
+    out = tmp_path / "run"
+    _refused(run_cli(*_train_args(data, out, f"--checkpoint.remote=file://{bucket}")), marker,
+             "was refused and not kept", "checkpoint metadata")
+    assert not (out / "checkpoints" / "latest").exists() and not list((out / "checkpoints").glob("*step-*"))
+    r = run_cli(*_train_args(data, out))  # the same output without the remote trains from scratch
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from gptrain.errors import UserError
 from gptrain.files import is_plain_name
-from gptrain.weights.layout import by_step, is_checkpoint_dir, root_of
+from gptrain.weights.dcp import read_metadata
+from gptrain.weights.layout import by_step, is_checkpoint_dir, read_state, root_of
 
 
 def _fs(url: str):
@@ -91,6 +92,12 @@ def download(url: str, name: str, output_dir: Path) -> Path:
     if not is_checkpoint_dir(tmp):
         shutil.rmtree(tmp)
         raise UserError(f"{url}/{name} is not a complete gptrain checkpoint")
+    try:  # the checks a resume makes, before it becomes the local latest: a refused one is not kept
+        read_state(tmp)
+        read_metadata(tmp)
+    except UserError as e:
+        shutil.rmtree(tmp)
+        raise UserError(f"{url}/{name} was refused and not kept: {e}".replace(str(tmp), f"{url}/{name}")) from None
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
