@@ -47,7 +47,7 @@ ray: $(STAMP)
 		echo "make: could not install ray: tests/ray will skip (pip install 'gptrain[ray]')"
 
 test: $(STAMP) browser podman ray
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=30 tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
