@@ -84,6 +84,15 @@ def test_checkpoint_on_a_full_disk(small_disk, prepared):
     _no_checkpoint(out)
 
 
+def test_tensorboard_on_a_full_disk(small_disk, prepared):
+    """TensorBoard (the default sink) writes from a thread of its own: when it meets the full
+    disk, no thread traceback runs into the one line (found by a new-user trial)."""
+    _fill(small_disk, 4096)
+    out = small_disk / "run"
+    _full(run_cli("train", *_train_args(prepared, out, "--report_to=tensorboard")), out)
+    _no_checkpoint(out)
+
+
 def test_training_output_on_a_full_disk(small_disk, prepared):
     """Not even config.toml fits: the line names the output directory."""
     out = small_disk / "run"

@@ -86,6 +86,21 @@ def _error_line(message) -> None:
     sys.stderr.flush()
 
 
+def _quiet_full_disk_in_threads() -> None:
+    """A background writer (TensorBoard's event thread) that meets a full disk prints no
+    traceback: the main thread's writes meet the same disk and say so in one line."""
+    import threading
+
+    from gptrain.errors import disk_full
+
+    default = threading.excepthook
+
+    def hook(args):
+        if disk_full(args.exc_value) is None:
+            default(args)
+    threading.excepthook = hook
+
+
 def _run(argv: list[str] | None) -> int:
     import sqlite3
 
@@ -104,6 +119,7 @@ def _run(argv: list[str] | None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     private_home()
     sweep_leftovers()
+    _quiet_full_disk_in_threads()
     try:
         return args.func(args, extra) or 0
     except UserError as e:
