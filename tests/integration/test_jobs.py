@@ -204,6 +204,7 @@ def test_failing_training_reports_the_error_line(dataset):
        "--model.block_size=100000", *TRAIN[:3])
     j = wait_for("bad")
     assert j["state"] == "failed" and "fewer blocks" in (j["error"] or ""), j
+    assert j["exit_code"] == 2, j  # the trainer's user-error exit, not torchrun's 1
 
 
 def test_job_yaml(dataset, tmp_path):

@@ -283,7 +283,9 @@ class Supervisor:
                           f"restart {attempt} of {self.spec.max_restarts}: "
                           f"{resume.restart_line(self.spec, self.dir)}", restarts=attempt)
                 continue
-            self._set(JobState.FAILED, final or error, exit_code=code, error=final or error)
+            # the exit code shown is the failing program's (torchrun's own is 1 for any failed worker)
+            worker_code = failed_rank(folder.logs_dir(self.dir), code)[1]
+            self._set(JobState.FAILED, final or error, exit_code=worker_code, error=final or error)
             return
 
     def no_restart_reason(self, code: int, error: str) -> str | None:
