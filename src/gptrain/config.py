@@ -60,6 +60,9 @@ class DataConfig:
     path: str = opt("", "Training data: a `gptrain data prepare` directory, a named dataset, a "
                     "Hugging Face save_to_disk directory with an input_ids column, or a text/JSONL/"
                     "parquet file or URL (http, s3, ...; tokenized once into $GPTRAIN_HOME/cache).")
+    mix: str = opt("", "Train on a mixture instead of data.path: NAME:WEIGHT,... (web:0.7,code:0.3; "
+                   "in TOML also a [data.mix] table), each NAME a dataset name or directory (split at "
+                   "its last ':'), one tokenizer for all; weights are normalized (docs/data.md).")
     tokenizer: str = opt("", "Tokenizer for a data.path file: gpt2, char, byte or a HF tokenizer "
                          "directory (default: model.init_from's tokenizer, else gpt2).")
     dataset_name: str = opt("", "Source dataset name, as in the HF scripts (recorded, not fetched).")
@@ -234,6 +237,8 @@ def convert(key: str, value):
                 raise ValueError
             out = [str(v).strip() for v in items if str(v).strip()]
         else:
+            if key == "data.mix" and isinstance(value, dict):  # a [data.mix] table: name = weight
+                value = ",".join(f"{name}:{weight}" for name, weight in value.items())
             if not isinstance(value, str):
                 raise ValueError
             out = value

@@ -34,6 +34,9 @@ def check(cfg):
     if cfg.lora.quantize_base != "none" and not (cfg.lora.r and cfg.model.init_from):
         raise UserError("--lora.quantize_base (QLoRA) quantizes the frozen base of a LoRA run from weights: "
                         "set --lora_r and --model.init_from")
+    from gptrain.data.mixture import check_config
+
+    check_config(cfg.data)  # data.mix: its form, its names, one tokenizer
     if cfg.lora.r:
         check_lora_targets(cfg.model, cfg.lora.target_modules)
     check_shape(cfg.model)

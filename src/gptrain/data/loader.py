@@ -81,8 +81,16 @@ class BlockLoader:
 
     def next_indices(self) -> np.ndarray:
         """Block indices of this rank's next batch (moves the position on)."""
+        return self.take(self.global_batch)[self.rank:: self.world]
+
+    @property
+    def position(self) -> int:
+        """Blocks of the stream handed out so far (all ranks, all epochs)."""
+        return self.epoch * self.n_blocks + self.offset
+
+    def take(self, need: int) -> np.ndarray:
+        """The next `need` block indices of the global stream, for all ranks (moves the position on)."""
         take: list[np.ndarray] = []
-        need = self.global_batch
         while need:
             chunk = self._permutation()[self.offset: self.offset + need]
             take.append(chunk)
@@ -90,7 +98,7 @@ class BlockLoader:
             self.offset += len(chunk)
             if self.offset >= self.n_blocks:  # this epoch is used up: the stream goes on
                 self.epoch, self.offset = self.epoch + 1, 0
-        return np.concatenate(take)[self.rank:: self.world]
+        return np.concatenate(take) if take else np.zeros(0, dtype=np.int64)
 
     def blocks(self, indices) -> torch.Tensor:
         starts = np.asarray(indices, dtype=np.int64) * self.T
@@ -129,7 +137,10 @@ class BlockLoader:
                 "n_blocks": self.n_blocks, "block_size": self.T}
 
     def load_state_dict(self, state: dict) -> None:
-        if state["n_blocks"] != self.n_blocks or state["block_size"] != self.T:
+        """The position of a saved stream. It is global (no rank or world size in it), so a run
+        resumed on another number of data-parallel ranks, with the same global batch, goes on
+        with the next unseen blocks."""
+        if "n_blocks" not in state or state["n_blocks"] != self.n_blocks or state["block_size"] != self.T:
             raise ValueError("loader state is for a different dataset or block size")
         self.epoch, self.offset, self.seed = state["epoch"], state["offset"], state["seed"]
 

@@ -79,9 +79,21 @@ def entry_command(spec, jdir: Path, python_exe: str | None = None) -> list[str]:
     cmd = [python_exe or sys.executable, "-m", "gptrain", "train"]
     if spec.config is not None:
         cmd.append(str(jdir / SUBMITTED_CONFIG))
-    if spec.datasets:
+    if spec.datasets and not sets_mix(spec):
         cmd.append(f"--data.path={spec.datasets[0]}")
     return [*cmd, *spec.args, f"--train.output_dir={jdir}"]
+
+
+def sets_mix(spec) -> bool:
+    """Whether a trainer job's config or flags set data.mix: then its datasets are named there,
+    and the first one is not also given as data.path (the two are exclusive)."""
+    import tomllib
+
+    from gptrain.config import canonical_key, split_options
+
+    if spec.config is not None and tomllib.loads(spec.config).get("data", {}).get("mix"):
+        return True
+    return any(canonical_key(name) == "data.mix" and value for name, value, _ in split_options(spec.args))
 
 
 def write_config(spec, jdir: Path) -> None:

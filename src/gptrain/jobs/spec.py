@@ -182,6 +182,8 @@ class JobSpec:
             key = canonical_key(name)
             names_a_file = key in PATH_KEYS or name in DEEPSPEED_FLAGS
             resolved = absolute_path(key, value, base) if names_a_file and value else value
+            if key == "data.mix" and value:
+                resolved = absolute_mix(value, base)
             args += tokens if resolved == value else [f"--{name}={resolved}"]
         self.args = args
         if self.config is not None:
@@ -219,9 +221,18 @@ def absolute_path(key: str, value: str, base: Path) -> str:
     return value
 
 
+def absolute_mix(value: str, base: Path) -> str:
+    """data.mix (NAME:WEIGHT,...) with each NAME resolved as absolute_path resolves data.path."""
+    entries = [entry.rpartition(":") for entry in value.split(",")]
+    return ",".join(f"{absolute_path('data.path', name.strip(), base) if colon else ''}{colon}{w}"
+                    for name, colon, w in entries)
+
+
 def absolute_paths(cfg, base: Path) -> bool:
     """absolute_path on every path setting of a Config; whether anything changed."""
     changed = False
+    if cfg.data.mix and absolute_mix(cfg.data.mix, base) != cfg.data.mix:
+        cfg.data.mix, changed = absolute_mix(cfg.data.mix, base), True
     for key in PATH_KEYS:
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
@@ -388,7 +399,9 @@ def from_yaml(path: str) -> dict:
     return {**data, "notes": notes}
 
 
-def _yaml_scalar(value) -> str:
+def _yaml_scalar(value):
+    if isinstance(value, dict):  # a table ({data: {mix: {web: 0.7}}}): config.convert takes it or says no
+        return value
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list):

@@ -38,6 +38,19 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "") -> Path:
     return cached_prepare(path, tokenizer or _model_tokenizer(init_from))
 
 
+def resolve_sources(cfg: Config) -> list[tuple[str, float, Path]]:
+    """(name, weight, prepared dir) of each training dataset: data.path's alone, weight 1, or
+    each of data.mix's (data/mixture.py), all of one tokenizer."""
+    d = cfg.data
+    if not d.mix:
+        return [(d.path, 1.0, resolve_data(d.path, d.tokenizer, cfg.model.init_from))]
+    from gptrain.data.mixture import check_tokenizers, parse_mix
+
+    sources = [(name, w, resolve_data(name, d.tokenizer, cfg.model.init_from)) for name, w in parse_mix(d.mix)]
+    check_tokenizers([(name, read_meta(p)) for name, _, p in sources])
+    return sources
+
+
 def _model_tokenizer(init_from: str) -> str:
     """The tokenizer of the weights a run starts from: a HF directory's own, else gpt2."""
     from gptrain.weights.kinds import source_kind

@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from gptrain.config import Config, dump_toml
 from gptrain.data.formats import open_examples, open_split, read_meta
+from gptrain.data import mixture
 from gptrain.data.loader import BlockLoader, count_blocks, eval_batches
 from gptrain.distributed import pipeline
 from gptrain.distributed.mesh import init_distributed
@@ -35,7 +36,7 @@ from gptrain.train import finite, stop
 from gptrain.train.evaluate import evaluate, reshard
 from gptrain.train.loss_scale import LossScaler
 from gptrain.train.metrics import MetricsLogger, console_line, flops_per_token, peak_flops
-from gptrain.train.model_init import build_model, resolve_data
+from gptrain.train.model_init import build_model, resolve_sources
 from gptrain.train.optim import build_optimizer, clip_grads, lr_at
 
 
@@ -63,7 +64,8 @@ class Trainer(Checkpointing):
 
             keep_freed_memory()
         self.out = Path(tc.output_dir).expanduser()
-        self.data_dir = resolve_data(cfg.data.path, cfg.data.tokenizer, cfg.model.init_from)
+        self.sources = resolve_sources(cfg)  # [(name, weight, dir)]: data.path's, or data.mix's
+        self.data_dir = self.sources[0][2]
         meta = read_meta(self.data_dir)
         self.tokenizer_spec = meta["tokenizer"]
         self.plan = run_plan.resolve(cfg, env.device.type, env.world)
@@ -93,19 +95,15 @@ class Trainer(Checkpointing):
         self.scaler = LossScaler.from_config(cfg.train) if self.plan.precision == "fp16" else None
         self.skips = finite.DeviceSkips(env.device) if finite.on_device(self.optims, self.scaler) else None
         T = self.model_cfg.block_size
-        train_tokens = open_split(self.data_dir, "train")
-        examples = open_examples(self.data_dir, "train", len(train_tokens))  # instruction data, or None
-        if count_blocks(len(train_tokens), T, cfg.data.max_train_samples, examples) < self.dims.dp:
-            raise UserError(f"the training split has fewer {'examples with a completion token in their first' if examples else 'blocks of'} "
-                            f"{T} tokens than data-parallel ranks ({self.dims.dp}); use more data or another model.block_size")
         self.vocab_size = meta["vocab_size"]
-        self.loader = BlockLoader(train_tokens, T, self.plan.batch_size, self.dp_rank, self.dims.dp,
-                                  seed=tc.seed, max_blocks=cfg.data.max_train_samples,
-                                  vocab_size=self.vocab_size, source=f"dataset {self.data_dir}", examples=examples)
+        self.loader = mixture.MixtureLoader.open(self.sources, T, self.plan.batch_size, self.dp_rank, self.dims.dp,
+                                                 tc.seed, cfg.data.max_train_samples, self.vocab_size) \
+            if cfg.data.mix else self._single_loader(T)
         if self.loader.left_out:
             self.log_main(f"note: {self.loader.left_out} example(s) have no completion token within their "
                           f"first {T + 1} tokens and are left out (a larger model.block_size keeps them)")
-        self.val_tokens = self._val_split(meta, T)
+        self.val_sets = [(name, w, path, *split) for name, w, path in self.sources
+                         if (split := self._val_split(path, T)) is not None]
         batches_per_epoch = self.loader.batches_per_epoch() / self.plan.grad_accum_steps
         self.steps_per_epoch = max(1, math.ceil(batches_per_epoch))
         self.total_steps = tc.max_steps if tc.max_steps > 0 else max(1, math.ceil(tc.epochs * batches_per_epoch))
@@ -117,19 +115,31 @@ class Trainer(Checkpointing):
         make_output_dir(self.out, dump_toml(cfg), env.is_main)  # after every check: none wrote anything
         self.metrics = MetricsLogger(self.out, cfg.metrics, env.is_main, self.out.name, cfg.to_dict())
 
-    def _val_split(self, meta: dict, T: int):
-        """The validation tokens, or None; when eval was asked for, one line says why not."""
+    def _single_loader(self, T: int) -> BlockLoader:  # data.path's stream (data/loader.py)
+        cfg = self.cfg
+        train_tokens = open_split(self.data_dir, "train")
+        examples = open_examples(self.data_dir, "train", len(train_tokens))  # instruction data, or None
+        if count_blocks(len(train_tokens), T, cfg.data.max_train_samples, examples) < self.dims.dp:
+            raise UserError(f"the training split has fewer {'examples with a completion token in their first' if examples else 'blocks of'} "
+                            f"{T} tokens than data-parallel ranks ({self.dims.dp}); use more data or another model.block_size")
+        return BlockLoader(train_tokens, T, self.plan.batch_size, self.dp_rank, self.dims.dp,
+                           seed=cfg.train.seed, max_blocks=cfg.data.max_train_samples,
+                           vocab_size=self.vocab_size, source=f"dataset {self.data_dir}", examples=examples)
+
+    def _val_split(self, path: Path, T: int):
+        """(validation tokens, examples or None) of a dataset, or None; when eval was asked
+        for, one line says why not."""
         tc = self.cfg.train
-        tokens = meta["splits"].get("val", {}).get("tokens", 0)
-        self.val_examples = open_examples(self.data_dir, "val", tokens) if tokens else None
-        have = count_blocks(tokens, T, self.cfg.data.max_eval_samples, self.val_examples)
+        tokens = read_meta(path)["splits"].get("val", {}).get("tokens", 0)
+        examples = open_examples(path, "val", tokens) if tokens else None
+        have = count_blocks(tokens, T, self.cfg.data.max_eval_samples, examples)
         need = self.dims.dp * (tc.eval_batch_size if self.dims.pp > 1 else 1)  # a pipeline needs full batches
         if have >= need:
-            return open_split(self.data_dir, "val")
+            return open_split(path, "val"), examples
         if tc.do_eval and tc.eval_strategy != "no":
-            self.log_main(f"note: no evaluation: the validation split of {self.data_dir} has {tokens} "
-                          f"tokens, {have} block(s) of {T}, and this layout needs {need}; prepare the "
-                          "data with a larger --val-fraction (or a smaller train.eval_batch_size)")
+            self.log_main(f"note: no evaluation{' of it' if self.cfg.data.mix else ''}: the validation split of "
+                          f"{path} has {tokens} tokens, {have} block(s) of {T}, and this layout needs {need}; "
+                          "prepare the data with a larger --val-fraction (or a smaller train.eval_batch_size)")
         return None
 
     def _build_parts(self, plain) -> None:
@@ -292,24 +302,31 @@ class Trainer(Checkpointing):
         return out if self.has_last else None
 
     def _eval(self) -> dict:
-        if self.val_tokens is None:
+        """Metrics on the validation split; with a mix, on each source's (eval/<name>/...) and
+        eval/loss their mean weighted by the mix's weights (data/mixture.py)."""
+        if not self.val_sets:
             return {}
         for part in self.parts:
             part.eval()
-        batches = eval_batches(self.val_tokens, self.model_cfg.block_size, self.cfg.train.eval_batch_size,
-                               self.dp_rank, self.dims.dp, self.cfg.data.max_eval_samples,
-                               self.vocab_size, f"dataset {self.data_dir}", self.val_examples)
-        if self.schedule is not None:  # every microbatch split needs full batches
-            batches = (b for b in batches if len(b[0]) == self.cfg.train.eval_batch_size)
-        result = evaluate(self._logits, batches, self.env.device, copies=self.dims.tp)
+        results = {}
+        for name, weight, path, tokens, examples in self.val_sets:
+            batches = eval_batches(tokens, self.model_cfg.block_size, self.cfg.train.eval_batch_size,
+                                   self.dp_rank, self.dims.dp, self.cfg.data.max_eval_samples,
+                                   self.vocab_size, f"dataset {path}", examples)
+            if self.schedule is not None:  # every microbatch split needs full batches
+                batches = (b for b in batches if len(b[0]) == self.cfg.train.eval_batch_size)
+            if r := evaluate(self._logits, batches, self.env.device, copies=self.dims.tp):
+                results[name] = (weight, r)
         for part in self.parts:
             part.train()
         reshard(self.parts)
-        if result:
-            self.last["eval_loss"] = result["loss"]
-            self.metrics.log(self.step, result, prefix="eval")
-            self.log_main(f"eval step {self.step} | loss {result['loss']:.4f} | ppl "
-                          f"{result['perplexity']:.2f} | acc {result['accuracy']:.3f}")
+        if not results:
+            return {}
+        result = next(iter(results.values()))[1] if not self.cfg.data.mix else mixture.weighted(results)
+        self.last["eval_loss"] = result["loss"]
+        self.metrics.log(self.step, result, prefix="eval")
+        self.log_main(f"eval step {self.step} | loss {result['loss']:.4f} | ppl "
+                      f"{result['perplexity']:.2f} | acc {result['accuracy']:.3f}")
         return result
 
     def _should_eval(self) -> bool:

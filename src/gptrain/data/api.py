@@ -1,0 +1,115 @@
+"""Training blocks for your own program: the trainer's data order, as a small API.
+
+    from gptrain.data.api import TokenBlocks
+
+    blocks = TokenBlocks("shakespeare-char", block_size=256, batch_size=8)   # or mix="web:0.7,code:0.3"
+    for step, (x, y) in zip(range(1000), blocks):   # x, y: (batch_size, block_size) int64
+        ...
+    torch.save(blocks.state_dict(), "data_state.pt")  # the global position; load_state_dict resumes
+
+A thin layer over the trainer's own loaders (data/loader.py, data/mixture.py): the same global
+stream of seeded per-epoch permutations, the same batches for the same seed, block size and
+global batch, and the same state_dict, so a position saved here (or by `gptrain train`) resumes
+at the next unseen blocks, on any number of ranks with the same global batch. Each rank gets
+every world-th block of each global batch: rank and world come from torch.distributed when it is
+initialized, else from RANK and WORLD_SIZE (torchrun sets them), else 0 and 1.
+
+Data: a prepared directory (`gptrain data prepare`) or a pushed dataset's name; a mix names
+several (NAME:WEIGHT,..., docs/data.md). Iterating never ends (the epochs follow each other):
+stop after the steps you want. `dataset()` is the same stream as a torch IterableDataset, for
+`DataLoader(blocks.dataset(), batch_size=None)` (no worker processes: the position lives here).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gptrain.errors import UserError
+
+
+def rank_and_world() -> tuple[int, int]:
+    """(rank, world size): torch.distributed's when initialized, else RANK/WORLD_SIZE, else (0, 1)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def prepared_dir(ref: str) -> Path:
+    """A prepared dataset directory from a path or a pushed dataset's name (data/store.py's rule)."""
+    from gptrain.data.formats import is_prepared_dir
+    from gptrain.data.store import resolve
+
+    p = resolve(ref)
+    if not is_prepared_dir(p):
+        raise UserError(f"{ref} is not a prepared dataset (no meta.json): prepare it with "
+                        "`gptrain data prepare SOURCE --out DIR` and pass DIR or its pushed name")
+    return p
+
+
+class TokenBlocks:
+    """(inputs, targets) batches of this rank, each (batch_size, block_size) int64; see the module doc."""
+
+    def __init__(self, data: str | None = None, block_size: int = 1024, batch_size: int = 8,
+                 rank: int | None = None, world: int | None = None, seed: int = 0, mix: str | None = None,
+                 max_blocks: int | None = None):
+        from gptrain.data.formats import open_examples, open_split, read_meta
+        from gptrain.data.loader import BlockLoader
+        from gptrain.data.mixture import MixtureLoader, check_tokenizers, parse_mix
+
+        if (data is None) == (mix is None):
+            raise UserError("TokenBlocks needs a dataset or a mix (one of the two)")
+        if rank is None or world is None:
+            found_rank, found_world = rank_and_world()
+            rank, world = found_rank if rank is None else rank, found_world if world is None else world
+        if not 0 <= rank < world:
+            raise UserError(f"rank {rank} is not within world size {world}")
+        self.rank, self.world = rank, world
+        if mix is not None:
+            sources = [(name, w, prepared_dir(name)) for name, w in parse_mix(mix)]
+            metas = [(name, read_meta(path)) for name, _, path in sources]
+            check_tokenizers(metas)
+            self.vocab_size = metas[0][1]["vocab_size"]
+            self.loader = MixtureLoader.open(sources, block_size, batch_size, rank, world, seed, max_blocks,
+                                             self.vocab_size)
+            return
+        path = prepared_dir(data)
+        self.vocab_size = read_meta(path)["vocab_size"]
+        tokens = open_split(path, "train")
+        try:
+            self.loader = BlockLoader(tokens, block_size, batch_size, rank, world, seed, max_blocks,
+                                      self.vocab_size, f"dataset {path}", open_examples(path, "train", len(tokens)))
+        except ValueError:
+            raise UserError(f"dataset {data} has fewer blocks of {block_size} tokens than ranks ({world})") from None
+
+    def __iter__(self):
+        while True:
+            yield self.loader.next_batch()
+
+    def batches_per_epoch(self) -> float:
+        """Global batches in one pass over the data."""
+        return self.loader.batches_per_epoch()
+
+    def state_dict(self) -> dict:
+        """The global position (the same on every rank; the trainer checkpoints the same)."""
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        try:
+            self.loader.load_state_dict(state)
+        except (ValueError, KeyError, TypeError):
+            raise UserError("this data state is of another dataset, mix or block size") from None
+
+    def dataset(self):
+        """The same stream as a torch.utils.data.IterableDataset of batches."""
+        from torch.utils.data import IterableDataset
+
+        blocks = self
+
+        class Blocks(IterableDataset):
+            def __iter__(self):
+                return iter(blocks)
+
+        return Blocks()
