@@ -3,7 +3,9 @@
 Work flows through three stages that never hold the whole corpus:
 read (main process, streaming) -> tokenize (--num-proc workers, results taken back in
 submission order, so the output is identical for any --num-proc) -> write (main process,
-sha256 computed as it goes). The output directory appears atomically when everything is done.
+sha256 computed as it goes). Tasks are cut every TASK_CHARS of text, in the middle of a long
+document too, so memory is bounded whatever the size of a file or a document. The output
+directory appears atomically when everything is done.
 """
 
 from __future__ import annotations
@@ -50,25 +52,32 @@ def _tokenize(task):
 
 
 def _tasks(split_docs):
-    """Group (split, document) pairs into tasks of about TASK_CHARS characters per split."""
+    """Group (split, document) pairs into tasks per split, each cut as soon as it holds
+    TASK_CHARS of text, in the middle of a document too: a task is at most TASK_CHARS plus one
+    piece (sources.PIECE_CHARS), and as pieces are tokenized one by one, where a task is cut
+    does not change the ids."""
     buffers: dict[str, list] = {}
     sizes: dict[str, int] = {}
+
+    def add(split, piece, doc_end):
+        buffers.setdefault(split, []).append((piece, doc_end))
+        sizes[split] = sizes.get(split, 0) + len(piece)
+        if sizes[split] >= TASK_CHARS:
+            sizes[split] = 0
+            return buffers.pop(split)
+        return None
+
     for split, doc in split_docs:
-        last = None
+        last = None  # one piece held back: whether it ends the document is known at the next
         for piece in doc:
             if not piece:
                 continue
-            if last is not None:
-                buffers.setdefault(split, []).append((last, False))
-                sizes[split] = sizes.get(split, 0) + len(last)
+            if last is not None and (task := add(split, last, False)):
+                yield split, task
             last = piece
-        if last is None:
-            continue  # empty documents are skipped: no end-of-text, not counted
-        buffers.setdefault(split, []).append((last, True))
-        sizes[split] = sizes.get(split, 0) + len(last)
-        if sizes[split] >= TASK_CHARS:
-            yield split, buffers.pop(split)
-            sizes[split] = 0
+        # empty documents are skipped: no end-of-text, not counted
+        if last is not None and (task := add(split, last, True)):
+            yield split, task
     for split, buf in buffers.items():
         if buf:
             yield split, buf
