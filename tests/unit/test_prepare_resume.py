@@ -28,6 +28,7 @@ def test_a_long_document_is_cut_into_bounded_tasks_with_the_ids_of_one_encoding(
     expected = tok.encode(text) + [tok.eos_id]
     assert (tmp_path / "out" / "train.bin").read_bytes() == np.asarray(expected, "<u2").tobytes()
     assert meta["splits"]["train"]["documents"] == 1
+    assert meta["splits"]["train"]["files"][0]["documents"] == 1
 
 
 def test_a_line_longer_than_a_piece_does_not_make_the_rest_of_the_file_one_piece(tmp_path, monkeypatch):

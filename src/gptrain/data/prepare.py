@@ -37,18 +37,18 @@ def _init_worker(spec):
 
 
 def _tokenize(task):
-    """(split, tokens, documents ended) for a list of (text piece, ends a document)."""
+    """(split, tokens, where documents end in them) for a list of (text piece, ends a document)."""
     split, pieces = task
     tok = _worker_tokenizer
     ids = tok.encode_batch([text for text, _ in pieces])
-    out, ended = [], 0
+    out, ends = [], []
     for (_, doc_end), piece_ids in zip(pieces, ids):
         out.extend(piece_ids)
         if doc_end:
-            ended += 1
             if tok.eos_id is not None:
                 out.append(tok.eos_id)
-    return split, np.asarray(out, dtype=np.int64), ended
+            ends.append(len(out))
+    return split, np.asarray(out, dtype=np.int64), ends
 
 
 def _tasks(split_docs):
@@ -171,9 +171,8 @@ def _write_all(srcs, tok, tmp, text_field, hf_config, val_fraction, num_proc, se
     spec = tok.spec()
 
     def consume(result):
-        split, ids, ended = result
-        writers[split].write(ids)
-        writers[split].documents += ended
+        split, ids, ends = result
+        writers[split].write(ids, ends)
 
     started = time.perf_counter()
     try:
