@@ -150,7 +150,7 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(corpus, tmp_path, isola
     for args, needle in cases:
         _assert_one_line_error(run_cli(*args), needle)
         assert not out.exists()
-        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith((".out", "out."))]  # nor out.partial
     assert not (isolated_home / "datasets").exists() or not list((isolated_home / "datasets").iterdir())
 
 
