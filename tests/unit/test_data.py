@@ -8,6 +8,7 @@ import pytest
 from gptrain.data import prepare as prep_mod
 from gptrain.data import sources
 from gptrain.data.formats import open_split, read_meta
+from gptrain.errors import UserError
 from gptrain.tokenizers import CharTokenizer, GPT2Tokenizer
 from tests.conftest import run_cli
 from tests.helpers import http_server
@@ -149,7 +150,7 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(corpus, tmp_path, isola
     for args, needle in cases:
         _assert_one_line_error(run_cli(*args), needle)
         assert not out.exists()
-        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith((".out", "out."))]  # nor out.partial
     assert not (isolated_home / "datasets").exists() or not list((isolated_home / "datasets").iterdir())
 
 
@@ -170,6 +171,28 @@ def test_meta_records_splits_and_checksums(corpus, tmp_path):
     again = read_meta(tmp_path / "out")
     assert again == meta and meta["tokenizer"] == {"name": "gpt2"} and meta["dtype"] == "uint16"
     assert meta["splits"]["train"]["tokens"] > 0 and meta["splits"]["val"]["tokens"] > 0
+
+
+def test_files_count_their_documents_and_older_meta_without_them_still_reads(tmp_path):
+    rows = [{"text": f"record number {i} says hello"} for i in range(200)]
+    (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "out"
+    meta = prep_mod.prepare([str(tmp_path / "data.jsonl")], str(out), val_fraction=0.0, shard_tokens=500, quiet=True)
+    files = meta["splits"]["train"]["files"]
+    assert len(files) > 2 and sum(f["documents"] for f in files) == meta["splits"]["train"]["documents"] == 200
+    tok = GPT2Tokenizer()
+    ends = np.cumsum([len(tok.encode(r["text"])) + 1 for r in rows])  # where each record ends
+    for i, f in enumerate(files):  # a document is counted in the file that holds its last token
+        assert f["documents"] == int(np.sum((ends > i * 500) & (ends <= i * 500 + f["tokens"])))
+    older = json.loads((out / "meta.json").read_text())
+    for f in older["splits"]["train"]["files"] + older["splits"]["val"]["files"]:
+        del f["documents"]
+    (out / "meta.json").write_text(json.dumps(older))
+    assert read_meta(out)["splits"]["train"]["tokens"] == meta["splits"]["train"]["tokens"]
+    older["splits"]["train"]["files"][0]["documents"] = -1
+    (out / "meta.json").write_text(json.dumps(older))
+    with pytest.raises(UserError, match="malformed file entry"):
+        read_meta(out)
 
 
 def test_hugging_face_dataset_source_uses_its_own_splits(tmp_path):

@@ -16,7 +16,10 @@ def register(sub) -> None:
                         description="Tokenize SOURCEs (files, folders, globs of .txt/.md/.jsonl/"
                         ".json/.parquet, fsspec URLs, or one Hugging Face dataset name) into "
                         "flat token files + meta.json. `hf:NAME_OR_DIR` forces a Hugging Face "
-                        "dataset (hub name, or a local directory in the hub's layout).")
+                        "dataset (hub name, or a local directory in the hub's layout). Memory "
+                        "stays bounded whatever the corpus size. Text sources are written into "
+                        "OUT.partial beside --out until done: a prepare that is killed or "
+                        "interrupted continues where it was when the same command is run again.")
     p.add_argument("sources", nargs="+", metavar="SOURCE")
     p.add_argument("--out", required=True, help="new directory to write")
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, char, byte, or a HF tokenizer directory")
@@ -26,6 +29,9 @@ def register(sub) -> None:
                    help="share of documents drawn into the val split (sources without their own)")
     p.add_argument("--num-proc", type=int, default=1, help="tokenizer processes")
     p.add_argument("--seed", type=int, default=1337, help="seed of the train/val draw")
+    p.add_argument("--shard-tokens", type=int, default=1 << 30,
+                   help="tokens per token file before the next shard (SPLIT-00000.bin, ...) "
+                   "starts; a split that fits in one is SPLIT.bin (default 2^30)")
     p.set_defaults(func=cmd_prepare)
 
     p = dsub.add_parser("import", help="convert a HF save_to_disk dataset with input_ids")
@@ -85,7 +91,7 @@ def cmd_prepare(args, extra) -> int:
 
     meta = prepare(args.sources, args.out, tokenizer=args.tokenizer, hf_config=args.hf_config,
                    text_field=args.text_field, val_fraction=args.val_fraction,
-                   num_proc=args.num_proc, seed=args.seed)
+                   num_proc=args.num_proc, seed=args.seed, shard_tokens=args.shard_tokens)
     print(f"prepared {args.out}: {_summary(meta)}")
     return 0
 

@@ -3,7 +3,8 @@
     DIR/meta.json   {"format": "gptrain-tokens", "version": 1, "tokenizer": {...}, "vocab_size",
                      "eos_id", "dtype": "uint16"|"uint32",
                      "splits": {"train": {"tokens", "documents", "files": [{"name", "tokens",
-                     "sha256"}]}, "val": {...}}, ...}
+                     "sha256", "documents"}]}, "val": {...}}, ...}   (a file's "documents":
+                     those whose last token it holds; absent in older datasets)
     DIR/train.bin   (or train-00000.bin, train-00001.bin, ... for large corpora)
     DIR/val.bin
     DIR/meta.pkl    char-level data only: nanoGPT's {'vocab_size', 'itos', 'stoi'} (plain dicts),
@@ -43,26 +44,62 @@ def sha256_file(path: Path) -> str:
 
 
 class SplitWriter:
-    """Appends token arrays to DIR/SPLIT.bin, rolling over to numbered shards when large."""
+    """Appends token arrays to DIR/SPLIT.bin, rolling over to numbered shards when large.
 
-    def __init__(self, out_dir: Path, split: str, dtype: str, shard_tokens: int):
+    Each finished file is {"name", "tokens", "sha256", "documents"}: the documents whose last
+    token it holds (counted when `write` is told where documents end). `state()`, given back as
+    `state`, lets an interrupted prepare continue where it was (data/prepare_journal.py)."""
+
+    def __init__(self, out_dir: Path, split: str, dtype: str, shard_tokens: int, state: dict | None = None):
         self.out_dir, self.split, self.dtype, self.shard_tokens = out_dir, split, dtype, shard_tokens
         self.little_endian = np.dtype(dtype).newbyteorder("<")
-        self.files: list[dict] = []
-        self.documents = 0
-        self._open_new()
+        self.files: list[dict] = [dict(f) for f in (state or {}).get("files", [])]
+        self.documents = sum(f.get("documents", 0) for f in self.files)
+        self._open_new(state)
 
-    def _open_new(self):
-        self._name = f"{self.split}-{len(self.files):05d}.bin"
-        self._f = open(self.out_dir / self._name, "wb")
+    def shard_name(self, index: int) -> str:
+        return f"{self.split}-{index:05d}.bin"
+
+    def _open_new(self, state: dict | None = None):
+        """Start the next shard; with `state` (checked by the caller), reopen the one it names,
+        cut back to its recorded tokens, and hash what it keeps."""
+        self._name = self.shard_name(len(self.files))
         self._sha = hashlib.sha256()
-        self._count = 0
+        self._count, self._docs = (state["tokens"], state["documents"]) if state else (0, 0)
+        self.documents += self._docs
+        path = self.out_dir / self._name
+        if not self._count:
+            path.unlink(missing_ok=True)  # what a killed run left there (never a link's target)
+            self._f = open(path, "xb")
+            return
+        keep = self._count * self.little_endian.itemsize
+        if path.is_symlink() or not path.is_file() or path.stat().st_size < keep:
+            raise UserError(f"{path} is shorter than its journal says: the interrupted prepare's "
+                            f"folder {self.out_dir} was changed; remove it to start over")
+        self._f = open(path, "r+b")
+        self._f.truncate(keep)
+        for block in iter(lambda: self._f.read(1 << 22), b""):
+            self._sha.update(block)
 
     def _close_current(self):
+        self.sync()
         self._f.close()
-        self.files.append({"name": self._name, "tokens": self._count, "sha256": self._sha.hexdigest()})
+        self.files.append({"name": self._name, "tokens": self._count, "sha256": self._sha.hexdigest(),
+                           "documents": self._docs})
 
-    def write(self, tokens: np.ndarray):
+    def sync(self):
+        """Flush the current shard to the disk (before a journal names its length)."""
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def state(self) -> dict:
+        """The finished files and the current shard's tokens and documents (for a journal)."""
+        return {"files": [dict(f) for f in self.files], "tokens": self._count, "documents": self._docs}
+
+    def write(self, tokens: np.ndarray, ends=None):
+        """Append `tokens`; `ends`: the offsets in `tokens` just after each document's last token."""
+        ends = list(ends or ())
+        done, e = 0, 0
         while len(tokens):
             room = self.shard_tokens - self._count
             if room == 0:
@@ -74,9 +111,19 @@ class SplitWriter:
             self._f.write(data)
             self._sha.update(data)
             self._count += len(part)
+            done += len(part)
+            while e < len(ends) and ends[e] <= done:
+                self._docs, self.documents, e = self._docs + 1, self.documents + 1, e + 1
+        self._docs += len(ends) - e
+        self.documents += len(ends) - e
+
+    def close(self) -> list[dict]:
+        """Finish the current shard; the files, under their shard names."""
+        self._close_current()
+        return self.files
 
     def finish(self) -> dict:
-        self._close_current()
+        self.close()
         if len(self.files) == 1:  # one file: the plain nanoGPT name
             os.replace(self.out_dir / self.files[0]["name"], self.out_dir / f"{self.split}.bin")
             self.files[0]["name"] = f"{self.split}.bin"
@@ -116,7 +163,8 @@ def check_meta(meta, where) -> dict:
                 not _count(info.get("tokens")) or not _count(info.get("documents")):
             bad(f"has a malformed {name!r} split")
         for f in info["files"]:
-            if not isinstance(f, dict) or not _count(f.get("tokens")) or not isinstance(f.get("sha256"), str):
+            if not isinstance(f, dict) or not _count(f.get("tokens")) or not isinstance(f.get("sha256"), str) \
+                    or not _count(f.get("documents", 0)):  # per-file documents: absent in older datasets
                 bad(f"has a malformed file entry in split {name!r}")
             check_plain_name(f.get("name"), where)
     sft = meta.get("sft")

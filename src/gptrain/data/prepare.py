@@ -3,13 +3,22 @@
 Work flows through three stages that never hold the whole corpus:
 read (main process, streaming) -> tokenize (--num-proc workers, results taken back in
 submission order, so the output is identical for any --num-proc) -> write (main process,
-sha256 computed as it goes). The output directory appears atomically when everything is done.
+sha256 computed as it goes). Tasks are cut every TASK_CHARS of text, in the middle of a long
+document too, so memory is bounded whatever the size of a file or a document.
+
+Text sources are written into OUT.partial/ (data/prepare_journal.py), which a killed prepare
+leaves behind and a rerun of the same command continues; it becomes OUT atomically when done.
+Instruction data (data/sft.py) and Hugging Face `datasets` sources are prepared in one go
+(a hidden temporary folder; a killed prepare starts over).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
+import os
 import random
+import sys
 import time
 from collections import deque
 from pathlib import Path
@@ -19,11 +28,14 @@ import numpy as np
 from gptrain import tokenizers
 from gptrain.atomic import new_directory
 from gptrain.data import sources as src_mod
-from gptrain.data.formats import FORMAT, VERSION, SplitWriter, token_dtype, write_meta, write_nanogpt_meta
-from gptrain.errors import UserError
+from gptrain.data.formats import (FORMAT, VERSION, SplitWriter, sha256_file, token_dtype, write_meta,
+                                   write_nanogpt_meta)
+from gptrain.data.prepare_journal import SPLITS, Journal
+from gptrain.errors import UserError, disk_full
 
 TASK_CHARS = 1 << 20          # text per tokenization task
 DEFAULT_SHARD_TOKENS = 1 << 30  # tokens per .bin file before a new shard starts
+JOURNAL_SECONDS = 2.0         # how often the journal of OUT.partial records the tasks written
 
 
 _worker_tokenizer = None
@@ -35,40 +47,47 @@ def _init_worker(spec):
 
 
 def _tokenize(task):
-    """(split, tokens, documents ended) for a list of (text piece, ends a document)."""
+    """(split, tokens, where documents end in them) for a list of (text piece, ends a document)."""
     split, pieces = task
     tok = _worker_tokenizer
     ids = tok.encode_batch([text for text, _ in pieces])
-    out, ended = [], 0
+    out, ends = [], []
     for (_, doc_end), piece_ids in zip(pieces, ids):
         out.extend(piece_ids)
         if doc_end:
-            ended += 1
             if tok.eos_id is not None:
                 out.append(tok.eos_id)
-    return split, np.asarray(out, dtype=np.int64), ended
+            ends.append(len(out))
+    return split, np.asarray(out, dtype=np.int64), ends
 
 
 def _tasks(split_docs):
-    """Group (split, document) pairs into tasks of about TASK_CHARS characters per split."""
+    """Group (split, document) pairs into tasks per split, each cut as soon as it holds
+    TASK_CHARS of text, in the middle of a document too: a task is at most TASK_CHARS plus one
+    piece (sources.PIECE_CHARS), and as pieces are tokenized one by one, where a task is cut
+    does not change the ids."""
     buffers: dict[str, list] = {}
     sizes: dict[str, int] = {}
+
+    def add(split, piece, doc_end):
+        buffers.setdefault(split, []).append((piece, doc_end))
+        sizes[split] = sizes.get(split, 0) + len(piece)
+        if sizes[split] >= TASK_CHARS:
+            sizes[split] = 0
+            return buffers.pop(split)
+        return None
+
     for split, doc in split_docs:
-        last = None
+        last = None  # one piece held back: whether it ends the document is known at the next
         for piece in doc:
             if not piece:
                 continue
-            if last is not None:
-                buffers.setdefault(split, []).append((last, False))
-                sizes[split] = sizes.get(split, 0) + len(last)
+            if last is not None and (task := add(split, last, False)):
+                yield split, task
             last = piece
-        if last is None:
-            continue  # empty documents are skipped: no end-of-text, not counted
-        buffers.setdefault(split, []).append((last, True))
-        sizes[split] = sizes.get(split, 0) + len(last)
-        if sizes[split] >= TASK_CHARS:
-            yield split, buffers.pop(split)
-            sizes[split] = 0
+        # empty documents are skipped: no end-of-text, not counted
+        if last is not None and (task := add(split, last, True)):
+            yield split, task
     for split, buf in buffers.items():
         if buf:
             yield split, buf
@@ -118,13 +137,16 @@ class _NoProgress:
 def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: str | None = None,
             text_field: str = "text", val_fraction: float = 0.0005, num_proc: int = 1,
             seed: int = 1337, shard_tokens: int = DEFAULT_SHARD_TOKENS, quiet: bool = False) -> dict:
-    """Prepare a dataset directory; returns its meta. Nothing is left behind on failure."""
+    """Prepare a dataset directory; returns its meta. Text sources: a killed prepare leaves
+    OUT.partial, which the same call continues; an error removes it (nothing is left behind)."""
     if not sources:
         raise UserError("give at least one SOURCE (file, folder, glob, URL or HF dataset name)")
     if not 0.0 <= val_fraction < 1.0:
         raise UserError(f"--val-fraction must be in [0, 1), got {val_fraction}")
     if num_proc < 1:
         raise UserError(f"--num-proc must be >= 1, got {num_proc}")
+    if shard_tokens < 1:
+        raise UserError(f"--shard-tokens must be >= 1, got {shard_tokens}")
     out_dir = Path(out).expanduser()
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise UserError(f"output {out_dir} already exists; choose a new --out directory")
@@ -138,39 +160,98 @@ def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: st
                         "--tokenizer gpt2, byte or a Hugging Face tokenizer directory, not char")
     tok = tokenizers.by_name(tokenizer, _corpus_chars(srcs, text_field, hf_config)
                              if tokenizer == "char" else None)
-    with new_directory(out_dir) as tmp:
-        if kind:  # instruction (SFT) records: tokens, loss mask and example boundaries
-            meta = _meta(tok, sft.prepare(local, kind, tok, tmp, val_fraction, seed, token_dtype(tok.vocab_size)),
-                         seed, val_fraction, 0, 0.0)
-        else:
-            meta = _write_all(srcs, tok, tmp, text_field, hf_config, val_fraction, num_proc, seed,
-                              shard_tokens, quiet)
+    if kind or srcs[0].kind == "hf":
+        with new_directory(out_dir) as tmp:
+            if kind:  # instruction (SFT) records: tokens, loss mask and example boundaries
+                meta = _meta(tok, sft.prepare(local, kind, tok, tmp, val_fraction, seed,
+                                              token_dtype(tok.vocab_size)), seed, val_fraction, 0, 0.0)
+            else:
+                writers = {s: SplitWriter(tmp, s, token_dtype(tok.vocab_size), shard_tokens) for s in SPLITS}
+                meta = _write_all(srcs, tok, tmp, writers, 0, None, text_field, hf_config, val_fraction,
+                                  num_proc, seed, quiet)
+            meta["sources"] = list(sources)
+            write_meta(tmp, meta)
+            if tok.name == "char":
+                write_nanogpt_meta(tmp, tok.chars)
+        return meta
+    journal = Journal(out_dir, _identity(srcs, tok, text_field, hf_config, val_fraction, seed, shard_tokens))
+    if journal.state.get("complete"):  # killed as it was renaming its finished folder
+        try:
+            return journal.finish_complete(list(sources), tok.spec())
+        finally:
+            journal.close()
+    try:
+        meta = _continue(journal, srcs, tok, text_field, hf_config, val_fraction, num_proc, seed,
+                         shard_tokens, quiet)
         meta["sources"] = list(sources)
-        write_meta(tmp, meta)
+        write_meta(journal.dir, meta)
         if tok.name == "char":
-            write_nanogpt_meta(tmp, tok.chars)
+            write_nanogpt_meta(journal.dir, tok.chars)
+        journal.publish()
+    except Exception as e:  # an error, not a kill or Ctrl-C: nothing is left behind
+        journal.discard()
+        full = disk_full(e, out_dir)
+        if full is not None:
+            raise full from None
+        raise
+    finally:
+        journal.close()
     return meta
 
 
-def _write_all(srcs, tok, tmp, text_field, hf_config, val_fraction, num_proc, seed, shard_tokens, quiet):
+def _identity(srcs, tok, text_field, hf_config, val_fraction, seed, shard_tokens) -> dict:
+    """What a rerun must match to continue an interrupted prepare: the sources' version stamps
+    and every option that changes the bytes written (--num-proc does not)."""
+    spec = dict(tok.spec())
+    if spec["name"] == "hf" and Path(spec["path"]).exists():
+        spec["stamp"] = _version(spec["path"])[0]
+    return {"sources": [[s.location, _version(s.location)[0]] for s in srcs], "tokenizer": spec,
+            "val_fraction": val_fraction, "seed": seed, "shard_tokens": shard_tokens,
+            "text_field": text_field, "hf_config": hf_config, "task_chars": TASK_CHARS,
+            "piece_chars": src_mod.PIECE_CHARS, "itemsize": np.dtype(token_dtype(tok.vocab_size)).itemsize}
+
+
+def _continue(journal, srcs, tok, text_field, hf_config, val_fraction, num_proc, seed, shard_tokens, quiet):
+    state, folder = journal.state, journal.dir
+    if state["done"]:  # every task was written: only the last steps remain
+        return _finalize(folder, state, tok, seed, val_fraction, state["invalid_utf8_replaced"], 0.0, quiet,
+                         srcs)
     dtype = token_dtype(tok.vocab_size)
-    writers = {s: SplitWriter(tmp, s, dtype, shard_tokens) for s in ("train", "val")}
+    writers = {s: SplitWriter(folder, s, dtype, shard_tokens, state["splits"][s]) for s in SPLITS}
+    if state["tasks"]:
+        tokens = sum(st["tokens"] + sum(f["tokens"] for f in st["files"]) for st in state["splits"].values())
+        print(f"continuing an interrupted prepare: {state['tasks']} tasks ({tokens:,} tokens) already written",
+              file=sys.stderr if quiet else sys.stdout, flush=True)
+    return _write_all(srcs, tok, folder, writers, state["tasks"], journal, text_field, hf_config,
+                      val_fraction, num_proc, seed, quiet)
+
+
+def _write_all(srcs, tok, folder, writers, skip, journal, text_field, hf_config, val_fraction, num_proc,
+               seed, quiet):
+    """Tokenize every task after the first `skip` into `writers`; with a journal, record the
+    tasks written every JOURNAL_SECONDS and when done."""
     stats = src_mod.ReadStats()
     total = sum(s.size for s in srcs) or None
     progress = _NoProgress() if quiet else _tqdm(total)
     docs = _split_documents(srcs, text_field, hf_config, val_fraction, seed, stats, progress)
+    tasks = itertools.islice(_tasks(docs), skip, None)  # the input is read again, not tokenized
     spec = tok.spec()
+    written, saved = skip, time.monotonic()
 
     def consume(result):
-        split, ids, ended = result
-        writers[split].write(ids)
-        writers[split].documents += ended
+        nonlocal written, saved
+        split, ids, ends = result
+        writers[split].write(ids, ends)
+        written += 1
+        if journal is not None and time.monotonic() - saved >= JOURNAL_SECONDS:
+            journal.save(writers, written)
+            saved = time.monotonic()
 
     started = time.perf_counter()
     try:
         if num_proc == 1:
             _init_worker(spec)
-            for task in _tasks(docs):
+            for task in tasks:
                 consume(_tokenize(task))
         else:
             import multiprocessing as mp
@@ -178,7 +259,7 @@ def _write_all(srcs, tok, tmp, text_field, hf_config, val_fraction, num_proc, se
             # spawn, not fork: tokenizer libraries run their own threads.
             with mp.get_context("spawn").Pool(num_proc, _init_worker, (spec,)) as pool:
                 pending: deque = deque()
-                for task in _tasks(docs):
+                for task in tasks:
                     pending.append(pool.apply_async(_tokenize, (task,)))
                     if len(pending) >= 2 * num_proc:  # bounded: memory does not grow with the corpus
                         consume(pending.popleft().get())
@@ -186,15 +267,46 @@ def _write_all(srcs, tok, tmp, text_field, hf_config, val_fraction, num_proc, se
                     consume(pending.popleft().get())
     finally:
         progress.close()
-    splits = {name: w.finish() for name, w in writers.items()}
+    for w in writers.values():
+        w.close()
+    state = {"splits": {s: {"files": w.files} for s, w in writers.items()}}
+    if journal is not None:
+        journal.save(writers, written, done=True, replaced=stats.replaced_chars)
+        state = journal.state
+    return _finalize(folder, state, tok, seed, val_fraction, stats.replaced_chars,
+                     time.perf_counter() - started, quiet, srcs)
+
+
+def _finalize(folder, state, tok, seed, val_fraction, replaced, seconds, quiet, srcs=None) -> dict:
+    """The splits' final files (one file: nanoGPT's plain SPLIT.bin) and the meta. Can be run
+    again after a kill: a file already renamed is found under its new name."""
+    dtype = token_dtype(tok.vocab_size)
+    splits = {s: {"tokens": sum(f["tokens"] for f in st["files"]),
+                  "documents": sum(f["documents"] for f in st["files"]),
+                  "files": [dict(f) for f in st["files"]]} for s, st in state["splits"].items()}
     if splits["train"]["tokens"] == 0:
-        raise UserError(f"no text found in {', '.join(s.location for s in srcs)}: the corpus is empty")
-    if splits["val"]["tokens"] == 0 and val_fraction > 0:
-        _tail_to_val(tmp, splits, dtype, val_fraction)
-    if stats.replaced_chars and not quiet:
-        print(f"warning: replaced {stats.replaced_chars} invalid UTF-8 sequences with U+FFFD")
-    return _meta(tok, {"splits": splits}, seed, val_fraction, stats.replaced_chars,
-                 time.perf_counter() - started)
+        where = ", ".join(s.location for s in srcs or []) or "the sources"
+        raise UserError(f"no text found in {where}: the corpus is empty")
+    n = splits["train"]["tokens"]
+    if splits["val"]["tokens"] == 0 and val_fraction > 0 and len(splits["train"]["files"]) == 1 \
+            and max(1, int(n * val_fraction)) < n:
+        _tail_to_val(folder, splits, dtype, val_fraction)
+    else:
+        for split, info in splits.items():
+            if len(info["files"]) == 1:
+                _rename(folder, info["files"][0], f"{split}.bin")
+    if replaced and not quiet:
+        print(f"warning: replaced {replaced} invalid UTF-8 sequences with U+FFFD")
+    return _meta(tok, {"splits": splits}, seed, val_fraction, replaced, seconds)
+
+
+def _rename(folder: Path, entry: dict, final: str) -> None:
+    src = folder / entry["name"]
+    if src.exists():
+        os.replace(src, folder / final)
+    elif not (folder / final).is_file():
+        raise UserError(f"token file {src} is missing from {folder}; remove {folder} to start over")
+    entry["name"] = final
 
 
 def _meta(tok, written: dict, seed: int, val_fraction: float, replaced: int, seconds: float) -> dict:
@@ -206,21 +318,28 @@ def _meta(tok, written: dict, seed: int, val_fraction: float, replaced: int, sec
     }
 
 
-def _tail_to_val(tmp: Path, splits: dict, dtype: str, val_fraction: float):
-    """Too few documents for a per-document draw: the last tokens of train become val."""
+def _tail_to_val(folder: Path, splits: dict, dtype: str, val_fraction: float):
+    """Too few documents for a per-document draw: the last tokens of train become val. The
+    shard is read in blocks and removed only once train.bin and val.bin are on the disk."""
     train = splits["train"]
-    if len(train["files"]) != 1:
-        return
-    path = tmp / train["files"][0]["name"]
-    tokens = np.fromfile(path, dtype=dtype)
-    n_val = max(1, int(len(tokens) * val_fraction))
-    if n_val >= len(tokens):
-        return
-    for split, part in (("train", tokens[:-n_val]), ("val", tokens[-n_val:])):
-        part.tofile(tmp / f"{split}.bin")
-        splits[split].update(tokens=len(part), files=[{
-            "name": f"{split}.bin", "tokens": len(part),
-            "sha256": hashlib.sha256(part.tobytes()).hexdigest()}])
+    n = train["tokens"]
+    n_val = max(1, int(n * val_fraction))
+    shard = folder / train["files"][0]["name"]
+    if shard.exists():
+        tokens = np.memmap(shard, dtype=np.dtype(dtype).newbyteorder("<"), mode="r")
+        for split, lo, hi in (("train", 0, n - n_val), ("val", n - n_val, n)):
+            with open(folder / f"{split}.bin", "wb") as f:
+                for i in range(lo, hi, 1 << 24):
+                    f.write(tokens[i:min(hi, i + (1 << 24))].tobytes())
+                f.flush()
+                os.fsync(f.fileno())
+        del tokens
+        for f in splits["val"]["files"]:
+            (folder / f["name"]).unlink(missing_ok=True)
+        shard.unlink()
+    for split, count in (("train", n - n_val), ("val", n_val)):
+        splits[split].update(tokens=count, files=[{
+            "name": f"{split}.bin", "tokens": count, "sha256": sha256_file(folder / f"{split}.bin")}])
     splits["val"].update(documents=0, note="too few documents to draw from: the tail of train")
 
 

@@ -139,10 +139,9 @@ def prepare(paths: list[Path], kind: str, tok, tmp: Path, val_fraction: float, s
         masks, offsets = [], [0]
         for i in idx:
             ids, mask = examples[i]
-            writer.write(np.asarray(ids, dtype=np.int64))
+            writer.write(np.asarray(ids, dtype=np.int64), ends=[len(ids)])
             masks.append(np.asarray(mask, dtype=np.uint8))
             offsets.append(offsets[-1] + len(ids))
-        writer.documents = len(idx)
         splits[split] = writer.finish()
         files = {}
         for what, arr in (("mask", np.concatenate(masks) if masks else np.zeros(0, np.uint8)),

@@ -118,6 +118,8 @@ def _pieces(stream, location: str, stats: ReadStats):
         carry += decoder.decode(block, final=not block)
         while len(carry) > PIECE_CHARS:
             cut = _safe_cut(carry, PIECE_CHARS)
+            if cut <= 0:  # a line longer than a piece: cut at the first safe point after it
+                cut = _next_safe_cut(carry, PIECE_CHARS)
             if cut <= 0:
                 break
             yield carry[:cut]
@@ -134,6 +136,14 @@ def _safe_cut(text: str, near: int) -> int:
     while i > 0 and text[i + 1].isspace():
         i = text.rfind("\n", 0, i)
     return i + 1 if i > 0 else -1
+
+
+def _next_safe_cut(text: str, start: int) -> int:
+    """The first index >= start just after '\\n' with a non-space character next, or -1."""
+    i = text.find("\n", start)
+    while i != -1 and (i + 1 == len(text) or text[i + 1].isspace()):
+        i = text.find("\n", i + 1)
+    return i + 1 if i != -1 else -1
 
 
 def _records(stream, location: str, text_field: str, stats: ReadStats):
