@@ -69,7 +69,7 @@ def test_a_repository_requirements_file_is_refused_on_kubernetes_too():
 
 
 def test_a_job_files_requirements_beside_a_repository_is_the_repositorys(tmp_path):
-    from gptrain.jobs.spec import from_yaml
+    from gptrain.jobs.job_file import from_yaml
 
     (tmp_path / "job.yaml").write_text("name: y\nrepository_url: https://example.com/r.git\n"
                                        "script: train.py\nrequirements: reqs/gpu.txt\n")

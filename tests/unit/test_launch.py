@@ -91,7 +91,7 @@ def test_entry_command_per_kind(isolated_home):
 
 
 def test_job_yaml_code_fields(tmp_path):
-    from gptrain.jobs.spec import from_yaml
+    from gptrain.jobs.job_file import from_yaml
 
     (tmp_path / "req.txt").write_text("tinypkg\n")
     (tmp_path / "job.yaml").write_text("name: y\ncode: src\nscript: train.py\nrequirements: req.txt\n"

@@ -117,7 +117,7 @@ def test_cli_refuses_in_one_line_and_records_nothing(isolated_home, tmp_path, fl
 
 
 def test_job_yaml_resume_args(tmp_path):
-    from gptrain.jobs.spec import from_yaml
+    from gptrain.jobs.job_file import from_yaml
 
     (tmp_path / "job.yaml").write_text("name: y\nscript: t.py\nresume_args: nanogpt\n")
     assert from_yaml(str(tmp_path / "job.yaml"))["resume_args"] == "nanogpt"

@@ -89,10 +89,11 @@ def register(sub) -> None:
 
 def cmd_run(args, extra) -> int:
     from gptrain.jobs import api
+    from gptrain.jobs import job_file
     from gptrain.jobs import spec as spec_mod
     from gptrain.jobs.local import user_setting
 
-    fields: dict = spec_mod.from_yaml(args.job_file) if args.job_file else {}
+    fields: dict = job_file.from_yaml(args.job_file) if args.job_file else {}
     for note in fields.pop("notes", []):
         print(f"note: {args.job_file}: {note}", file=sys.stderr)
     if args.name:
@@ -110,9 +111,9 @@ def cmd_run(args, extra) -> int:
         fields["requirements_file"] = args.requirements  # a path in the repository, read from its clone
     elif args.requirements:
         fields.pop("requirements_file", None)
-        fields["requirements"] = spec_mod.read_config_file(args.requirements)
+        fields["requirements"] = job_file.read_config_file(args.requirements)
     if args.config:
-        fields["config"] = spec_mod.read_config_file(args.config)
+        fields["config"] = job_file.read_config_file(args.config)
         fields["config_path"] = os.path.abspath(os.path.expanduser(args.config))
     fields["env"] = {**fields.get("env", {}), **spec_mod.parse_env(args.env)}
     fields["secrets"] = {**fields.get("secrets", {}), **spec_mod.parse_env(args.secret, "--secret")}

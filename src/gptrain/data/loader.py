@@ -145,6 +145,22 @@ class BlockLoader:
         self.epoch, self.offset, self.seed = state["epoch"], state["offset"], state["seed"]
 
 
+def open_train_loader(path, block_size: int, batch_size: int, rank: int, world: int, seed: int,
+                      max_blocks: int | None, vocab_size: int) -> BlockLoader:
+    """The training stream of one prepared dataset (data.path): its train split as blocks, or
+    as examples of instruction data; one line when it has fewer of them than ranks."""
+    from gptrain.data.formats import open_examples, open_split
+
+    tokens = open_split(path, "train")
+    examples = open_examples(path, "train", len(tokens))  # instruction data, or None
+    if count_blocks(len(tokens), block_size, max_blocks, examples) < world:
+        what = "examples with a completion token in their first" if examples else "blocks of"
+        raise UserError(f"the training split has fewer {what} {block_size} tokens than data-parallel ranks "
+                        f"({world}); use more data or another model.block_size")
+    return BlockLoader(tokens, block_size, batch_size, rank, world, seed=seed, max_blocks=max_blocks,
+                       vocab_size=vocab_size, source=f"dataset {path}", examples=examples)
+
+
 def eval_batches(tokens: np.ndarray, block_size: int, batch_size: int, rank: int = 0,
                  world: int = 1, max_blocks: int | None = None, vocab_size: int | None = None,
                  source: str = "the dataset", examples=None):

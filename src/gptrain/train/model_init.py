@@ -70,11 +70,12 @@ def _model_tokenizer(init_from: str) -> str:
     return "gpt2"
 
 
-def build_model(cfg: Config, vocab_size: int):
+def build_model(cfg: Config, vocab_size: int, compute_dtype: torch.dtype | None = None):
     """The plain model on CPU: from scratch, or the weights model.init_from names (a LoRA
     checkpoint's merged into its base: models/load.load_base), with LoRA adapters when [lora]
     r is set. A LoRA model from weights carries `lora_base`, the reference its adapter-only
-    checkpoints keep to those weights (models/lora.base_reference)."""
+    checkpoints keep to those weights (models/lora.base_reference), and its frozen base is held
+    in the run's `compute_dtype` (models/lora.hold_base_in: the same numbers under autocast)."""
     from gptrain.models.registry import build, build_model_config
 
     mc = cfg.model
@@ -94,11 +95,13 @@ def build_model(cfg: Config, vocab_size: int):
             raise UserError(f"the dataset's vocabulary ({vocab_size}) is larger than the model's "
                             f"({model.config.vocab_size}); prepare the data with the model's tokenizer")
     if cfg.lora.r:
-        from gptrain.models.lora import add_lora, base_reference
+        from gptrain.models.lora import add_lora, base_reference, hold_base_in
 
         base = base_reference(model, mc.init_from) if mc.init_from else None
         torch.manual_seed(cfg.train.seed)  # the same adapters on every rank
         add_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.dropout, cfg.lora.target_modules,
                  "" if cfg.lora.quantize_base == "none" else cfg.lora.quantize_base)
         model.lora_base = base
+        if base and compute_dtype and not model.config.lora_quant:
+            hold_base_in(model, compute_dtype)
     return model

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from gptrain.config import Config, dump_toml
 from gptrain.data.formats import open_examples, open_split, read_meta
 from gptrain.data import mixture
-from gptrain.data.loader import BlockLoader, count_blocks, eval_batches
+from gptrain.data.loader import count_blocks, eval_batches, open_train_loader
 from gptrain.distributed import pipeline
 from gptrain.distributed.mesh import init_distributed
 from gptrain.distributed.parallelize import check_layout, parallelize
@@ -73,12 +73,8 @@ class Trainer(Checkpointing):
             # what autocast leaves in fp32 may use TF32 (as nanoGPT); fp32 runs stay exact
             torch.backends.cuda.matmul.allow_tf32 = True
         self.dims = self.plan.dims
-        plain = build_model(cfg, meta["vocab_size"])
+        plain = build_model(cfg, meta["vocab_size"], self.plan.compute_dtype)
         plain.fused_loss = self.plan.fused_loss
-        if getattr(plain, "lora_base", None) and not plain.config.lora_quant and self.plan.compute_dtype:
-            from gptrain.models.lora import hold_base_in
-
-            hold_base_in(plain, self.plan.compute_dtype)  # the frozen base in bf16: same numbers
         self.model_cfg = plain.config
         check_layout(self.model_cfg, self.dims)
         if cfg.checkpoint.remote:
@@ -96,9 +92,10 @@ class Trainer(Checkpointing):
         self.skips = finite.DeviceSkips(env.device) if finite.on_device(self.optims, self.scaler) else None
         T = self.model_cfg.block_size
         self.vocab_size = meta["vocab_size"]
-        self.loader = mixture.MixtureLoader.open(self.sources, T, self.plan.batch_size, self.dp_rank, self.dims.dp,
-                                                 tc.seed, cfg.data.max_train_samples, self.vocab_size) \
-            if cfg.data.mix else self._single_loader(T)
+        stream = (T, self.plan.batch_size, self.dp_rank, self.dims.dp, tc.seed, cfg.data.max_train_samples,
+                  self.vocab_size)
+        self.loader = mixture.MixtureLoader.open(self.sources, *stream) if cfg.data.mix else \
+            open_train_loader(self.data_dir, *stream)
         if self.loader.left_out:
             self.log_main(f"note: {self.loader.left_out} example(s) have no completion token within their "
                           f"first {T + 1} tokens and are left out (a larger model.block_size keeps them)")
@@ -114,17 +111,6 @@ class Trainer(Checkpointing):
         self._async_pg = None
         make_output_dir(self.out, dump_toml(cfg), env.is_main)  # after every check: none wrote anything
         self.metrics = MetricsLogger(self.out, cfg.metrics, env.is_main, self.out.name, cfg.to_dict())
-
-    def _single_loader(self, T: int) -> BlockLoader:  # data.path's stream (data/loader.py)
-        cfg = self.cfg
-        train_tokens = open_split(self.data_dir, "train")
-        examples = open_examples(self.data_dir, "train", len(train_tokens))  # instruction data, or None
-        if count_blocks(len(train_tokens), T, cfg.data.max_train_samples, examples) < self.dims.dp:
-            raise UserError(f"the training split has fewer {'examples with a completion token in their first' if examples else 'blocks of'} "
-                            f"{T} tokens than data-parallel ranks ({self.dims.dp}); use more data or another model.block_size")
-        return BlockLoader(train_tokens, T, self.plan.batch_size, self.dp_rank, self.dims.dp,
-                           seed=cfg.train.seed, max_blocks=cfg.data.max_train_samples,
-                           vocab_size=self.vocab_size, source=f"dataset {self.data_dir}", examples=examples)
 
     def _val_split(self, path: Path, T: int):
         """(validation tokens, examples or None) of a dataset, or None; when eval was asked
