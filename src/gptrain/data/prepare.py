@@ -325,15 +325,22 @@ def _tail_to_val(folder: Path, splits: dict, dtype: str, val_fraction: float):
     n = train["tokens"]
     n_val = max(1, int(n * val_fraction))
     shard = folder / train["files"][0]["name"]
-    if shard.exists():
-        tokens = np.memmap(shard, dtype=np.dtype(dtype).newbyteorder("<"), mode="r")
-        for split, lo, hi in (("train", 0, n - n_val), ("val", n - n_val, n)):
-            with open(folder / f"{split}.bin", "wb") as f:
-                for i in range(lo, hi, 1 << 24):
-                    f.write(tokens[i:min(hi, i + (1 << 24))].tobytes())
-                f.flush()
-                os.fsync(f.fileno())
-        del tokens
+    if shard.exists():  # copied with reads, not a memmap: mapped pages would count as this process's memory
+        size = np.dtype(dtype).itemsize
+        with open(shard, "rb") as src:
+            for split, lo, hi in (("train", 0, n - n_val), ("val", n - n_val, n)):
+                src.seek(lo * size)
+                with open(folder / f"{split}.bin", "wb") as f:
+                    left = (hi - lo) * size
+                    while left:
+                        block = src.read(min(left, 1 << 24))
+                        if not block:
+                            raise UserError(f"token file {shard} is shorter than its journal says; "
+                                            f"remove {folder} to start over")
+                        f.write(block)
+                        left -= len(block)
+                    f.flush()
+                    os.fsync(f.fileno())
         for f in splits["val"]["files"]:
             (folder / f["name"]).unlink(missing_ok=True)
         shard.unlink()
