@@ -13,7 +13,7 @@ import json, sys
 from pathlib import Path
 kind, src = sys.argv[1], sys.argv[2]
 if kind == "text":
-    from gptrain.data.prepare import cached_prepare
+    from gptrain.data.prepared_cache import cached_prepare
     out = cached_prepare(src, "char")
 else:
     from gptrain.data.hf_import import cached_import

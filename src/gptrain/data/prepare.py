@@ -14,7 +14,6 @@ Instruction data (data/sft.py) and Hugging Face `datasets` sources are prepared 
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 import random
@@ -204,8 +203,8 @@ def _identity(srcs, tok, text_field, hf_config, val_fraction, seed, shard_tokens
     and every option that changes the bytes written (--num-proc does not)."""
     spec = dict(tok.spec())
     if spec["name"] == "hf" and Path(spec["path"]).exists():
-        spec["stamp"] = _version(spec["path"])[0]
-    return {"sources": [[s.location, _version(s.location)[0]] for s in srcs], "tokenizer": spec,
+        spec["stamp"] = src_mod.version_stamp(spec["path"])[0]
+    return {"sources": [[s.location, src_mod.version_stamp(s.location)[0]] for s in srcs], "tokenizer": spec,
             "val_fraction": val_fraction, "seed": seed, "shard_tokens": shard_tokens,
             "text_field": text_field, "hf_config": hf_config, "task_chars": TASK_CHARS,
             "piece_chars": src_mod.PIECE_CHARS, "itemsize": np.dtype(token_dtype(tok.vocab_size)).itemsize}
@@ -355,52 +354,3 @@ def _tqdm(total):
 
     return tqdm(total=total, unit="B" if total else "char", unit_scale=True, desc="tokenizing",
                 disable=None, mininterval=0.5)
-
-
-def _version(src: str) -> tuple[str, int | None]:
-    """(what identifies a version of a file, folder or URL: its size and modification stamp, its size)."""
-    if "://" not in src:
-        p = Path(src)
-        stats = [f.stat() for f in p.rglob("*") if f.is_file()] if p.is_dir() else [p.stat()]
-        size, stamp = sum(st.st_size for st in stats), max((st.st_mtime_ns for st in stats), default=0)
-        return f"{p.resolve()}:{size}:{stamp}", size
-    import fsspec
-
-    try:
-        fs, path = fsspec.core.url_to_fs(src)
-        info = fs.info(path)
-    except (ImportError, ValueError, OSError) as e:
-        raise UserError(f"cannot read {src}: {type(e).__name__}: {e}") from None
-    version = [info.get(k) for k in ("size", "ETag", "LastModified", "mtime", "last-modified")]
-    return f"{src}:{version}", info.get("size")
-
-
-# A file trained on directly has no validation split of its own: some of its documents (or its
-# last tokens, when it has too few documents) become one. Enough to evaluate on: about 64 KiB of
-# text (thousands of blocks' worth of tokens), but no less than 1% and no more than 10% of the file.
-VAL_BYTES, VAL_MIN_FRACTION, VAL_MAX_FRACTION = 64 * 1024, 0.01, 0.1
-
-
-def cache_val_fraction(size: int | None) -> float:
-    if not size:
-        return VAL_MIN_FRACTION
-    return round(min(VAL_MAX_FRACTION, max(VAL_MIN_FRACTION, VAL_BYTES / size)), 4)
-
-
-def cached_prepare(src: str, tokenizer: str) -> Path:
-    """A prepared copy of one text/JSONL/parquet file or URL (http, s3, ... through fsspec)
-    under $GPTRAIN_HOME/cache, made once per (version stamp, tokenizer): when many processes
-    (ranks, nodes, jobs) ask at once, one tokenizes and the others wait for it."""
-    import sys
-
-    from gptrain.atomic import build_once
-    from gptrain.home import home
-
-    version, size = _version(src)
-    val_fraction = cache_val_fraction(size)
-    key = hashlib.sha256(f"{version}:{tokenizer}:{val_fraction}".encode()).hexdigest()[:16]
-
-    def build(out: Path) -> None:
-        print(f"tokenizing {src} ({tokenizer}) once into {out}", file=sys.stderr)
-        prepare([src], str(out), tokenizer=tokenizer, val_fraction=val_fraction, quiet=True)
-    return build_once(home() / "cache" / f"prepared-{key}", build)

@@ -241,3 +241,21 @@ def hf_splits(name: str, hf_config: str | None, text_field: str):
             yield from batch[text_field]
 
     return {"train": texts("train"), **({"val": texts(val_name)} if val_name else {})}
+
+
+def version_stamp(src: str) -> tuple[str, int | None]:
+    """(what identifies a version of a file, folder or URL: its size and modification stamp, its size)."""
+    if "://" not in src:
+        p = Path(src)
+        stats = [f.stat() for f in p.rglob("*") if f.is_file()] if p.is_dir() else [p.stat()]
+        size, stamp = sum(st.st_size for st in stats), max((st.st_mtime_ns for st in stats), default=0)
+        return f"{p.resolve()}:{size}:{stamp}", size
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(src)
+        info = fs.info(path)
+    except (ImportError, ValueError, OSError) as e:
+        raise UserError(f"cannot read {src}: {type(e).__name__}: {e}") from None
+    version = [info.get(k) for k in ("size", "ETag", "LastModified", "mtime", "last-modified")]
+    return f"{src}:{version}", info.get("size")

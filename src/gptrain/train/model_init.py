@@ -33,7 +33,7 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "") -> Path:
                 read_meta(p)
                 return p
         path = str(p)
-    from gptrain.data.prepare import cached_prepare
+    from gptrain.data.prepared_cache import cached_prepare
 
     return cached_prepare(path, tokenizer or _model_tokenizer(init_from))
 

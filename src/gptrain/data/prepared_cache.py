@@ -1,0 +1,41 @@
+"""A text/JSONL/parquet file or URL trained on directly (`--data.path FILE`): prepared once into
+$GPTRAIN_HOME/cache, keyed by its version stamp and tokenizer, with a validation split of its own."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from gptrain.data.prepare import prepare
+from gptrain.data.sources import version_stamp
+
+
+# A file trained on directly has no validation split of its own: some of its documents (or its
+# last tokens, when it has too few documents) become one. Enough to evaluate on: about 64 KiB of
+# text (thousands of blocks' worth of tokens), but no less than 1% and no more than 10% of the file.
+VAL_BYTES, VAL_MIN_FRACTION, VAL_MAX_FRACTION = 64 * 1024, 0.01, 0.1
+
+
+def cache_val_fraction(size: int | None) -> float:
+    if not size:
+        return VAL_MIN_FRACTION
+    return round(min(VAL_MAX_FRACTION, max(VAL_MIN_FRACTION, VAL_BYTES / size)), 4)
+
+
+def cached_prepare(src: str, tokenizer: str) -> Path:
+    """A prepared copy of one text/JSONL/parquet file or URL (http, s3, ... through fsspec)
+    under $GPTRAIN_HOME/cache, made once per (version stamp, tokenizer): when many processes
+    (ranks, nodes, jobs) ask at once, one tokenizes and the others wait for it."""
+    import sys
+
+    from gptrain.atomic import build_once
+    from gptrain.home import home
+
+    version, size = version_stamp(src)
+    val_fraction = cache_val_fraction(size)
+    key = hashlib.sha256(f"{version}:{tokenizer}:{val_fraction}".encode()).hexdigest()[:16]
+
+    def build(out: Path) -> None:
+        print(f"tokenizing {src} ({tokenizer}) once into {out}", file=sys.stderr)
+        prepare([src], str(out), tokenizer=tokenizer, val_fraction=val_fraction, quiet=True)
+    return build_once(home() / "cache" / f"prepared-{key}", build)
