@@ -116,6 +116,21 @@ def test_resume_continues_with_the_same_batches_on_any_world_size(served, world_
         assert (global_batch(resumed) == expect[k]).all(), k
 
 
+def test_a_mix_of_urls_reads_each_source_through_the_cache(served):
+    from gptrain.data.mixture import MixtureLoader
+
+    root, url = served
+    folder = open_remote(f"{url}/ds", 3 * shard_bytes(root))
+    mix = MixtureLoader.open([("a", 0.6, folder), ("b", 0.4, folder)], T, B, seed=7)
+    local = [reference(root) for _ in range(2)]
+    local[1].seed = 8  # each source's stream: seed + its index
+    ref = MixtureLoader(local, ["a", "b"], [0.6, 0.4], B)
+    assert all(isinstance(s, ShardedLoader) for s in mix.sources)
+    for _ in range(40):
+        assert (mix.next_batch()[0] == ref.next_batch()[0]).all()
+        assert cached(folder) <= 3 * shard_bytes(root)
+
+
 def test_bad_input_is_one_line(served, tmp_path):
     root, url = served
     bad = root / "bad"

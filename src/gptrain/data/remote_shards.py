@@ -116,12 +116,17 @@ def open_remote_split(folder, split: str) -> "ShardTokens":
     return ShardTokens(cache, meta["splits"][split]["files"], meta["dtype"])
 
 
+_LOCKS: dict[Path, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
 class ShardCache:
     """Whole shard files under `root`, at most `bound` bytes in all (module doc)."""
 
     def __init__(self, root: Path, url: str, bound: int):
         self.root, self.url, self.bound = Path(root), url, bound
-        self.lock = threading.Lock()  # the threads of this process; the lock file: other processes
+        with _LOCKS_GUARD:  # one lock per cache in this process (train, val, prefetch threads); the
+            self.lock = _LOCKS.setdefault(self.root, threading.Lock())  # lock file: other processes
 
     def path(self, f: dict) -> Path:
         return self.root / f"{f['sha256'][:16]}-{f['name']}"
