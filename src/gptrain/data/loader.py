@@ -157,6 +157,7 @@ class ShardOrder:
 
     def __init__(self, starts, block_size: int, n_blocks: int):
         starts = np.asarray(starts, dtype=np.int64)
+        self.T = block_size
         first = np.minimum(-(-starts // block_size), n_blocks)  # the first block starting in or after each
         self.lo, self.hi = first[:-1], first[1:]  # blocks lo..hi start in the shard
         self.n_shards = len(self.lo)
@@ -168,6 +169,13 @@ class ShardOrder:
     def __call__(self, seed: int, epoch: int) -> np.ndarray:
         order, rng = self.shard_order(seed, epoch)
         return np.concatenate([self.lo[s] + rng.permutation(self.hi[s] - self.lo[s]) for s in order])
+
+    def reads(self, s: int, tokens) -> list[int]:
+        """The shards the blocks of shard s read: its own and, when its last block runs into it, the next."""
+        return list(tokens.shards_of(int(self.lo[s]) * self.T, int(self.hi[s] - 1) * self.T + self.T + 1))
+
+    def shard_of(self, block: int) -> int:
+        return int(np.searchsorted(self.lo, block, "right") - 1)
 
     def next_shard(self, seed: int, epoch: int, offset: int) -> int:
         """The shard whose blocks come after those of the shard holding stream position `offset`."""
@@ -197,9 +205,13 @@ class ShardedLoader(BlockLoader):
         self.order = ShardOrder(tokens.starts, self.T, self.n_blocks)
 
     def batch(self, indices):
+        """Hold what this batch and the rest of its shard's blocks read; prefetch the next shard's."""
         starts = np.asarray(indices, dtype=np.int64) * self.T
-        self.tokens.hold({s for a in starts for s in self.tokens.shards_of(int(a), int(a) + self.T + 1)})
-        self.tokens.prefetch([self.order.next_shard(self.seed, self.epoch, self.offset)])
+        now = self.order.shard_of(self._permutation()[self.offset])  # where the stream goes on
+        self.tokens.hold({s for a in starts for s in self.tokens.shards_of(int(a), int(a) + self.T + 1)}
+                         | set(self.order.reads(now, self.tokens)))
+        nxt = self.order.next_shard(self.seed, self.epoch, self.offset)
+        self.tokens.prefetch(self.order.reads(nxt, self.tokens))
         return super().batch(indices)
 
 

@@ -131,9 +131,10 @@ class ShardCache:
     def path(self, f: dict) -> Path:
         return self.root / f"{f['sha256'][:16]}-{f['name']}"
 
-    def ensure(self, f: dict, itemsize: int, keep: set, prefetch: bool = False) -> Path | None:
-        """The cached file of shard entry `f`, downloaded when missing. `keep`: paths not to evict.
-        A prefetch gives None where the shard does not fit beside them."""
+    def ensure(self, f: dict, itemsize: int, keep: set, prefetch: bool = False, held: set = frozenset()) -> Path | None:
+        """The cached file of shard entry `f`, downloaded when missing. `keep`: paths never evicted
+        for it; `held`: paths evicted last (a reader's) or, for a prefetch, never: a prefetch
+        gives None where the shard does not fit beside them."""
         from gptrain.atomic import exclusive
 
         path = self.path(f)
@@ -147,7 +148,8 @@ class ShardCache:
                 for p in self.root.glob(".tmp-*"):  # downloads are serialized: a dead one's leftover
                     p.unlink(missing_ok=True)
                 size = f["tokens"] * itemsize
-                if not self._make_room(size, keep | {path}):
+                keep = keep | {path} | (held if prefetch else set())
+                if not self._make_room(size, keep, held):
                     if prefetch:
                         return None
                     raise UserError(f"data.cache_bytes {self.bound} cannot hold the shards one batch of "
@@ -157,15 +159,16 @@ class ShardCache:
         finally:
             self.lock.release()
 
-    def _make_room(self, size: int, keep: set) -> bool:
-        files = [(p.stat().st_mtime, p) for p in self.root.iterdir() if p.is_file()]
+    def _make_room(self, size: int, keep: set, held: set) -> bool:
+        files = sorted((p.stat().st_mtime, p) for p in self.root.iterdir() if p.is_file())
         used = sum(p.stat().st_size for _, p in files)
-        for _, p in sorted(files):  # least recently used first
-            if used + size <= self.bound:
-                break
-            if p not in keep:
-                used -= p.stat().st_size
-                p.unlink(missing_ok=True)
+        for last in (False, True):  # least recently used first; what is held only when needed
+            for _, p in files:
+                if used + size <= self.bound:
+                    return True
+                if p not in keep and (p in held) == last and p.exists():
+                    used -= p.stat().st_size
+                    p.unlink(missing_ok=True)
         return used + size <= self.bound
 
     def _download(self, f: dict, size: int, path: Path) -> None:
@@ -218,13 +221,13 @@ class ShardTokens:
         return range(int(np.searchsorted(self.starts, a, "right")) - 1,
                      int(np.searchsorted(self.starts, b - 1, "right")))
 
-    def _keep(self, extra=()) -> set:
-        return {self.cache.path(self.files[s]) for s in (*self.held, *extra)}
+    def _paths(self, shards) -> set:
+        return {self.cache.path(self.files[s]) for s in shards}
 
     def _read(self, s: int, a: int, b: int, keep: set) -> np.ndarray:
         """Tokens a..b (within shard s, counted in it) from its cached file."""
         for _ in range(3):  # another rank may evict it between ensure and open
-            path = self.cache.ensure(self.files[s], self.dtype.itemsize, keep)
+            path = self.cache.ensure(self.files[s], self.dtype.itemsize, keep, held=self._paths(self.held))
             try:
                 with open(path, "rb") as fh:
                     fh.seek(a * self.dtype.itemsize)
@@ -241,13 +244,13 @@ class ShardTokens:
         if b <= a:
             return np.zeros(0, self.dtype)
         shards = self.shards_of(a, b)
-        keep = self._keep(shards)
+        keep = self._paths(shards)
         parts = [self._read(s, max(a, self.starts[s]) - self.starts[s], min(b, self.starts[s + 1]) - self.starts[s],
                             keep) for s in shards]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def hold(self, shards) -> None:
-        """Mark `shards` in use (never evicted by this reader) and recently used."""
+        """Mark `shards` in use (evicted last by this reader, never by its prefetch) and recently used."""
         self.held = set(shards)
         for s in self.held:
             try:
@@ -256,18 +259,21 @@ class ShardTokens:
                 pass
 
     def prefetch(self, shards) -> None:
-        """Fetch `shards` in a background thread when they fit beside the held ones."""
+        """Fetch `shards` in a background thread, as far as they fit beside the held ones."""
         if self._queue is None:
             self._queue = queue.Queue()
             threading.Thread(target=self._prefetcher, daemon=True).start()
-        for s in shards:
-            if not self.cache.path(self.files[s]).is_file():
-                self._queue.put(s)
+        shards = tuple(s for s in shards if not self.cache.path(self.files[s]).is_file())
+        if shards:
+            self._queue.put(shards)
 
     def _prefetcher(self) -> None:
         while True:
-            s = self._queue.get()
-            try:
-                self.cache.ensure(self.files[s], self.dtype.itemsize, self._keep([s]), prefetch=True)
-            except Exception:  # the reader meets the same error when it needs the shard, and reports it
-                pass
+            shards = self._queue.get()
+            for s in shards:  # in order; each keeps the held ones and the others of its group
+                try:
+                    if self.cache.ensure(self.files[s], self.dtype.itemsize, self._paths(shards), prefetch=True,
+                                         held=self._paths(self.held)) is None:
+                        break
+                except Exception:  # the reader meets the same error when it needs the shard, and reports it
+                    break

@@ -11,7 +11,7 @@ from gptrain.data.formats import read_meta
 from gptrain.errors import UserError
 
 
-def resolve_data(path: str, tokenizer: str = "", init_from: str = "", cache_bytes: int = 4 << 30) -> Path:
+def resolve_data(path: str, tokenizer: str = "", init_from: str = "", cache_bytes: int = 8 << 30) -> Path:
     """A prepared dataset dir from a path, a dataset name, a HF save_to_disk directory, a
     nanoGPT folder, a prepared folder's URL (read through a local cache of `cache_bytes`:
     data/remote_shards.py), or a text/JSONL/parquet file, URL or pushed folder of such files (tokenized
