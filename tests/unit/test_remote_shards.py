@@ -4,6 +4,7 @@
 import functools
 import http.server
 import json
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -22,12 +23,12 @@ T, B = 32, 4
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """(root folder served, base URL); root/ds is a char dataset of 7 train shards."""
+    """(root folder served, base URL); root/ds is a char dataset of 7 train shards, 3 val ones."""
     from gptrain.data.prepare import prepare
 
     root = tmp_path_factory.mktemp("served")
-    prepare([str(write_corpus(root / "corpus.txt"))], str(root / "ds"), tokenizer="char",
-            val_fraction=0.1, shard_tokens=8000, quiet=True)
+    texts = [str(write_corpus(root / f"corpus-{i}.txt", 6000, seed=i)) for i in range(10)]
+    prepare(texts, str(root / "ds"), tokenizer="char", val_fraction=0.2, shard_tokens=7000, quiet=True)
     handler = functools.partial(QuietHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -41,7 +42,7 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 def shard_bytes(root: Path) -> int:
-    return max(f["tokens"] * 2 for f in read_meta(root / "ds")["splits"]["train"]["files"])
+    return max(f["tokens"] * 2 for info in read_meta(root / "ds")["splits"].values() for f in info["files"])
 
 
 def cached(folder: Path) -> int:
@@ -131,17 +132,24 @@ def test_a_mix_of_urls_reads_each_source_through_the_cache(served):
         assert cached(folder) <= 3 * shard_bytes(root)
 
 
+def tampered(root: Path) -> Path:
+    """root/bad: ds with its first train shard changed and its second cut short."""
+    bad = root / "bad"
+    if not bad.exists():
+        shutil.copytree(root / "ds", bad)
+        files = json.loads((bad / "meta.json").read_text())["splits"]["train"]["files"]
+        data = bytearray((bad / files[0]["name"]).read_bytes())
+        data[10] ^= 1
+        (bad / files[0]["name"]).write_bytes(bytes(data))
+        (bad / files[1]["name"]).write_bytes((bad / files[1]["name"]).read_bytes()[:-4])
+    return bad
+
+
 def test_bad_input_is_one_line(served, tmp_path):
     root, url = served
-    bad = root / "bad"
-    shutil.rmtree(bad, ignore_errors=True)
-    shutil.copytree(root / "ds", bad)
+    bad = tampered(root)
     meta = json.loads((bad / "meta.json").read_text())
     files = meta["splits"]["train"]["files"]
-    tampered = bytearray((bad / files[0]["name"]).read_bytes())
-    tampered[10] ^= 1
-    (bad / files[0]["name"]).write_bytes(bytes(tampered))
-    (bad / files[1]["name"]).write_bytes((bad / files[1]["name"]).read_bytes()[:-4])
     folder = open_remote(f"{url}/bad", 1 << 30)
     tokens = open_remote_split(folder, "train")
     for s, what in ((0, "fails its sha256"), (1, "is truncated")):
@@ -153,20 +161,27 @@ def test_bad_input_is_one_line(served, tmp_path):
         open_remote(f"{url}/nothing-here", 1 << 30)
     with pytest.raises(UserError, match="smaller than two shards"):
         open_remote(f"{url}/ds", shard_bytes(root))
+    outside = root / "outside"
+    shutil.copytree(root / "ds", outside, dirs_exist_ok=True)
     files[2]["name"] = "../x.bin"
-    (bad / "meta.json").write_text(json.dumps(meta))
+    (outside / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(UserError, match="not a plain file name"):
-        open_remote(f"{url}/bad", 1 << 30)
+        open_remote(f"{url}/outside", 1 << 30)
 
 
 def test_two_ranks_train_from_the_url_through_a_cache_smaller_than_the_data(served, tmp_path):
     root, url = served
     bound = 3 * shard_bytes(root)
+    tampered(root)
     r = train(f"--data.path={url}/ds", f"--data.cache_bytes={bound}", "--train.batch_size=4",
               "--train.max_steps=4", "--train.eval_every=4", "--data.max_eval_samples=8", *TINY,
               f"--train.output_dir={tmp_path / 'out'}", nproc=2)
     assert "completed at step 4" in r.stdout
+    rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval/loss" in row for row in rows)  # the validation split, read from the URL too
     [folder] = (tmp_path / "gptrain-home" / "cache").glob("shards-*")
     assert 0 < cached(folder) <= bound
-    bad = train(f"--data.path={url}/nothing-here", *TINY, f"--train.output_dir={tmp_path / 'o2'}", check=False)
-    assert bad.returncode == 2 and "no meta.json" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    for where, what in (("nothing-here", "no meta.json"), ("bad", "sha256 check|truncated or corrupted")):
+        bad = train(f"--data.path={url}/{where}", *TINY, f"--train.output_dir={tmp_path / where}", check=False)
+        assert bad.returncode == 2 and re.search(what, bad.stderr), bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
