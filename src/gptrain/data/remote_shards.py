@@ -80,7 +80,7 @@ def open_remote(url: str, cache_bytes: int) -> Path:
         raise UserError(f"{url} is instruction data, which is not read from a URL yet; copy the folder "
                         "and give its local path")
     itemsize = np.dtype(meta["dtype"]).itemsize
-    largest = max(f["tokens"] * itemsize for info in meta["splits"].values() for f in info["files"])
+    largest = max((f["tokens"] * itemsize for info in meta["splits"].values() for f in info["files"]), default=0)
     if cache_bytes < 2 * largest:
         raise UserError(f"data.cache_bytes {cache_bytes} is smaller than two shards of {url} "
                         f"({2 * largest} bytes), what must be held at once; raise --data.cache_bytes")
