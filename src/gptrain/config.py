@@ -63,6 +63,8 @@ class DataConfig:
     mix: str = opt("", "Train on a mixture instead of data.path: NAME:WEIGHT,... (web:0.7,code:0.3; "
                    "in TOML also a [data.mix] table), each NAME a dataset name or directory (split at "
                    "its last ':'), one tokenizer for all; weights are normalized (docs/data.md).")
+    cache_bytes: int = opt(8 << 30, "A data.path URL of a prepared folder (URL/meta.json) is read through a "
+                           "local cache of at most this many bytes: >= 2 shards, 4 to prefetch (docs/data.md).", ge=1)
     tokenizer: str = opt("", "Tokenizer for a data.path file: gpt2, char, byte or a HF tokenizer "
                          "directory (default: model.init_from's tokenizer, else gpt2).")
     dataset_name: str = opt("", "Source dataset name, as in the HF scripts (recorded, not fetched).")

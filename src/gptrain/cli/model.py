@@ -92,7 +92,8 @@ def cmd_generate(args, extra) -> int:
 def cmd_eval(args, extra) -> int:
     import json
 
-    from gptrain.data.formats import open_examples, open_split, read_meta
+    from gptrain.data.formats import open_examples, read_meta
+    from gptrain.data.remote_shards import open_tokens
     from gptrain.data.loader import eval_batches
     from gptrain.errors import UserError
     from gptrain.models.load import load_model, pick_device
@@ -117,7 +118,7 @@ def cmd_eval(args, extra) -> int:
 
         split = "train"  # a save_to_disk folder or a pushed file set with one split only
         print(f"note: {args.dataset} has no val split; evaluating on its train split", file=sys.stderr)
-    tokens = open_split(data_dir, split)
+    tokens = open_tokens(data_dir, split)
     batches = eval_batches(tokens, model.config.block_size, args.batch_size, max_blocks=args.max_blocks,
                            vocab_size=meta["vocab_size"], source=f"dataset {data_dir}",
                            examples=open_examples(data_dir, split, len(tokens)))

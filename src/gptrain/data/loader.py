@@ -48,8 +48,9 @@ def count_blocks(n_tokens: int, block_size: int, limit: int | None = None, examp
 class BlockLoader:
     def __init__(self, tokens: np.ndarray, block_size: int, batch_size: int, rank: int = 0,
                  world: int = 1, seed: int = 0, max_blocks: int | None = None,
-                 vocab_size: int | None = None, source: str = "the dataset", examples=None):
+                 vocab_size: int | None = None, source: str = "the dataset", examples=None, order=None):
         self.tokens, self.T, self.B = tokens, block_size, batch_size
+        self.order = order  # None: a seeded permutation of all blocks; else order(seed, epoch) gives it
         self.vocab_size, self.source = vocab_size, source
         self.rank, self.world, self.seed = rank, world, seed
         self.examples, self.left_out = examples, 0
@@ -75,7 +76,8 @@ class BlockLoader:
 
     def _permutation(self):
         if self._perm_epoch != self.epoch:
-            self._perm = np.random.default_rng([self.seed, self.epoch]).permutation(self.n_blocks)
+            self._perm = self.order(self.seed, self.epoch) if self.order is not None else \
+                np.random.default_rng([self.seed, self.epoch]).permutation(self.n_blocks)
             self._perm_epoch = self.epoch
         return self._perm
 
@@ -145,19 +147,88 @@ class BlockLoader:
         self.epoch, self.offset, self.seed = state["epoch"], state["offset"], state["seed"]
 
 
+class ShardOrder:
+    """The order of a dataset read from a URL through a bounded cache (data/remote_shards.py): a
+    global permutation of all blocks would touch every shard all the time, so each epoch takes a
+    seeded permutation of the shards, and within each a seeded permutation of the blocks that
+    start in it. It is one global stream like the default order, so the state (epoch, offset) and
+    resume on any world size hold. order(seed, epoch): that epoch's permutation of blocks
+    0..n_blocks-1 of `starts` (each shard's first token, then the total)."""
+
+    def __init__(self, starts, block_size: int, n_blocks: int):
+        starts = np.asarray(starts, dtype=np.int64)
+        self.T = block_size
+        first = np.minimum(-(-starts // block_size), n_blocks)  # the first block starting in or after each
+        self.lo, self.hi = first[:-1], first[1:]  # blocks lo..hi start in the shard
+        self.n_shards = len(self.lo)
+
+    def shard_order(self, seed: int, epoch: int):
+        rng = np.random.default_rng([seed, epoch])
+        return rng.permutation(self.n_shards), rng
+
+    def __call__(self, seed: int, epoch: int) -> np.ndarray:
+        order, rng = self.shard_order(seed, epoch)
+        return np.concatenate([self.lo[s] + rng.permutation(self.hi[s] - self.lo[s]) for s in order])
+
+    def reads(self, s: int, tokens) -> list[int]:
+        """The shards the blocks of shard s read: its own and, when its last block runs into it, the next."""
+        return list(tokens.shards_of(int(self.lo[s]) * self.T, int(self.hi[s] - 1) * self.T + self.T + 1))
+
+    def shard_of(self, block: int) -> int:
+        return int(np.searchsorted(self.lo, block, "right") - 1)
+
+    def next_shard(self, seed: int, epoch: int, offset: int) -> int:
+        """The shard whose blocks come after those of the shard holding stream position `offset`."""
+        order, _ = self.shard_order(seed, epoch)
+        ends = np.cumsum(self.hi[order] - self.lo[order])
+        later = order[np.searchsorted(ends, offset, "right") + 1:]
+        later = later[self.hi[later] > self.lo[later]]
+        if len(later):
+            return int(later[0])
+        order, _ = self.shard_order(seed, epoch + 1)
+        return int(order[self.hi[order] > self.lo[order]][0])
+
+
+def make_loader(tokens, *args, **kwargs) -> BlockLoader:
+    """A BlockLoader over `tokens`; over a ShardTokens (data/remote_shards.py), a ShardedLoader."""
+    return (ShardedLoader if getattr(tokens, "remote", False) else BlockLoader)(tokens, *args, **kwargs)
+
+
+class ShardedLoader(BlockLoader):
+    """A BlockLoader over a ShardTokens: the shard-grouped order, the shards of each batch held
+    while it is read, and the next shard of the stream fetched meanwhile."""
+
+    def __init__(self, tokens, *args, **kwargs):
+        super().__init__(tokens, *args, **kwargs)
+        if self.examples is not None:
+            raise ValueError("instruction data is not read from a URL")
+        self.order = ShardOrder(tokens.starts, self.T, self.n_blocks)
+
+    def batch(self, indices):
+        """Hold what this batch and the rest of its shard's blocks read; prefetch the next shard's."""
+        starts = np.asarray(indices, dtype=np.int64) * self.T
+        now = self.order.shard_of(self._permutation()[self.offset])  # where the stream goes on
+        self.tokens.hold({s for a in starts for s in self.tokens.shards_of(int(a), int(a) + self.T + 1)}
+                         | set(self.order.reads(now, self.tokens)))
+        nxt = self.order.next_shard(self.seed, self.epoch, self.offset)
+        self.tokens.prefetch(self.order.reads(nxt, self.tokens))
+        return super().batch(indices)
+
+
 def open_train_loader(path, block_size: int, batch_size: int, rank: int, world: int, seed: int,
                       max_blocks: int | None, vocab_size: int) -> BlockLoader:
     """The training stream of one prepared dataset (data.path): its train split as blocks, or
     as examples of instruction data; one line when it has fewer of them than ranks."""
-    from gptrain.data.formats import open_examples, open_split
+    from gptrain.data.formats import open_examples
+    from gptrain.data.remote_shards import open_tokens
 
-    tokens = open_split(path, "train")
+    tokens = open_tokens(path, "train")
     examples = open_examples(path, "train", len(tokens))  # instruction data, or None
     if count_blocks(len(tokens), block_size, max_blocks, examples) < world:
         what = "examples with a completion token in their first" if examples else "blocks of"
         raise UserError(f"the training split has fewer {what} {block_size} tokens than data-parallel ranks "
                         f"({world}); use more data or another model.block_size")
-    return BlockLoader(tokens, block_size, batch_size, rank, world, seed=seed, max_blocks=max_blocks,
+    return make_loader(tokens, block_size, batch_size, rank, world, seed=seed, max_blocks=max_blocks,
                        vocab_size=vocab_size, source=f"dataset {path}", examples=examples)
 
 

@@ -139,17 +139,18 @@ class MixtureLoader:
     def open(cls, sources, block_size: int, batch_size: int, rank: int = 0, world: int = 1, seed: int = 0,
              max_blocks: int | None = None, vocab_size: int | None = None) -> "MixtureLoader":
         """sources: [(name, weight, prepared dir)]; each source's train split, its own stream."""
-        from gptrain.data.formats import open_examples, open_split
-        from gptrain.data.loader import BlockLoader, count_blocks
+        from gptrain.data.formats import open_examples
+        from gptrain.data.loader import count_blocks, make_loader
+        from gptrain.data.remote_shards import open_tokens
 
         loaders = []
         for i, (name, _, path) in enumerate(sources):
-            tokens = open_split(path, "train")
+            tokens = open_tokens(path, "train")
             examples = open_examples(path, "train", len(tokens))
             if count_blocks(len(tokens), block_size, max_blocks, examples) < 1:
                 raise UserError(f"--data.mix: {name} has no training block of {block_size} tokens; "
                                 "use more data or a smaller model.block_size")
-            loaders.append(BlockLoader(tokens, block_size, batch_size, seed=seed + i, max_blocks=max_blocks,
+            loaders.append(make_loader(tokens, block_size, batch_size, seed=seed + i, max_blocks=max_blocks,
                                        vocab_size=vocab_size, source=f"dataset {path}", examples=examples))
         return cls(loaders, [n for n, _, _ in sources], [w for _, w, _ in sources], batch_size, rank, world)
 

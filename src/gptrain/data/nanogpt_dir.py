@@ -17,7 +17,6 @@ import pickle
 import shutil
 from pathlib import Path
 
-import numpy as np
 
 from gptrain.errors import UserError
 

@@ -11,9 +11,10 @@ from gptrain.data.formats import read_meta
 from gptrain.errors import UserError
 
 
-def resolve_data(path: str, tokenizer: str = "", init_from: str = "") -> Path:
+def resolve_data(path: str, tokenizer: str = "", init_from: str = "", cache_bytes: int = 8 << 30) -> Path:
     """A prepared dataset dir from a path, a dataset name, a HF save_to_disk directory, a
-    nanoGPT folder, or a text/JSONL/parquet file, URL or pushed folder of such files (tokenized
+    nanoGPT folder, a prepared folder's URL (read through a local cache of `cache_bytes`:
+    data/remote_shards.py), or a text/JSONL/parquet file, URL or pushed folder of such files (tokenized
     once into the cache with `tokenizer`, or init_from's). The tokenizer of ids is the one the
     data names (meta.json, meta.pkl, the one recorded at push); `tokenizer` only where it names none."""
     from gptrain.data import nanogpt_dir
@@ -33,6 +34,11 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "") -> Path:
                 read_meta(p)
                 return p
         path = str(p)
+    else:
+        from gptrain.data.remote_shards import is_remote_dataset, open_remote
+
+        if is_remote_dataset(path):
+            return open_remote(path, cache_bytes)
     from gptrain.data.prepared_cache import cached_prepare
 
     return cached_prepare(path, tokenizer or _model_tokenizer(init_from))
@@ -43,10 +49,11 @@ def resolve_sources(cfg: Config) -> list[tuple[str, float, Path]]:
     each of data.mix's (data/mixture.py), all of one tokenizer."""
     d = cfg.data
     if not d.mix:
-        return [(d.path, 1.0, resolve_data(d.path, d.tokenizer, cfg.model.init_from))]
+        return [(d.path, 1.0, resolve_data(d.path, d.tokenizer, cfg.model.init_from, d.cache_bytes))]
     from gptrain.data.mixture import check_tokenizers, parse_mix
 
-    sources = [(name, w, resolve_data(name, d.tokenizer, cfg.model.init_from)) for name, w in parse_mix(d.mix)]
+    sources = [(name, w, resolve_data(name, d.tokenizer, cfg.model.init_from, d.cache_bytes))
+               for name, w in parse_mix(d.mix)]
     check_tokenizers([(name, read_meta(p)) for name, _, p in sources])
     return sources
 

@@ -22,9 +22,10 @@ import torch
 import torch.distributed as dist
 
 from gptrain.config import Config, dump_toml
-from gptrain.data.formats import open_examples, open_split, read_meta
+from gptrain.data.formats import open_examples, read_meta
 from gptrain.data import mixture
 from gptrain.data.loader import count_blocks, eval_batches, open_train_loader
+from gptrain.data.remote_shards import open_tokens
 from gptrain.distributed import pipeline
 from gptrain.distributed.mesh import init_distributed
 from gptrain.distributed.parallelize import check_layout, parallelize
@@ -121,7 +122,7 @@ class Trainer(Checkpointing):
         have = count_blocks(tokens, T, self.cfg.data.max_eval_samples, examples)
         need = self.dims.dp * (tc.eval_batch_size if self.dims.pp > 1 else 1)  # a pipeline needs full batches
         if have >= need:
-            return open_split(path, "val"), examples
+            return open_tokens(path, "val"), examples
         if tc.do_eval and tc.eval_strategy != "no":
             self.log_main(f"note: no evaluation{' of it' if self.cfg.data.mix else ''}: the validation split of "
                           f"{path} has {tokens} tokens, {have} block(s) of {T}, and this layout needs {need}; "

@@ -1,0 +1,279 @@
+"""Training straight from a prepared dataset at a URL, through a bounded local cache.
+
+    --data.path https://host/data/web      # any fsspec URL (http(s)://, s3://, file://, ...) of a
+                                           # folder that `gptrain data prepare` wrote: URL/meta.json
+
+`open_remote` reads URL/meta.json (checked by formats.check_meta: its shard names are plain
+names) into a local folder, $GPTRAIN_HOME/cache/shards-<hash of URL>/, beside `remote.json`
+(the URL and data.cache_bytes); formats.open_split of that folder gives a `ShardTokens`, a
+token array (len() and tokens[a:b] across shards) that reads whole shard files from
+shards/. A shard is downloaded to a temporary name, its size and sha256 checked against
+meta.json (a mismatch: one line, nothing kept), and renamed into place; cached files are named
+by their sha256, so a dataset changed at the URL never reads a stale file. Before a download
+the least recently used shards that are not in use are removed until the cache, with the new
+shard, fits in data.cache_bytes. Downloads are serialized per host (a lock file), so the ranks
+of one host share the cache and never fetch one shard twice at once.
+
+The order (`ShardOrder`): a global permutation of all blocks would touch every shard all the
+time, so a remote dataset is read shard by shard: each epoch a seeded permutation of the
+shards, and within each a seeded permutation of the blocks that start in it. It is one global
+stream like data/loader.py's, so state = epoch + offset and resume on any world size hold.
+`ShardedLoader` holds the shards of the batch it reads and has a thread fetch the next
+shard of the stream meanwhile, so steps do not wait on the network in steady state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from gptrain.errors import UserError
+
+TEXT_SUFFIXES = (".txt", ".md", ".jsonl", ".json", ".parquet")
+MARK = "remote.json"
+
+
+def is_remote_dataset(path: str) -> bool:
+    """A URL that should be a prepared folder (not a text/JSONL/parquet file to tokenize)."""
+    return "://" in path and not path.rstrip("/").lower().endswith(TEXT_SUFFIXES)
+
+
+def _read_url(url: str, limit: int) -> bytes:
+    import fsspec
+
+    try:
+        with fsspec.open(url, "rb") as f:
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # a missing package, refused credentials, a network error
+        raise UserError(f"cannot read {url}: {type(e).__name__}: {e}".splitlines()[0]) from None
+    if len(data) > limit:
+        raise UserError(f"{url} is larger than {limit} bytes; it is not a dataset description")
+    return data
+
+
+def open_remote(url: str, cache_bytes: int) -> Path:
+    """The local folder that stands for the prepared dataset at `url` (module doc)."""
+    from gptrain.atomic import write_text_atomic
+    from gptrain.data.formats import check_meta
+    from gptrain.home import home
+
+    url = url.rstrip("/")
+    try:
+        raw = _read_url(f"{url}/meta.json", 64 << 20)
+    except FileNotFoundError:
+        raise UserError(f"{url} is not a prepared dataset (no meta.json there); give the folder `gptrain "
+                        f"data prepare` wrote, or a file URL ending in {'/'.join(TEXT_SUFFIXES)}") from None
+    try:
+        meta = json.loads(raw)
+    except ValueError:
+        raise UserError(f"{url}/meta.json is not JSON; it is corrupt or was not written by gptrain") from None
+    check_meta(meta, f"{url}/meta.json")
+    if meta.get("sft") is not None:
+        raise UserError(f"{url} is instruction data, which is not read from a URL yet; copy the folder "
+                        "and give its local path")
+    itemsize = np.dtype(meta["dtype"]).itemsize
+    largest = max((f["tokens"] * itemsize for info in meta["splits"].values() for f in info["files"]), default=0)
+    if cache_bytes < 2 * largest:
+        raise UserError(f"data.cache_bytes {cache_bytes} is smaller than two shards of {url} "
+                        f"({2 * largest} bytes), what must be held at once; raise --data.cache_bytes")
+    folder = home() / "cache" / f"shards-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
+    (folder / "shards").mkdir(parents=True, exist_ok=True)
+    write_text_atomic(folder / "meta.json", json.dumps(meta, indent=2))
+    write_text_atomic(folder / MARK, json.dumps({"url": url, "cache_bytes": cache_bytes}))
+    return folder
+
+
+def is_remote_folder(path) -> bool:
+    return (Path(path) / MARK).is_file()
+
+
+def open_tokens(path, split: str):
+    """One split's tokens of a prepared dataset folder: formats.open_split's array, or, for the
+    folder that stands for a URL, a ShardTokens."""
+    from gptrain.data.formats import open_split
+
+    return open_remote_split(path, split) if is_remote_folder(path) else open_split(path, split)
+
+
+def open_remote_split(folder, split: str) -> "ShardTokens":
+    """A split of the dataset `folder` stands for, as a token array."""
+    from gptrain.data.formats import read_meta
+    from gptrain.files import read_json
+
+    folder = Path(folder)
+    meta, mark = read_meta(folder), read_json(folder / MARK, "remote dataset record")
+    if split not in meta["splits"] or meta["splits"][split]["tokens"] == 0:
+        raise UserError(f"dataset {mark['url']} has no {split!r} split")
+    cache = ShardCache(folder / "shards", mark["url"], int(mark["cache_bytes"]))
+    return ShardTokens(cache, meta["splits"][split]["files"], meta["dtype"])
+
+
+_LOCKS: dict[Path, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+class ShardCache:
+    """Whole shard files under `root`, at most `bound` bytes in all (module doc)."""
+
+    def __init__(self, root: Path, url: str, bound: int):
+        self.root, self.url, self.bound = Path(root), url, bound
+        with _LOCKS_GUARD:  # one lock per cache in this process (train, val, prefetch threads); the
+            self.lock = _LOCKS.setdefault(self.root, threading.Lock())  # lock file: other processes
+
+    def path(self, f: dict) -> Path:
+        return self.root / f"{f['sha256'][:16]}-{f['name']}"
+
+    def ensure(self, f: dict, itemsize: int, keep: set, prefetch: bool = False, held: set = frozenset()) -> Path | None:
+        """The cached file of shard entry `f`, downloaded when missing. `keep`: paths never evicted
+        for it; `held`: paths evicted last (a reader's) or, for a prefetch, never: a prefetch
+        gives None where the shard does not fit beside them."""
+        from gptrain.atomic import exclusive
+
+        path = self.path(f)
+        if path.is_file():
+            return path
+        self.lock.acquire()
+        try:
+            with exclusive(self.root.parent / "lock"):
+                if path.is_file():  # another rank of this host fetched it meanwhile
+                    return path
+                for p in self.root.glob(".tmp-*"):  # downloads are serialized: a dead one's leftover
+                    p.unlink(missing_ok=True)
+                size = f["tokens"] * itemsize
+                keep = keep | {path} | (held if prefetch else set())
+                if not self._make_room(size, keep, held):
+                    if prefetch:
+                        return None
+                    raise UserError(f"data.cache_bytes {self.bound} cannot hold the shards one batch of "
+                                    f"{self.url} reads at once; raise --data.cache_bytes")
+                self._download(f, size, path)
+                return path
+        finally:
+            self.lock.release()
+
+    def _make_room(self, size: int, keep: set, held: set) -> bool:
+        files = sorted((p.stat().st_mtime, p) for p in self.root.iterdir() if p.is_file())
+        used = sum(p.stat().st_size for _, p in files)
+        for last in (False, True):  # least recently used first; what is held only when needed
+            for _, p in files:
+                if used + size <= self.bound:
+                    return True
+                if p not in keep and (p in held) == last and p.exists():
+                    used -= p.stat().st_size
+                    p.unlink(missing_ok=True)
+        return used + size <= self.bound
+
+    def _download(self, f: dict, size: int, path: Path) -> None:
+        import fsspec
+
+        url = f"{self.url}/{f['name']}"
+        tmp = self.root / f".tmp-{f['name']}-{os.getpid()}-{threading.get_ident()}"
+        h, got = hashlib.sha256(), 0
+        try:
+            with fsspec.open(url, "rb") as src, open(tmp, "wb") as out:
+                while got <= size:
+                    block = src.read(min(1 << 22, size + 1 - got))
+                    if not block:
+                        break
+                    h.update(block)
+                    out.write(block)
+                    got += len(block)
+            if got != size:
+                raise UserError(f"shard {url} has {got}{'+' if got > size else ''} bytes, meta.json says "
+                                f"{size}: it is truncated or corrupted; push or prepare the dataset again")
+            if h.hexdigest() != f["sha256"]:
+                raise UserError(f"shard {url} fails its sha256 check against meta.json: it is corrupted; "
+                                "push or prepare the dataset again")
+            os.replace(tmp, path)
+        except UserError:
+            raise
+        except Exception as e:
+            raise UserError(f"cannot read {url}: {type(e).__name__}: {e}".splitlines()[0]) from None
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+class ShardTokens:
+    """One split's tokens, read from cached shards: len() and tokens[a:b] (module doc)."""
+
+    remote = True
+
+    def __init__(self, cache: ShardCache, files: list[dict], dtype: str):
+        self.cache, self.files, self.dtype = cache, files, np.dtype(dtype)
+        counts = [f["tokens"] for f in files]
+        self.starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])  # each shard's first token
+        self.held: set[int] = set()
+        self._queue: queue.Queue | None = None
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def shards_of(self, a: int, b: int) -> range:
+        """The shards tokens[a:b] reads (b > a)."""
+        return range(int(np.searchsorted(self.starts, a, "right")) - 1,
+                     int(np.searchsorted(self.starts, b - 1, "right")))
+
+    def _paths(self, shards) -> set:
+        return {self.cache.path(self.files[s]) for s in shards}
+
+    def _read(self, s: int, a: int, b: int, keep: set) -> np.ndarray:
+        """Tokens a..b (within shard s, counted in it) from its cached file."""
+        for _ in range(3):  # another rank may evict it between ensure and open
+            path = self.cache.ensure(self.files[s], self.dtype.itemsize, keep, held=self._paths(self.held))
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(a * self.dtype.itemsize)
+                    return np.frombuffer(fh.read((b - a) * self.dtype.itemsize), dtype=self.dtype)
+            except FileNotFoundError:
+                continue
+        raise UserError(f"the shards of {self.cache.url} are evicted as soon as they are fetched: "
+                        "the cache is shared by too many readers; raise --data.cache_bytes")
+
+    def __getitem__(self, key):
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("ShardTokens supports tokens[a:b] only")
+        a, b, _ = key.indices(len(self))
+        if b <= a:
+            return np.zeros(0, self.dtype)
+        shards = self.shards_of(a, b)
+        keep = self._paths(shards)
+        parts = [self._read(s, max(a, self.starts[s]) - self.starts[s], min(b, self.starts[s + 1]) - self.starts[s],
+                            keep) for s in shards]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def hold(self, shards) -> None:
+        """Mark `shards` in use (evicted last by this reader, never by its prefetch) and recently used."""
+        self.held = set(shards)
+        for s in self.held:
+            try:
+                os.utime(self.cache.path(self.files[s]))
+            except FileNotFoundError:
+                pass
+
+    def prefetch(self, shards) -> None:
+        """Fetch `shards` in a background thread, as far as they fit beside the held ones."""
+        if self._queue is None:
+            self._queue = queue.Queue()
+            threading.Thread(target=self._prefetcher, daemon=True).start()
+        shards = tuple(s for s in shards if not self.cache.path(self.files[s]).is_file())
+        if shards:
+            self._queue.put(shards)
+
+    def _prefetcher(self) -> None:
+        while True:
+            shards = self._queue.get()
+            for s in shards:  # in order; each keeps the held ones and the others of its group
+                try:
+                    if self.cache.ensure(self.files[s], self.dtype.itemsize, self._paths(shards), prefetch=True,
+                                         held=self._paths(self.held)) is None:
+                        break
+                except Exception:  # the reader meets the same error when it needs the shard, and reports it
+                    break

@@ -1,0 +1,187 @@
+"""Training from a prepared dataset at a URL (data/remote_shards.py): a real HTTP server on
+127.0.0.1 serving a prepared folder of several shards, read through real fsspec."""
+
+import functools
+import http.server
+import json
+import re
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gptrain.data.formats import open_split, read_meta
+from gptrain.data.loader import BlockLoader, ShardedLoader, ShardOrder
+from gptrain.data.remote_shards import open_remote, open_remote_split
+from gptrain.errors import UserError
+from tests.helpers import TINY, train, write_corpus
+
+T, B = 32, 4
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """(root folder served, base URL); root/ds is a char dataset of 7 train shards, 3 val ones."""
+    from gptrain.data.prepare import prepare
+
+    root = tmp_path_factory.mktemp("served")
+    texts = [str(write_corpus(root / f"corpus-{i}.txt", 6000, seed=i)) for i in range(10)]
+    prepare(texts, str(root / "ds"), tokenizer="char", val_fraction=0.2, shard_tokens=7000, quiet=True)
+    handler = functools.partial(QuietHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def shard_bytes(root: Path) -> int:
+    return max(f["tokens"] * 2 for info in read_meta(root / "ds")["splits"].values() for f in info["files"])
+
+
+def cached(folder: Path) -> int:
+    """Bytes in the cache, downloads under way included (a file renamed meanwhile: skipped)."""
+    total = 0
+    for p in (folder / "shards").iterdir():
+        try:
+            total += p.stat().st_size
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def reference(root: Path, world: int = 1, rank: int = 0) -> BlockLoader:
+    """A loader over the same files, local, in the same shard-grouped order."""
+    tokens = open_split(root / "ds", "train")
+    loader = BlockLoader(tokens, T, B, rank, world, seed=7)
+    starts = np.concatenate([[0], np.cumsum([f["tokens"] for f in read_meta(root / "ds")["splits"]["train"]["files"]])])
+    loader.order = ShardOrder(starts, T, loader.n_blocks)
+    return loader
+
+
+def remote(folder, world: int = 1, rank: int = 0) -> ShardedLoader:
+    return ShardedLoader(open_remote_split(folder, "train"), T, B, rank, world, seed=7)
+
+
+def test_the_order_is_grouped_by_shard_and_a_permutation_of_all_blocks(served):
+    root, _ = served
+    loader = reference(root)
+    perm = loader.order(7, 0)
+    assert sorted(perm) == list(range(loader.n_blocks)) and not np.array_equal(perm, loader.order(7, 1))
+    shard = np.searchsorted(loader.order.lo, perm, "right") - 1
+    assert (np.diff(shard) != 0).sum() == loader.order.n_shards - 1  # each shard's blocks in one run
+
+
+def test_remote_batches_match_local_ones_and_the_cache_stays_under_its_bound(served):
+    root, url = served
+    files = read_meta(root / "ds")["splits"]["train"]["files"]
+    assert len(files) >= 6
+    bound = 3 * shard_bytes(root)
+    assert bound < sum(f["tokens"] * 2 for f in files)  # smaller than the dataset
+    folder = open_remote(f"{url}/ds", bound)
+    ref, got = reference(root), remote(folder)
+    peak = 0
+    for _ in range(int(1.3 * ref.n_blocks / B)):  # past the end of the first epoch
+        (x, y), (rx, ry) = got.next_batch(), ref.next_batch()
+        assert (x == rx).all() and (y == ry).all()
+        peak = max(peak, cached(folder))
+        assert peak <= bound
+    assert peak > shard_bytes(root)
+
+
+@pytest.mark.parametrize("world_after", [1, 2])
+def test_resume_continues_with_the_same_batches_on_any_world_size(served, world_after):
+    root, url = served
+    folder = open_remote(f"{url}/ds", 2 * shard_bytes(root) + 100)  # two shards: little room to prefetch
+    straight = [remote(folder, 2, r) for r in range(2)]
+
+    def global_batch(loaders):  # rank r holds every world-th row of the global batch
+        rows = [loader.next_batch()[0].numpy() for loader in loaders]
+        return np.stack(rows, 1).reshape(-1, T)
+
+    for _ in range(30):
+        global_batch(straight)
+    state = straight[0].state_dict()
+    expect = [global_batch(straight) for _ in range(12)]
+    resumed = [remote(folder, world_after, r) for r in range(world_after)]
+    for r in resumed:
+        r.B = 2 * B // world_after  # the same global batch
+        r.load_state_dict(state)
+    for k in range(12):
+        assert (global_batch(resumed) == expect[k]).all(), k
+
+
+def test_a_mix_of_urls_reads_each_source_through_the_cache(served):
+    from gptrain.data.mixture import MixtureLoader
+
+    root, url = served
+    folder = open_remote(f"{url}/ds", 3 * shard_bytes(root))
+    mix = MixtureLoader.open([("a", 0.6, folder), ("b", 0.4, folder)], T, B, seed=7)
+    local = [reference(root) for _ in range(2)]
+    local[1].seed = 8  # each source's stream: seed + its index
+    ref = MixtureLoader(local, ["a", "b"], [0.6, 0.4], B)
+    assert all(isinstance(s, ShardedLoader) for s in mix.sources)
+    for _ in range(40):
+        assert (mix.next_batch()[0] == ref.next_batch()[0]).all()
+        assert cached(folder) <= 3 * shard_bytes(root)
+
+
+def tampered(root: Path) -> Path:
+    """root/bad: ds with its first train shard changed and its second cut short."""
+    bad = root / "bad"
+    if not bad.exists():
+        shutil.copytree(root / "ds", bad)
+        files = json.loads((bad / "meta.json").read_text())["splits"]["train"]["files"]
+        data = bytearray((bad / files[0]["name"]).read_bytes())
+        data[10] ^= 1
+        (bad / files[0]["name"]).write_bytes(bytes(data))
+        (bad / files[1]["name"]).write_bytes((bad / files[1]["name"]).read_bytes()[:-4])
+    return bad
+
+
+def test_bad_input_is_one_line(served, tmp_path):
+    root, url = served
+    bad = tampered(root)
+    meta = json.loads((bad / "meta.json").read_text())
+    files = meta["splits"]["train"]["files"]
+    folder = open_remote(f"{url}/bad", 1 << 30)
+    tokens = open_remote_split(folder, "train")
+    for s, what in ((0, "fails its sha256"), (1, "is truncated")):
+        with pytest.raises(UserError, match=what) as e:
+            tokens[int(tokens.starts[s]): int(tokens.starts[s]) + 5]
+        assert "\n" not in str(e.value)
+    assert not list((folder / "shards").iterdir())  # nothing kept
+    with pytest.raises(UserError, match="no meta.json"):
+        open_remote(f"{url}/nothing-here", 1 << 30)
+    with pytest.raises(UserError, match="smaller than two shards"):
+        open_remote(f"{url}/ds", shard_bytes(root))
+    outside = root / "outside"
+    shutil.copytree(root / "ds", outside, dirs_exist_ok=True)
+    files[2]["name"] = "../x.bin"
+    (outside / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(UserError, match="not a plain file name"):
+        open_remote(f"{url}/outside", 1 << 30)
+
+
+def test_two_ranks_train_from_the_url_through_a_cache_smaller_than_the_data(served, tmp_path):
+    root, url = served
+    bound = 3 * shard_bytes(root)
+    tampered(root)
+    r = train(f"--data.path={url}/ds", f"--data.cache_bytes={bound}", "--train.batch_size=4",
+              "--train.max_steps=4", "--train.eval_every=4", "--data.max_eval_samples=8", *TINY,
+              f"--train.output_dir={tmp_path / 'out'}", nproc=2)
+    assert "completed at step 4" in r.stdout
+    rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval/loss" in row for row in rows)  # the validation split, read from the URL too
+    [folder] = (tmp_path / "gptrain-home" / "cache").glob("shards-*")
+    assert 0 < cached(folder) <= bound
+    for where, what in (("nothing-here", "no meta.json"), ("bad", "sha256 check|truncated or corrupted")):
+        bad = train(f"--data.path={url}/{where}", *TINY, f"--train.output_dir={tmp_path / where}", check=False)
+        assert bad.returncode == 2 and re.search(what, bad.stderr), bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
