@@ -17,7 +17,6 @@ import pickle
 import shutil
 from pathlib import Path
 
-
 from gptrain.errors import UserError
 
 FILES = ("train.bin", "val.bin")
