@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gptrain.errors import UserError
+from gptrain.errors import UserError, scrub_credentials
 
 TEXT_SUFFIXES = (".txt", ".md", ".jsonl", ".json", ".parquet")
 MARK = "remote.json"
@@ -87,8 +87,14 @@ def open_remote(url: str, cache_bytes: int) -> Path:
     folder = home() / "cache" / f"shards-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
     (folder / "shards").mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / "meta.json", json.dumps(meta, indent=2))
-    write_text_atomic(folder / MARK, json.dumps({"url": url, "cache_bytes": cache_bytes}))
+    # on disk, the URL without what can carry a credential (user part, query string); the URL
+    # itself stays in this process's memory, for the downloads
+    write_text_atomic(folder / MARK, json.dumps({"url": scrub_credentials(url), "cache_bytes": cache_bytes}))
+    _URLS[str(folder)] = url
     return folder
+
+
+_URLS: dict[str, str] = {}  # folder -> the URL it stands for, as given (credentials included)
 
 
 def is_remote_folder(path) -> bool:
@@ -112,7 +118,7 @@ def open_remote_split(folder, split: str) -> "ShardTokens":
     meta, mark = read_meta(folder), read_json(folder / MARK, "remote dataset record")
     if split not in meta["splits"] or meta["splits"][split]["tokens"] == 0:
         raise UserError(f"dataset {mark['url']} has no {split!r} split")
-    cache = ShardCache(folder / "shards", mark["url"], int(mark["cache_bytes"]))
+    cache = ShardCache(folder / "shards", _URLS.get(str(folder), mark["url"]), int(mark["cache_bytes"]))
     return ShardTokens(cache, meta["splits"][split]["files"], meta["dtype"])
 
 
