@@ -1,29 +1,57 @@
-"""A `gptrain data prepare` killed with SIGKILL at random moments (seeded), and run again each
-time, finishes with the token files and meta.json of a prepare that was never interrupted
-(issue 24)."""
+"""A `gptrain data prepare` killed with SIGKILL at seeded points (mid-shard, around journal
+writes, while finishing), and run again each time, finishes with the token files and meta.json
+of a prepare that was never interrupted (issue 24)."""
 
 import json
 import random
 import subprocess
 import sys
-import time
 
 from tests.helpers import write_corpus
 
 # The real CLI in a subprocess, with small tasks and pieces and a journal after every task, so a
-# small corpus makes hundreds of tasks and a kill can land anywhere (the defaults: 1 MiB, 2 s).
+# small corpus makes hundreds of tasks (the defaults: 1 MiB, 2 s). It SIGKILLs itself at the point
+# argv[1:3] names (a kill timed from outside can miss on a loaded machine; these cannot):
+#   before-journal N / after-journal N: around its Nth journal write (shards written but not yet
+#   journaled, or just journaled); done-journal: after the journal that says every task is
+#   written; before-publish: with meta.json written; in-publish: journal removed, not yet renamed.
 CLI = """
-import sys
-from gptrain.data import prepare, sources
+import os, signal, sys
+from gptrain.data import prepare, prepare_journal, sources
 prepare.TASK_CHARS, sources.PIECE_CHARS, prepare.JOURNAL_SECONDS = 1500, 400, 0.0
+where, n = sys.argv[1], int(sys.argv[2])
+J, writes = prepare_journal.Journal, [0]
+write, publish = J._write, J.publish
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def _write(self, state):
+    writes[0] += 1
+    if where == "before-journal" and writes[0] == n:
+        die()
+    write(self, state)
+    if (where == "after-journal" and writes[0] == n) or (where == "done-journal" and state.get("done")):
+        die()
+
+def _publish(self):
+    if where == "before-publish":
+        die()
+    if where == "in-publish":
+        self.path.unlink()
+        die()
+    publish(self)
+
+J._write, J.publish = _write, _publish
 from gptrain.cli import main
-sys.exit(main(sys.argv[1:]))
+sys.exit(main(sys.argv[3:]))
 """
 
 
-def _prepare(corpus, out, num_proc: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", CLI, "data", "prepare", str(corpus), "--out", str(out),
-                             "--val-fraction", "0.2", "--shard-tokens", "4000", "--num-proc", str(num_proc)],
+def _prepare(corpus, out, num_proc: int, kill=("never", 0)) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", CLI, kill[0], str(kill[1]), "data", "prepare", str(corpus),
+                             "--out", str(out), "--val-fraction", "0.2", "--shard-tokens", "4000",
+                             "--num-proc", str(num_proc)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -53,38 +81,20 @@ def test_a_prepare_killed_at_random_moments_finishes_identical(tmp_path):
 
     rng = random.Random(24)
     out, partial = tmp_path / "out", tmp_path / "out.partial"
-    kills, continued, done = 0, 0, False
-    # when to kill: a seeded moment early on (the start), then once a seeded number of tasks more
-    # is journaled (plus a seeded delay: the kill lands anywhere in what follows), then once
-    # every task is written (the last steps)
-    points = [("seconds", rng.uniform(0.05, 0.6))] + [("tasks", rng.randint(3, 25)) for _ in range(5)] + \
-        [("done", None)]
-    for attempt, (kind, at) in enumerate(points):
-        before = _journal(partial).get("tasks", 0)
-        proc = _prepare(corpus, out, 1 + attempt % 2)
-        started = time.monotonic()
-        while proc.poll() is None:
-            j = _journal(partial)
-            if (kind == "seconds" and time.monotonic() - started >= at) or \
-                    (kind == "tasks" and j.get("tasks", 0) >= before + at) or (kind == "done" and j.get("done")):
-                time.sleep(rng.uniform(0, 0.02))
-                proc.kill()
-                break
-            time.sleep(0.002)
+    kills = [("before-journal", rng.randint(2, 12))] + \
+        [(rng.choice(["before-journal", "after-journal"]), rng.randint(1, 12)) for _ in range(4)] + \
+        [("done-journal", 0), ("before-publish", 0), ("in-publish", 0)]
+    for attempt, kill in enumerate(kills):
+        proc = _prepare(corpus, out, 1 + attempt % 2, kill)
         stdout, stderr = proc.communicate(timeout=300)
-        continued += "continuing an interrupted prepare:" in stdout
-        assert proc.returncode in (0, -9), (proc.returncode, stderr[-2000:])
-        kills += proc.returncode == -9
-        if out.exists():  # it had finished (killed, if at all, once its folder was renamed)
-            done = True
-            break
-    if not done:
-        proc = _prepare(corpus, out, 2)
-        stdout, stderr = proc.communicate(timeout=300)
-        assert proc.returncode == 0, stderr[-2000:]
-    print(f"killed {kills} times, continued {continued} times")
-    # (a kill can miss when the run gets there first on a loaded machine: the seeded points are 7)
-    assert kills >= 3 and continued >= 2, (kills, continued)
+        assert proc.returncode == -9, (kill, proc.returncode, stderr[-2000:])
+        assert not out.exists() and partial.is_dir(), kill
+        if attempt:  # every run after the first found the journal it left and went on from it
+            assert "continuing an interrupted prepare:" in stdout or kill[0] == "before-publish" or \
+                kill[0] == "in-publish", (kill, stdout)
+    proc = _prepare(corpus, out, 2)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-2000:]
 
     assert not partial.exists()
     assert _meta(out) == _meta(ref)
