@@ -130,3 +130,16 @@ def test_an_unwritable_output_dir_under_torchrun(tmp_path, prepared):
     assert lines and all(line.startswith(f"gptrain: error: cannot write the output directory {out} (")
                          for line in lines), r.stderr[-3000:]
     assert "exitcode  : 2" in r.stderr and "Connection closed" not in r.stderr, r.stderr[-3000:]
+
+
+def test_the_background_full_disk_hook_is_installed_once(isolated_home):
+    """Commands run in one process (tests, a notebook) install the thread hook once, not a
+    chain of hooks each wrapping the one before."""
+    import threading
+
+    from gptrain.cli import main
+
+    main(["jobs"])
+    hook = threading.excepthook
+    main(["jobs"])
+    assert threading.excepthook is hook and getattr(hook, "quiet_full_disk", False)

@@ -94,10 +94,13 @@ def _quiet_full_disk_in_threads() -> None:
     from gptrain.errors import disk_full
 
     default = threading.excepthook
+    if getattr(default, "quiet_full_disk", False):
+        return  # installed by an earlier command of this process (main() called in-process)
 
     def hook(args):
         if disk_full(args.exc_value) is None:
             default(args)
+    hook.quiet_full_disk = True
     threading.excepthook = hook
 
 

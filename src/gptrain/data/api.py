@@ -55,8 +55,8 @@ class TokenBlocks:
     def __init__(self, data: str | None = None, block_size: int = 1024, batch_size: int = 8,
                  rank: int | None = None, world: int | None = None, seed: int = 0, mix: str | None = None,
                  max_blocks: int | None = None):
-        from gptrain.data.formats import open_examples, open_split, read_meta
-        from gptrain.data.loader import BlockLoader
+        from gptrain.data.formats import read_meta
+        from gptrain.data.loader import open_train_loader
         from gptrain.data.mixture import MixtureLoader, check_tokenizers, parse_mix
 
         if (data is None) == (mix is None):
@@ -77,12 +77,7 @@ class TokenBlocks:
             return
         path = prepared_dir(data)
         self.vocab_size = read_meta(path)["vocab_size"]
-        tokens = open_split(path, "train")
-        try:
-            self.loader = BlockLoader(tokens, block_size, batch_size, rank, world, seed, max_blocks,
-                                      self.vocab_size, f"dataset {path}", open_examples(path, "train", len(tokens)))
-        except ValueError:
-            raise UserError(f"dataset {data} has fewer blocks of {block_size} tokens than ranks ({world})") from None
+        self.loader = open_train_loader(path, block_size, batch_size, rank, world, seed, max_blocks, self.vocab_size)
 
     def __iter__(self):
         while True:
