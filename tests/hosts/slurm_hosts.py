@@ -19,7 +19,9 @@ class HostsCluster(Cluster):
     def __init__(self, hosts: Hosts, root: Path, extra: str = ""):
         names, ips = hosts.hostnames, hosts.ips
         super().__init__(root, ctld=(names[0], ips[0]), nodes=[(h, h, ip) for h, ip in zip(names, ips)],
-                         munge_run=Path(f"/tmp/{hosts.net}-munge"), extra=extra)
+                         munge_run=Path(f"/tmp/{hosts.net}-munge"), extra=extra, cred_expire=None)
+        # Slurm's default cred_expire (120 s): with 15 s, slurmctld sent the requeued job's step on the
+        # rebooted host a SIGTERM (signal 991, seen at SlurmctldDebug=debug2) ~12 s after it started.
         self.hosts = hosts
 
     def on(self, host: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:

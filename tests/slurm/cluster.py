@@ -51,8 +51,11 @@ class Cluster:
 
     def __init__(self, root: Path, ctld: tuple[str, str] | None = None,
                  nodes: list[tuple[str, str, str]] | None = None, munge_run: Path | None = None,
-                 extra: str = ""):
+                 extra: str = "", cred_expire: int | None = 15):
         self.root = root
+        # Slurm holds a requeued job PENDING (BeginTime) for cred_expire + 1 s, 120 s by default;
+        # 15 s keeps the requeue tests' wait short on the same path. None: Slurm's default.
+        self.cred_expire = cred_expire
         host = socket.gethostname()
         self.ctld = ctld or (host, "127.0.0.1")
         self.nodes = nodes or [("node1", host, "127.0.0.1"), ("node2", host, "127.0.0.1")]
@@ -75,7 +78,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={self.munge_run}/munge.socket
+AuthInfo=socket={self.munge_run}/munge.socket{f",cred_expire={self.cred_expire}" if self.cred_expire else ""}
 SlurmctldPort={ctld}
 SlurmdPort={slurmd}
 StateSaveLocation={r}/state
