@@ -85,7 +85,7 @@ CREATE TABLE IF NOT EXISTS sources (
 MIGRATIONS = (("jobs", "supervisor", "TEXT"), ("jobs", "run_id", "TEXT"), ("checkpoints", "kind", "TEXT"),
               ("checkpoints", "mtime", "REAL"), ("datasets", "kind", "TEXT"))
 LOCK_WAIT_S = 600.0  # how long a write waits for another program's lock before giving up
-BUSY_TIMEOUT_MS = 60000  # one wait inside SQLite; transaction() retries it up to LOCK_WAIT_S
+BUSY_TIMEOUT_MS = 10000  # one wait inside SQLite; _begin() retries it up to LOCK_WAIT_S
 RESERVE = ".disk-reserve"
 RESERVE_BYTES = 1 << 20
 

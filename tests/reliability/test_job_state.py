@@ -104,16 +104,20 @@ def test_a_deleted_database_leaves_no_orphan(slots, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_database_locked_for_70_s_kills_nothing(slots, tmp_path):
-    """Another sqlite3 client holds `BEGIN EXCLUSIVE` for 70 s while the job runs and finishes:
-    the program is untouched and the job is recorded succeeded once the lock is gone."""
+def test_a_database_locked_past_the_busy_timeout_kills_nothing(slots, tmp_path):
+    """Another sqlite3 client holds `BEGIN EXCLUSIVE` longer than SQLite's busy timeout while the
+    job runs and finishes: the program is untouched and the job is recorded succeeded once the
+    lock is gone (the write retried past one busy timeout)."""
+    from gptrain.db import BUSY_TIMEOUT_MS
+
+    hold_s = BUSY_TIMEOUT_MS / 1000 + 8
     ok("run", "busy", "--", gated_script(tmp_path, after_go="time.sleep(5)\n"))
     wait_for("busy", ("running",), timeout=300)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sqlite3, sys, time\n"
          "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-         "c.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\ntime.sleep(70)\nc.execute('COMMIT')\n",
-         str(db_file())], stdout=subprocess.PIPE, text=True)
+         "c.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\ntime.sleep(float(sys.argv[2]))\n"
+         "c.execute('COMMIT')\n", str(db_file()), str(hold_s)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
         (tmp_path / "go").write_text("")
