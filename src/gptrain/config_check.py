@@ -9,7 +9,7 @@ import dataclasses
 import math
 import os
 
-from gptrain.errors import UserError
+from gptrain.errors import UserError, refuse_credentials
 
 INT64 = 2 ** 63 - 1
 BYTES_PER_PARAM = 16  # training state: fp32 weights, gradients and AdamW's two moments
@@ -34,6 +34,7 @@ def check(cfg):
     if cfg.lora.quantize_base != "none" and not (cfg.lora.r and cfg.model.init_from):
         raise UserError("--lora.quantize_base (QLoRA) quantizes the frozen base of a LoRA run from weights: "
                         "set --lora_r and --model.init_from")
+    check_no_credentials(cfg)
     from gptrain.data.mixture import check_config
 
     check_config(cfg.data)  # data.mix: its form, its names, one tokenizer
@@ -42,6 +43,18 @@ def check(cfg):
     check_shape(cfg.model)
     check_memory(cfg.model)
     return cfg
+
+
+# Settings that may name a URL, which gptrain records (the job, its config.toml, the console).
+URL_KEYS = ("data.path", "data.tokenizer", "model.init_from", "checkpoint.resume_from", "checkpoint.remote")
+
+
+def check_no_credentials(cfg) -> None:
+    """A URL in a setting holds no credential (errors.refuse_credentials)."""
+    values = [(key, getattr(getattr(cfg, key.split(".")[0]), key.split(".")[1])) for key in URL_KEYS]
+    values += [("data.mix", entry.rpartition(":")[0]) for entry in cfg.data.mix.split(",") if cfg.data.mix]
+    for key, value in values:
+        refuse_credentials(value, f"--{key}")
 
 
 def within(value: float, m) -> bool:

@@ -23,6 +23,54 @@ def scrub_credentials(text: str) -> str:
     return _URL.sub(scrub, text)
 
 
+SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)(.*)$", re.S)
+
+
+def has_credentials(url: str) -> bool:
+    """Whether `url` holds a credential: a password or token in its user part (any scheme, any
+    case: HTTPS://u:p@, git+ssh://u:p@, scp-form u:p@host:path, https://TOKEN@) or a query string
+    (?access_token=, ?X-Amz-Signature=)."""
+    m = SCHEME.match(url)
+    if m:
+        scheme, authority, rest = m.group(1).lower(), m.group(2), m.group(3)
+        user = authority.rpartition("@")[0] if "@" in authority else None
+        if user is not None and (":" in user or not scheme.endswith("ssh")):
+            return True  # a password, or a bare token as the user of a non-ssh URL
+        return "?" in rest  # query strings carry tokens (a presigned signature, ?token=)
+    head = url.split("/", 1)[0]  # scp-form [user@]host:path: the part before any slash
+    return "@" in head and ":" in head.rpartition("@")[0]
+
+
+def redact(url) -> str:
+    """A URL safe to show: one holding a credential with its user part and query string
+    replaced by ***; any other as it is."""
+    if not isinstance(url, str):
+        return repr(url)
+    if not has_credentials(url):
+        return url
+    m = SCHEME.match(url)
+    if m:
+        authority, rest = m.group(2), m.group(3)
+        host = ("***@" + authority.rpartition("@")[2]) if "@" in authority else authority
+        path, query = rest.split("?", 1)[0], "?***" if "?" in rest else ""
+        return f"{m.group(1)}://{host}{path}{query}"
+    head, slash, tail = url.partition("/")
+    if "@" in head:
+        head = "***@" + head.rpartition("@")[2]
+    return head + slash + tail
+
+
+def refuse_credentials(url, what: str) -> None:
+    """One UserError when the data or checkpoint URL `url` (the setting `what`) holds a
+    credential: it would be recorded. The URL is not echoed; the credential belongs in the
+    environment, where fsspec reads it."""
+    if isinstance(url, str) and "://" in url and has_credentials(url):
+        raise UserError(f"{what} {redact(url)!r} must not hold credentials (a password, token or signed "
+                        "query would be recorded with the job, its config.toml or the dataset): drop them and "
+                        "give them through the environment (AWS_* for s3://, FSSPEC_HTTPS='{\"headers\": {...}}' "
+                        "for https://; --secret NAME=VALUE in a job), see docs/object-storage.md")
+
+
 class UserError(Exception):
     """Bad input from the user: the message names the input and the fix. A URL in the message
     never shows its credentials (scrub_credentials): the message reaches terminals, job

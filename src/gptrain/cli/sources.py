@@ -37,7 +37,7 @@ def cmd_add(args, extra) -> int:
 def cmd_list(args, extra) -> int:
     from gptrain.cli import render
     from gptrain.jobs import store
-    from gptrain.jobs.code import redact
+    from gptrain.errors import redact
 
     render.table([("NAME", "URL", "REF"), *((s["name"], redact(s["url"]), s["ref"] or "-") for s in store.list_sources())])
     return 0

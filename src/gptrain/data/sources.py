@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gptrain.data.hf_import import is_hf_saved
-from gptrain.errors import UserError
+from gptrain.errors import UserError, refuse_credentials
 
 TEXT_EXTS = (".txt", ".md")
 RECORD_EXTS = (".jsonl", ".json", ".parquet")
@@ -49,6 +49,7 @@ def expand(sources: list[str], hf_config: str | None) -> list[Source]:
             out.append(Source("hf", s[3:]))
             continue
         if _is_url(s):
+            refuse_credentials(s, "source")
             out.append(Source("file", s))
             continue
         p = Path(s).expanduser()

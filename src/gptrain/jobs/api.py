@@ -79,7 +79,7 @@ def report(name: str, fresh: bool = True) -> dict:
     values = secrets.load(name).values()
     spec = json.loads(secrets.mask(json.dumps(full["spec"]), values))
     if spec.get("repository_url"):  # stored before credentials in URLs were refused: never shown
-        from gptrain.jobs.code import redact
+        from gptrain.errors import redact
 
         spec["repository_url"] = redact(spec["repository_url"])
     row = shown(full, values)

@@ -23,7 +23,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from gptrain.errors import UserError
+from gptrain.errors import UserError, has_credentials, redact
 from gptrain.home import home
 from gptrain.jobs.folder import code_dir
 
@@ -40,9 +40,6 @@ def max_bytes() -> int:
         return int(float(raw) * (1 << 20))
     except ValueError:
         raise UserError(f"GPTRAIN_CODE_MAX_MB={raw!r} is not a number of MiB") from None
-
-
-SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)(.*)$", re.S)
 
 
 def check_url(url: str) -> str:
@@ -63,35 +60,6 @@ def check_url(url: str) -> str:
     return url
 
 
-def has_credentials(url: str) -> bool:
-    m = SCHEME.match(url)
-    if m:
-        scheme, authority, rest = m.group(1).lower(), m.group(2), m.group(3)
-        user = authority.rpartition("@")[0] if "@" in authority else None
-        if user is not None and (":" in user or not scheme.endswith("ssh")):
-            return True  # a password, or a bare token as the user of a non-ssh URL
-        return "?" in rest  # query strings carry tokens; a repository URL needs none
-    head = url.split("/", 1)[0]  # scp-form [user@]host:path: the part before any slash
-    return "@" in head and ":" in head.rpartition("@")[0]
-
-
-def redact(url) -> str:
-    """A repository URL safe to show: one holding a credential with its user part and query
-    string replaced by ***; any other as it is."""
-    if not isinstance(url, str):
-        return repr(url)
-    if not has_credentials(url):
-        return url
-    m = SCHEME.match(url)
-    if m:
-        authority, rest = m.group(2), m.group(3)
-        host = ("***@" + authority.rpartition("@")[2]) if "@" in authority else authority
-        path, query = rest.split("?", 1)[0], "?***" if "?" in rest else ""
-        return f"{m.group(1)}://{host}{path}{query}"
-    head, slash, tail = url.partition("/")
-    if "@" in head:
-        head = "***@" + head.rpartition("@")[2]
-    return head + slash + tail
 
 
 def check_ref(ref: str | None) -> str | None:

@@ -8,7 +8,7 @@ import torch
 
 from gptrain.config import Config
 from gptrain.data.formats import read_meta
-from gptrain.errors import UserError
+from gptrain.errors import UserError, refuse_credentials
 
 
 def resolve_data(path: str, tokenizer: str = "", init_from: str = "", cache_bytes: int = 8 << 30) -> Path:
@@ -23,6 +23,7 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "", cache_byte
 
     if not path:
         raise UserError("no training data: pass --data.path DIR|NAME|FILE (or --tokenized_dataset_load_dir)")
+    refuse_credentials(path, "dataset")
     if "://" not in path:
         p = resolve(path)  # a path, or a pushed dataset's name (data/store.py's one rule)
         if not p.is_file():

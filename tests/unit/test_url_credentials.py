@@ -1,0 +1,80 @@
+"""A URL holding a credential (a password, a token, a signed query string) is refused wherever a
+URL can be named, in one line that does not echo it, and nothing is recorded; the credential
+goes in the environment instead, where fsspec reads it (FSSPEC_HTTPS for http headers)."""
+
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from tests.conftest import run_cli
+
+SECRET = "s3cr3t-Tok3n"
+URLS = [f"https://user:{SECRET}@127.0.0.1:9/data", f"http://127.0.0.1:9/data?token={SECRET}",
+        f"HTTPS://{SECRET}@127.0.0.1:9/data", f"s3://bucket/data?X-Amz-Signature={SECRET}"]
+
+
+def _commands(url, tmp_path, model):
+    return {
+        "train": ["train", f"--data.path={url}", "--train.max_steps=1", f"--train.output_dir={tmp_path / 'out'}"],
+        "run": ["run", "j", "--", f"--data.path={url}"],
+        "mix": ["run", "j", "--", f"--data.mix={url}:0.5,other:0.5"],
+        "remote checkpoint": ["run", "j", "--", "--data.path=x", f"--checkpoint.remote={url}"],
+        "prepare": ["data", "prepare", url + ".txt", "--out", str(tmp_path / "prep")],
+        "eval": ["eval", str(model), "--dataset", url],
+    }
+
+
+@pytest.mark.parametrize("url", URLS)
+@pytest.mark.parametrize("command", ["train", "run", "mix", "remote checkpoint", "prepare", "eval"])
+def test_a_url_with_a_credential_is_refused_unechoed_and_nothing_recorded(url, command, tmp_path, isolated_home,
+                                                                            tiny_hf_gpt2):
+    r = run_cli(*_commands(url, tmp_path, tiny_hf_gpt2)[command])
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.count("\n") == 1 and "must not hold credentials" in r.stderr, r.stderr
+    assert SECRET not in r.stdout + r.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "prep").exists()
+    assert json.loads(run_cli("jobs", "--json").stdout) == []
+
+
+def test_a_url_without_credentials_passes_the_check():
+    from gptrain.errors import refuse_credentials
+
+    for url in ("https://127.0.0.1:9/data", "s3://bucket/data", "gs://b/p", "/local/path?x", "name"):
+        refuse_credentials(url, "--data.path")
+
+
+class _NeedsHeader(http.server.SimpleHTTPRequestHandler):
+    def do_GET(self):
+        if self.headers.get("Authorization") != f"Bearer {SECRET}":
+            self.send_error(401)
+            return
+        super().do_GET()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_an_http_credential_in_fsspec_https_reaches_the_server(tmp_path):
+    """The documented way: FSSPEC_HTTP(S)='{"headers": {...}}' in the environment (a --secret in
+    a job) is sent with gptrain's reads of a dataset URL; without it the server refuses."""
+    (tmp_path / "meta.json").write_text('{"ok": 1}')
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), lambda *a: _NeedsHeader(*a, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/meta.json"
+    read = ("import sys; from gptrain.data.remote_shards import _read_url; "
+            "sys.stdout.write(_read_url(sys.argv[1], 1000).decode())")
+    try:
+        env = {**os.environ, "FSSPEC_HTTP": json.dumps({"headers": {"Authorization": f"Bearer {SECRET}"}})}
+        r = subprocess.run([sys.executable, "-c", read, url], capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0 and r.stdout == '{"ok": 1}', r.stderr
+        r = subprocess.run([sys.executable, "-c", read, url], capture_output=True, text=True, timeout=120,
+                           env={k: v for k, v in os.environ.items() if not k.startswith("FSSPEC_")})
+        assert r.returncode != 0 and "401" in r.stderr, r.stderr
+    finally:
+        server.shutdown()
