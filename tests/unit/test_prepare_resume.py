@@ -196,3 +196,41 @@ def test_an_error_removes_the_partial_folder(tmp_path):
     _refused(lambda: prep_mod.prepare([str(d / "bad.jsonl")], str(d / "out"), quiet=True),
              "line 2 is not valid JSON")
     assert sorted(p.name for p in d.iterdir()) == ["bad.jsonl"]
+
+
+@pytest.fixture(params=["save_to_disk", "hub-style repository"])
+def hf_source(request, corpus, tmp_path):
+    """The corpus as a Hugging Face dataset: a save_to_disk folder (memory-mapped arrow) or a
+    dataset repository of JSONL files (hf:DIR, read by load_dataset(streaming=True) as a hub
+    name is), train and validation splits."""
+    import datasets
+
+    texts = [p.read_text() for p in sorted(corpus.iterdir())]
+    splits = {"train": texts[:10], "validation": texts[10:]}
+    if request.param == "save_to_disk":
+        out = tmp_path / "saved"
+        datasets.DatasetDict({k: datasets.Dataset.from_dict({"text": v}) for k, v in splits.items()}).save_to_disk(out)
+        return str(out)
+    repo = tmp_path / "repo" / "data"
+    repo.mkdir(parents=True)
+    for split, rows in splits.items():
+        (repo / f"{split}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in rows))
+    return f"hf:{repo.parent}"
+
+
+def test_an_interrupted_hf_prepare_continues_to_the_same_bytes(hf_source, tmp_path, monkeypatch, capsys):
+    """Hugging Face sources used to be prepared in one go (a kill started over): now through
+    OUT.partial like text, continued to the same bytes."""
+    ref, out, real = tmp_path / "ref", tmp_path / "out", prep_mod._tokenize
+    prep_mod.prepare([hf_source], str(ref), **OPTS)
+    assert read_meta(ref)["splits"]["val"]["tokens"] > 0 and len(read_meta(ref)["splits"]["train"]["files"]) > 3
+    _interrupt_after(monkeypatch, 9)
+    with pytest.raises(KeyboardInterrupt):
+        prep_mod.prepare([hf_source], str(out), **OPTS)
+    assert not out.exists() and (tmp_path / "out.partial" / "journal.json").is_file()
+    monkeypatch.setattr(prep_mod, "_tokenize", real)
+    capsys.readouterr()
+    prep_mod.prepare([hf_source], str(out), **{**OPTS, "quiet": False})
+    assert "continuing an interrupted prepare: 9 tasks (" in capsys.readouterr().out
+    verify(out)
+    _same_dataset(ref, out)

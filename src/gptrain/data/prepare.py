@@ -6,10 +6,11 @@ submission order, so the output is identical for any --num-proc) -> write (main 
 sha256 computed as it goes). Tasks are cut every TASK_CHARS of text, in the middle of a long
 document too, so memory is bounded whatever the size of a file or a document.
 
-Text sources are written into OUT.partial/ (data/prepare_journal.py), which a killed prepare
-leaves behind and a rerun of the same command continues; it becomes OUT atomically when done.
-Instruction data (data/sft.py) and Hugging Face `datasets` sources are prepared in one go
-(a hidden temporary folder; a killed prepare starts over).
+Text sources and Hugging Face `datasets` (a save_to_disk folder, or a hub or local dataset
+repository read as a stream) are written into OUT.partial/ (data/prepare_journal.py), which a
+killed prepare leaves behind and a rerun of the same command continues; it becomes OUT atomically
+when done. Instruction data (data/sft.py) is prepared in one go (a hidden temporary folder; a
+killed prepare starts over).
 """
 
 from __future__ import annotations
@@ -159,15 +160,10 @@ def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: st
                         "--tokenizer gpt2, byte or a Hugging Face tokenizer directory, not char")
     tok = tokenizers.by_name(tokenizer, _corpus_chars(srcs, text_field, hf_config)
                              if tokenizer == "char" else None)
-    if kind or srcs[0].kind == "hf":
+    if kind:  # instruction (SFT) records: tokens, loss mask and example boundaries, in one go
         with new_directory(out_dir) as tmp:
-            if kind:  # instruction (SFT) records: tokens, loss mask and example boundaries
-                meta = _meta(tok, sft.prepare(local, kind, tok, tmp, val_fraction, seed,
-                                              token_dtype(tok.vocab_size)), seed, val_fraction, 0, 0.0)
-            else:
-                writers = {s: SplitWriter(tmp, s, token_dtype(tok.vocab_size), shard_tokens) for s in SPLITS}
-                meta = _write_all(srcs, tok, tmp, writers, 0, None, text_field, hf_config, val_fraction,
-                                  num_proc, seed, quiet)
+            meta = _meta(tok, sft.prepare(local, kind, tok, tmp, val_fraction, seed,
+                                          token_dtype(tok.vocab_size)), seed, val_fraction, 0, 0.0)
             meta["sources"] = list(sources)
             write_meta(tmp, meta)
             if tok.name == "char":
@@ -204,10 +200,18 @@ def _identity(srcs, tok, text_field, hf_config, val_fraction, seed, shard_tokens
     spec = dict(tok.spec())
     if spec["name"] == "hf" and Path(spec["path"]).exists():
         spec["stamp"] = src_mod.version_stamp(spec["path"])[0]
-    return {"sources": [[s.location, src_mod.version_stamp(s.location)[0]] for s in srcs], "tokenizer": spec,
+    return {"sources": [[s.location, _stamp(s)] for s in srcs], "tokenizer": spec,
             "val_fraction": val_fraction, "seed": seed, "shard_tokens": shard_tokens,
             "text_field": text_field, "hf_config": hf_config, "task_chars": TASK_CHARS,
             "piece_chars": src_mod.PIECE_CHARS, "itemsize": np.dtype(token_dtype(tok.vocab_size)).itemsize}
+
+
+def _stamp(src) -> str:
+    """A source's version stamp; a Hugging Face hub name has none here (its revision is the
+    hub's): a rerun continues it as the same dataset."""
+    if src.kind == "hf" and "://" not in src.location and not Path(src.location).expanduser().exists():
+        return f"hub:{src.location}"
+    return src_mod.version_stamp(src.location)[0]
 
 
 def _continue(journal, srcs, tok, text_field, hf_config, val_fraction, num_proc, seed, shard_tokens, quiet):

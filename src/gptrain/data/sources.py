@@ -221,8 +221,8 @@ def hf_splits(name: str, hf_config: str | None, text_field: str):
         if is_hf_saved(Path(name).expanduser()):
             ds = datasets.load_from_disk(str(Path(name).expanduser()))
             ds = ds if isinstance(ds, datasets.DatasetDict) else {"train": ds}
-        else:
-            ds = datasets.load_dataset(name, hf_config)
+        else:  # streamed: read as it downloads, never held whole in memory or on disk first
+            ds = datasets.load_dataset(name, hf_config, streaming=True)
     except Exception as e:  # offline, unknown name, missing config: the hub raises many types
         raise UserError(f"cannot load Hugging Face dataset {name!r}"
                         f"{' (' + hf_config + ')' if hf_config else ''}: {str(e).splitlines()[0][:200]}"
@@ -230,15 +230,19 @@ def hf_splits(name: str, hf_config: str | None, text_field: str):
     val_name = next((s for s in ("validation", "valid", "val", "test") if s in ds), None)
     if "train" not in ds:
         raise UserError(f"dataset {name!r} has no train split (splits: {', '.join(ds)})")
-    if text_field not in ds["train"].column_names and "input_ids" in ds["train"].column_names:
+    columns = ds["train"].column_names or []  # a stream whose files do not say is checked as it is read
+    if columns and text_field not in columns and "input_ids" in columns:
         raise UserError(f"dataset {name!r} is already tokenized (input_ids): push it as it is, or "
                         "`gptrain data import` it into token files")
-    if text_field not in ds["train"].column_names:
+    if columns and text_field not in columns:
         raise UserError(f"dataset {name!r} has no column {text_field!r} (columns: "
-                        f"{', '.join(ds['train'].column_names)}); pass --text-field")
+                        f"{', '.join(columns)}); pass --text-field")
 
     def texts(split):
         for batch in ds[split].iter(batch_size=1000):
+            if text_field not in batch:
+                raise UserError(f"dataset {name!r} has no column {text_field!r} (columns: "
+                                f"{', '.join(batch)}); pass --text-field")
             yield from batch[text_field]
 
     return {"train": texts("train"), **({"val": texts(val_name)} if val_name else {})}
