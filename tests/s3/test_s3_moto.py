@@ -1,0 +1,150 @@
+"""Training from s3:// through a real S3 API (moto's server on 127.0.0.1, authentication on)
+and real s3fs: a 2-rank `gptrain run` job reads a prepared dataset from a bucket through a
+cache smaller than the dataset, with the keys as secrets and the endpoint as FSSPEC_S3_ENDPOINT_URL.
+
+s3fs and moto live in .venv-s3 (`make s3`: the main virtualenv's kubernetes client needs a
+python-dateutil that botocore refuses), which also sees the main virtualenv's packages; every
+gptrain process here runs on its interpreter."""
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import TINY, write_corpus
+
+ROOT = Path(__file__).resolve().parents[2]
+S3PY = ROOT / ".venv-s3" / "bin" / "python"
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not S3PY.is_file(), reason="needs .venv-s3 (s3fs, moto): make s3")]
+
+
+@pytest.fixture(scope="module")
+def bucket(tmp_path_factory):
+    """(local copy of the dataset, S3 environment); s3://data/web/ds is a char dataset of 7
+    train shards and 3 val ones, s3://data/web/empty a folder without meta.json."""
+    from gptrain.data.prepare import prepare
+
+    root = tmp_path_factory.mktemp("s3")
+    texts = [str(write_corpus(root / f"corpus-{i}.txt", 6000, seed=i)) for i in range(10)]
+    prepare(texts, str(root / "up" / "ds"), tokenizer="char", val_fraction=0.2, shard_tokens=7000, quiet=True)
+    (root / "up" / "empty").mkdir()
+    (root / "up" / "empty" / "README").write_text("not a dataset\n")
+    server = subprocess.Popen([S3PY, ROOT / "tests" / "s3" / "moto_s3.py", root / "up", "data", "web"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        assert line, "the moto server did not start"
+        s3 = json.loads(line)
+        yield root / "up" / "ds", {"AWS_ACCESS_KEY_ID": s3["key"], "AWS_SECRET_ACCESS_KEY": s3["secret"],
+                                    "FSSPEC_S3_ENDPOINT_URL": s3["endpoint"], "AWS_DEFAULT_REGION": "us-east-1"}
+    finally:
+        server.stdin.close()
+        server.wait(timeout=30)
+
+
+def gptrain(*args, env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
+    full = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **env}
+    return subprocess.run([S3PY, "-m", "gptrain", *map(str, args)], capture_output=True, text=True,
+                          env=full, timeout=timeout)
+
+
+def shard_bytes(ds: Path) -> int:
+    from gptrain.data.formats import read_meta
+
+    return max(f["tokens"] * 2 for info in read_meta(ds)["splits"].values() for f in info["files"])
+
+
+def cache_size(home: Path) -> int:
+    total = 0
+    for p in (home / "cache").glob("shards-*/shards/*"):
+        try:
+            total += p.stat().st_size
+        except FileNotFoundError:  # evicted or renamed meanwhile
+            pass
+    return total
+
+
+def test_the_interpreter_keeps_its_own_botocore_and_the_main_torch():
+    code = ("import sys, dateutil, botocore, s3fs, torch, gptrain.cli, gptrain.cli.run, gptrain.cli.train, "
+            "gptrain.train.trainer, gptrain.jobs.supervisor, gptrain.data.remote_shards; "
+            "print(dateutil.__version__, botocore.__file__, torch.__file__, 'kubernetes' in sys.modules)")
+    r = subprocess.run([S3PY, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    dateutil_version, botocore_at, torch_at, kubernetes = r.stdout.split()
+    assert dateutil_version.startswith("2.") and ".venv-s3" in botocore_at and ".venv-s3" not in torch_at
+    assert kubernetes == "False"  # nothing gptrain trains with imports the client that needs the newer dateutil
+
+
+def test_a_two_rank_job_trains_from_s3_through_a_cache_smaller_than_the_data(bucket, tmp_path, isolated_home):
+    ds, s3 = bucket
+    bound = 3 * shard_bytes(ds)
+    assert bound < sum(p.stat().st_size for p in ds.glob("*.bin"))
+    env = {**s3, "GPTRAIN_LOCAL_SLOTS": "2"}
+    r = gptrain("run", "s3job", "--accels", "2", "--secret", "AWS_ACCESS_KEY_ID", "--secret",
+                "AWS_SECRET_ACCESS_KEY", "--env", f"FSSPEC_S3_ENDPOINT_URL={s3['FSSPEC_S3_ENDPOINT_URL']}",
+                "--env", "AWS_DEFAULT_REGION=us-east-1", "--", "--data.path=s3://data/web/ds",
+                f"--data.cache_bytes={bound}", "--train.batch_size=4", "--train.max_steps=6",
+                "--train.eval_every=6", "--data.max_eval_samples=8", *TINY, env=env)
+    assert r.returncode == 0, r.stderr
+    peak, state, deadline = 0, None, time.time() + 400
+    from gptrain.jobs import store
+
+    while time.time() < deadline:  # the cache, watched while the job runs
+        peak = max(peak, cache_size(isolated_home))
+        assert peak <= bound
+        state = store.get_job("s3job")["state"]
+        if state in ("succeeded", "failed", "stopped"):
+            break
+        time.sleep(0.02)
+    logs = gptrain("logs", "s3job", env=env).stdout
+    assert state == "succeeded", logs[-3000:]
+    assert "completed at step 6" in logs and peak > shard_bytes(ds)
+    report = json.loads(gptrain("inspect", "s3job", "--json", env=env).stdout)
+    assert report["metrics"]["train"]["step"] == 6
+    assert "rank 1" in gptrain("logs", "s3job", "--rank", "1", env=env).stdout  # two processes
+    kept = b"".join(p.read_bytes() for p in (isolated_home / "secrets").rglob("*") if p.is_file())
+    assert s3["AWS_SECRET_ACCESS_KEY"].encode() in kept  # where --secret keeps it (0600), apart
+    # the keys reached the workers and nothing else: no record, log, config or cache file holds them
+    for value in (s3["AWS_ACCESS_KEY_ID"], s3["AWS_SECRET_ACCESS_KEY"]):
+        assert value not in logs + json.dumps(report) + r.stdout + r.stderr
+        for p in isolated_home.rglob("*"):
+            if p.is_file() and "secrets" not in p.relative_to(isolated_home).parts:
+                assert value.encode() not in p.read_bytes(), p
+
+
+def test_the_s3_order_is_the_local_copys(bucket, tmp_path):
+    """The blocks read from the bucket are those of the local copy, in the same shard-grouped order."""
+    ds, s3 = bucket
+    code = f"""
+import numpy as np
+from gptrain.data.formats import open_split, read_meta
+from gptrain.data.loader import BlockLoader, ShardedLoader, ShardOrder
+from gptrain.data.remote_shards import open_remote, open_remote_split
+folder = open_remote("s3://data/web/ds", {3 * shard_bytes(ds)})
+got = ShardedLoader(open_remote_split(folder, "train"), 32, 4, 1, 2, seed=7)
+ref = BlockLoader(open_split("{ds}", "train"), 32, 4, 1, 2, seed=7)
+counts = [f["tokens"] for f in read_meta("{ds}")["splits"]["train"]["files"]]
+ref.order = ShardOrder(np.concatenate([[0], np.cumsum(counts)]), 32, ref.n_blocks)
+for _ in range(int(1.2 * ref.n_blocks / 8)):
+    assert (got.next_batch()[0] == ref.next_batch()[0]).all()
+print("same")
+"""
+    r = subprocess.run([S3PY, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, **s3, "OMP_NUM_THREADS": "1"})
+    assert r.stdout.strip() == "same", r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("path, change, what", [
+    ("s3://data/web/empty", {}, "no meta.json"),
+])
+def test_a_wrong_bucket_folder_or_key_is_one_line(bucket, tmp_path, path, change, what):
+    ds, s3 = bucket
+    r = gptrain("train", f"--data.path={path}", *TINY, f"--train.output_dir={tmp_path / 'out'}",
+                env={**s3, **change})
+    assert r.returncode == 2 and re.search(what, r.stderr), r.stderr[-3000:]
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert s3["AWS_SECRET_ACCESS_KEY"] not in r.stderr + r.stdout
