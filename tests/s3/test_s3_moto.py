@@ -139,6 +139,8 @@ print("same")
 
 
 @pytest.mark.parametrize("path, change, what", [
+    ("s3://data/web/ds", {"AWS_SECRET_ACCESS_KEY": "not-the-secret"}, "Forbidden; the store refused the credentials"),
+    ("s3://no-such-bucket/ds", {}, "bucket does not exist"),
     ("s3://data/web/empty", {}, "no meta.json"),
 ])
 def test_a_wrong_bucket_folder_or_key_is_one_line(bucket, tmp_path, path, change, what):
