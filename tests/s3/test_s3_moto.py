@@ -68,6 +68,35 @@ def cache_size(home: Path) -> int:
     return total
 
 
+def submit(name: str, env: dict, *args) -> subprocess.CompletedProcess:
+    """A 2-process job training from the bucket: the keys as secrets, the endpoint as --env."""
+    return gptrain("run", name, "--accels", "2", "--secret", "AWS_ACCESS_KEY_ID", "--secret",
+                   "AWS_SECRET_ACCESS_KEY", "--env", f"FSSPEC_S3_ENDPOINT_URL={env['FSSPEC_S3_ENDPOINT_URL']}",
+                   "--env", "AWS_DEFAULT_REGION=us-east-1", "--", "--data.path=s3://data/web/ds",
+                   "--train.batch_size=4", *TINY, *args, env=env)
+
+
+def states(name: str, timeout: float = 400):
+    """The job's state every 20 ms until it ends."""
+    from gptrain.jobs import store
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        state = store.get_job(name)["state"]
+        yield state
+        if state in ("succeeded", "failed", "stopped"):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"job {name} still {state} after {timeout}s")
+
+
+def nowhere_but_secrets(home: Path, value: str) -> None:
+    """No file of GPTRAIN_HOME (records, database, logs, config.toml, cache) but secrets/ holds `value`."""
+    for p in home.rglob("*"):
+        if p.is_file() and "secrets" not in p.relative_to(home).parts:
+            assert value.encode() not in p.read_bytes(), p
+
+
 def test_the_interpreter_keeps_its_own_botocore_and_the_main_torch():
     code = ("import sys, dateutil, botocore, s3fs, torch, gptrain.cli, gptrain.cli.run, gptrain.cli.train, "
             "gptrain.train.trainer, gptrain.jobs.supervisor, gptrain.data.remote_shards; "
@@ -84,22 +113,13 @@ def test_a_two_rank_job_trains_from_s3_through_a_cache_smaller_than_the_data(buc
     bound = 3 * shard_bytes(ds)
     assert bound < sum(p.stat().st_size for p in ds.glob("*.bin"))
     env = {**s3, "GPTRAIN_LOCAL_SLOTS": "2"}
-    r = gptrain("run", "s3job", "--accels", "2", "--secret", "AWS_ACCESS_KEY_ID", "--secret",
-                "AWS_SECRET_ACCESS_KEY", "--env", f"FSSPEC_S3_ENDPOINT_URL={s3['FSSPEC_S3_ENDPOINT_URL']}",
-                "--env", "AWS_DEFAULT_REGION=us-east-1", "--", "--data.path=s3://data/web/ds",
-                f"--data.cache_bytes={bound}", "--train.batch_size=4", "--train.max_steps=6",
-                "--train.eval_every=6", "--data.max_eval_samples=8", *TINY, env=env)
+    r = submit("s3job", env, f"--data.cache_bytes={bound}", "--train.max_steps=6", "--train.eval_every=6",
+               "--data.max_eval_samples=8")
     assert r.returncode == 0, r.stderr
-    peak, state, deadline = 0, None, time.time() + 400
-    from gptrain.jobs import store
-
-    while time.time() < deadline:  # the cache, watched while the job runs
+    peak, state = 0, None
+    for state in states("s3job"):  # the cache, watched while the job runs
         peak = max(peak, cache_size(isolated_home))
         assert peak <= bound
-        state = store.get_job("s3job")["state"]
-        if state in ("succeeded", "failed", "stopped"):
-            break
-        time.sleep(0.02)
     logs = gptrain("logs", "s3job", env=env).stdout
     assert state == "succeeded", logs[-3000:]
     assert "completed at step 6" in logs and peak > shard_bytes(ds)
@@ -111,9 +131,7 @@ def test_a_two_rank_job_trains_from_s3_through_a_cache_smaller_than_the_data(buc
     # the keys reached the workers and nothing else: no record, log, config or cache file holds them
     for value in (s3["AWS_ACCESS_KEY_ID"], s3["AWS_SECRET_ACCESS_KEY"]):
         assert value not in logs + json.dumps(report) + r.stdout + r.stderr
-        for p in isolated_home.rglob("*"):
-            if p.is_file() and "secrets" not in p.relative_to(isolated_home).parts:
-                assert value.encode() not in p.read_bytes(), p
+        nowhere_but_secrets(isolated_home, value)
 
 
 def test_the_s3_order_is_the_local_copys(bucket, tmp_path):
@@ -150,3 +168,16 @@ def test_a_wrong_bucket_folder_or_key_is_one_line(bucket, tmp_path, path, change
     assert r.returncode == 2 and re.search(what, r.stderr), r.stderr[-3000:]
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert s3["AWS_SECRET_ACCESS_KEY"] not in r.stderr + r.stdout
+
+
+def test_a_job_with_a_wrong_key_fails_with_one_masked_line(bucket, isolated_home):
+    ds, s3 = bucket
+    env = {**s3, "GPTRAIN_LOCAL_SLOTS": "2", "AWS_SECRET_ACCESS_KEY": "wrong-secret-4711"}
+    assert submit("badkey", env, "--train.max_steps=2").returncode == 0
+    *_, state = states("badkey")
+    from gptrain.jobs import store
+
+    job = store.get_job("badkey")
+    assert state == "failed" and job["exit_code"] == 2, job  # the trainer's user error: no restarts
+    assert "refused the credentials" in job["error"] and "\n" not in job["error"].strip(), job["error"]
+    nowhere_but_secrets(isolated_home, "wrong-secret-4711")
