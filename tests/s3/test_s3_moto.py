@@ -114,7 +114,7 @@ def test_a_two_rank_job_trains_from_s3_through_a_cache_smaller_than_the_data(buc
     assert bound < sum(p.stat().st_size for p in ds.glob("*.bin"))
     env = {**s3, "GPTRAIN_LOCAL_SLOTS": "2"}
     r = submit("s3job", env, f"--data.cache_bytes={bound}", "--train.max_steps=6", "--train.eval_every=6",
-               "--data.max_eval_samples=8")
+               "--data.max_eval_samples=8", "--checkpoint.every=6", "--checkpoint.remote=s3://data/runs/s3job")
     assert r.returncode == 0, r.stderr
     peak, state = 0, None
     for state in states("s3job"):  # the cache, watched while the job runs
@@ -126,11 +126,23 @@ def test_a_two_rank_job_trains_from_s3_through_a_cache_smaller_than_the_data(buc
     report = json.loads(gptrain("inspect", "s3job", "--json", env=env).stdout)
     assert report["metrics"]["train"]["step"] == 6
     assert "rank 1" in gptrain("logs", "s3job", "--rank", "1", env=env).stdout  # two processes
+    listing = subprocess.run([S3PY, "-c", "import fsspec; fs = fsspec.filesystem('s3'); print(fs.cat_file("
+                              "'data/runs/s3job/latest').decode().strip(), len(fs.find('data/runs/s3job/step-000006')))"],
+                             capture_output=True, text=True, env={**os.environ, **s3}, timeout=120)
+    latest, files = listing.stdout.split()
+    assert latest == "step-000006" and int(files) > 2, listing  # the checkpoint went to the bucket too
+    # another job (its own folder: no local checkpoint) goes on from the bucket's newest checkpoint
+    assert submit("again", env, f"--data.cache_bytes={bound}", "--train.max_steps=8", "--checkpoint.every=8",
+                  "--checkpoint.remote=s3://data/runs/s3job").returncode == 0
+    *_, state = states("again")
+    again = gptrain("logs", "again", env=env).stdout
+    assert state == "succeeded" and re.search(r"resumed from \S+ at step 6", again), again[-3000:]
+    assert "completed at step 8" in again
     kept = b"".join(p.read_bytes() for p in (isolated_home / "secrets").rglob("*") if p.is_file())
     assert s3["AWS_SECRET_ACCESS_KEY"].encode() in kept  # where --secret keeps it (0600), apart
     # the keys reached the workers and nothing else: no record, log, config or cache file holds them
     for value in (s3["AWS_ACCESS_KEY_ID"], s3["AWS_SECRET_ACCESS_KEY"]):
-        assert value not in logs + json.dumps(report) + r.stdout + r.stderr
+        assert value not in logs + again + json.dumps(report) + r.stdout + r.stderr
         nowhere_but_secrets(isolated_home, value)
 
 
