@@ -126,9 +126,9 @@ def test_a_two_rank_job_trains_from_s3_through_a_cache_smaller_than_the_data(buc
     report = json.loads(gptrain("inspect", "s3job", "--json", env=env).stdout)
     assert report["metrics"]["train"]["step"] == 6
     assert "rank 1" in gptrain("logs", "s3job", "--rank", "1", env=env).stdout  # two processes
-    listing = subprocess.run([S3PY, "-c", "import fsspec; fs = fsspec.filesystem('s3'); print(fs.cat_file("
-                              "'data/runs/s3job/latest').decode().strip(), len(fs.find('data/runs/s3job/step-000006')))"],
-                             capture_output=True, text=True, env={**os.environ, **s3}, timeout=120)
+    code = ("import fsspec; fs = fsspec.filesystem('s3'); print(fs.cat_file('data/runs/s3job/latest')"
+            ".decode().strip(), len(fs.find('data/runs/s3job/step-000006')))")
+    listing = subprocess.run([S3PY, "-c", code], capture_output=True, text=True, env={**os.environ, **s3}, timeout=120)
     latest, files = listing.stdout.split()
     assert latest == "step-000006" and int(files) > 2, listing  # the checkpoint went to the bucket too
     # another job (its own folder: no local checkpoint) goes on from the bucket's newest checkpoint
