@@ -46,6 +46,17 @@ def bucket(tmp_path_factory):
         server.wait(timeout=30)
 
 
+@pytest.fixture
+def home(isolated_home, bucket):
+    """GPTRAIN_HOME; a job still active at the end (a failed assertion) is stopped."""
+    yield isolated_home
+    from gptrain.jobs import store
+
+    for job in store.list_jobs():
+        if job["state"] in store.ACTIVE:
+            gptrain("stop", job["name"], "--timeout", "5", "--wait", env=bucket[1])
+
+
 def gptrain(*args, env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
     full = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **env}
     return subprocess.run([S3PY, "-m", "gptrain", *map(str, args)], capture_output=True, text=True,
@@ -108,7 +119,7 @@ def test_the_interpreter_keeps_its_own_botocore_and_the_main_torch():
     assert kubernetes == "False"  # nothing gptrain trains with imports the client that needs the newer dateutil
 
 
-def test_a_two_rank_job_trains_from_s3_through_a_cache_smaller_than_the_data(bucket, tmp_path, isolated_home):
+def test_a_two_rank_job_trains_from_s3_through_a_cache_smaller_than_the_data(bucket, home):
     ds, s3 = bucket
     bound = 3 * shard_bytes(ds)
     assert bound < sum(p.stat().st_size for p in ds.glob("*.bin"))
@@ -118,7 +129,7 @@ def test_a_two_rank_job_trains_from_s3_through_a_cache_smaller_than_the_data(buc
     assert r.returncode == 0, r.stderr
     peak, state = 0, None
     for state in states("s3job"):  # the cache, watched while the job runs
-        peak = max(peak, cache_size(isolated_home))
+        peak = max(peak, cache_size(home))
         assert peak <= bound
     logs = gptrain("logs", "s3job", env=env).stdout
     assert state == "succeeded", logs[-3000:]
@@ -138,15 +149,15 @@ def test_a_two_rank_job_trains_from_s3_through_a_cache_smaller_than_the_data(buc
     again = gptrain("logs", "again", env=env).stdout
     assert state == "succeeded" and re.search(r"resumed from \S+ at step 6", again), again[-3000:]
     assert "completed at step 8" in again
-    kept = b"".join(p.read_bytes() for p in (isolated_home / "secrets").rglob("*") if p.is_file())
+    kept = b"".join(p.read_bytes() for p in (home / "secrets").rglob("*") if p.is_file())
     assert s3["AWS_SECRET_ACCESS_KEY"].encode() in kept  # where --secret keeps it (0600), apart
     # the keys reached the workers and nothing else: no record, log, config or cache file holds them
     for value in (s3["AWS_ACCESS_KEY_ID"], s3["AWS_SECRET_ACCESS_KEY"]):
         assert value not in logs + again + json.dumps(report) + r.stdout + r.stderr
-        nowhere_but_secrets(isolated_home, value)
+        nowhere_but_secrets(home, value)
 
 
-def test_the_s3_order_is_the_local_copys(bucket, tmp_path):
+def test_the_s3_order_is_the_local_copys(bucket):
     """The blocks read from the bucket are those of the local copy, in the same shard-grouped order."""
     ds, s3 = bucket
     code = f"""
@@ -182,7 +193,7 @@ def test_a_wrong_bucket_folder_or_key_is_one_line(bucket, tmp_path, path, change
     assert s3["AWS_SECRET_ACCESS_KEY"] not in r.stderr + r.stdout
 
 
-def test_a_job_with_a_wrong_key_fails_with_one_masked_line(bucket, isolated_home):
+def test_a_job_with_a_wrong_key_fails_with_one_masked_line(bucket, home):
     ds, s3 = bucket
     env = {**s3, "GPTRAIN_LOCAL_SLOTS": "2", "AWS_SECRET_ACCESS_KEY": "wrong-secret-4711"}
     assert submit("badkey", env, "--train.max_steps=2").returncode == 0
@@ -192,4 +203,4 @@ def test_a_job_with_a_wrong_key_fails_with_one_masked_line(bucket, isolated_home
     job = store.get_job("badkey")
     assert state == "failed" and job["exit_code"] == 2, job  # the trainer's user error: no restarts
     assert "refused the credentials" in job["error"] and "\n" not in job["error"].strip(), job["error"]
-    nowhere_but_secrets(isolated_home, "wrong-secret-4711")
+    nowhere_but_secrets(home, "wrong-secret-4711")
