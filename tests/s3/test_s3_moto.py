@@ -24,8 +24,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not S3PY.is_file(), reason="n
 
 @pytest.fixture(scope="module")
 def bucket(tmp_path_factory):
-    """(local copy of the dataset, S3 environment); s3://data/web/ds is a char dataset of 7
-    train shards and 3 val ones, s3://data/web/empty a folder without meta.json."""
+    """(local copy of the dataset, S3 environment, [key, secret] that may read meta.json files
+    only); s3://data/web/ds is a char dataset of 7 train shards and 3 val ones,
+    s3://data/web/empty a folder without meta.json."""
     from gptrain.data.prepare import prepare
 
     root = tmp_path_factory.mktemp("s3")
@@ -39,8 +40,9 @@ def bucket(tmp_path_factory):
         line = server.stdout.readline()
         assert line, "the moto server did not start"
         s3 = json.loads(line)
-        yield root / "up" / "ds", {"AWS_ACCESS_KEY_ID": s3["key"], "AWS_SECRET_ACCESS_KEY": s3["secret"],
-                                    "FSSPEC_S3_ENDPOINT_URL": s3["endpoint"], "AWS_DEFAULT_REGION": "us-east-1"}
+        env = {"AWS_ACCESS_KEY_ID": s3["key"], "AWS_SECRET_ACCESS_KEY": s3["secret"],
+               "FSSPEC_S3_ENDPOINT_URL": s3["endpoint"], "AWS_DEFAULT_REGION": "us-east-1"}
+        yield root / "up" / "ds", env, s3["meta_only"]
     finally:
         server.stdin.close()
         server.wait(timeout=30)
@@ -120,7 +122,7 @@ def test_the_interpreter_keeps_its_own_botocore_and_the_main_torch():
 
 
 def test_a_two_rank_job_trains_from_s3_through_a_cache_smaller_than_the_data(bucket, home):
-    ds, s3 = bucket
+    ds, s3, meta_only = bucket
     bound = 3 * shard_bytes(ds)
     assert bound < sum(p.stat().st_size for p in ds.glob("*.bin"))
     env = {**s3, "GPTRAIN_LOCAL_SLOTS": "2"}
@@ -159,7 +161,7 @@ def test_a_two_rank_job_trains_from_s3_through_a_cache_smaller_than_the_data(buc
 
 def test_the_s3_order_is_the_local_copys(bucket):
     """The blocks read from the bucket are those of the local copy, in the same shard-grouped order."""
-    ds, s3 = bucket
+    ds, s3, meta_only = bucket
     code = f"""
 import numpy as np
 from gptrain.data.formats import open_split, read_meta
@@ -183,9 +185,12 @@ print("same")
     ("s3://data/web/ds", {"AWS_SECRET_ACCESS_KEY": "not-the-secret"}, "Forbidden; the store refused the credentials"),
     ("s3://no-such-bucket/ds", {}, "bucket does not exist"),
     ("s3://data/web/empty", {}, "no meta.json"),
+    ("s3://data/web/ds", "meta_only", r"cannot read s3://data/web/ds/train-\d+\.bin: .*refused the credentials"),
 ])
 def test_a_wrong_bucket_folder_or_key_is_one_line(bucket, tmp_path, path, change, what):
-    ds, s3 = bucket
+    ds, s3, meta_only = bucket
+    if change == "meta_only":  # a key that may read meta.json, not the shards
+        change = dict(zip(("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"), meta_only))
     r = gptrain("train", f"--data.path={path}", *TINY, f"--train.output_dir={tmp_path / 'out'}",
                 env={**s3, **change})
     assert r.returncode == 2 and re.search(what, r.stderr), r.stderr[-3000:]
@@ -194,7 +199,7 @@ def test_a_wrong_bucket_folder_or_key_is_one_line(bucket, tmp_path, path, change
 
 
 def test_a_job_with_a_wrong_key_fails_with_one_masked_line(bucket, home):
-    ds, s3 = bucket
+    ds, s3, meta_only = bucket
     env = {**s3, "GPTRAIN_LOCAL_SLOTS": "2", "AWS_SECRET_ACCESS_KEY": "wrong-secret-4711"}
     assert submit("badkey", env, "--train.max_steps=2").returncode == 0
     *_, state = states("badkey")

@@ -53,11 +53,15 @@ def _read_url(url: str, limit: int) -> bytes:
     except FileNotFoundError:
         raise
     except Exception as e:  # a missing package, refused credentials, a network error
-        hint = "; the store refused the credentials (docs/object-storage.md)" if isinstance(e, PermissionError) else ""
-        raise UserError(f"cannot read {url}: {type(e).__name__}: {e}".splitlines()[0] + hint) from None
+        raise _cannot_read(url, e) from None
     if len(data) > limit:
         raise UserError(f"{url} is larger than {limit} bytes; it is not a dataset description")
     return data
+
+
+def _cannot_read(url: str, e: Exception) -> UserError:
+    hint = "; the store refused the credentials (docs/object-storage.md)" if isinstance(e, PermissionError) else ""
+    return UserError(f"cannot read {url}: {type(e).__name__}: {e}".splitlines()[0] + hint)
 
 
 def open_remote(url: str, cache_bytes: int) -> Path:
@@ -205,7 +209,7 @@ class ShardCache:
         except UserError:
             raise
         except Exception as e:
-            raise UserError(f"cannot read {url}: {type(e).__name__}: {e}".splitlines()[0]) from None
+            raise _cannot_read(url, e) from None
         finally:
             tmp.unlink(missing_ok=True)
 
