@@ -16,7 +16,7 @@ from gptrain.data.formats import open_split, read_meta
 from gptrain.data.loader import BlockLoader, ShardedLoader, ShardOrder
 from gptrain.data.remote_shards import open_remote, open_remote_split
 from gptrain.errors import UserError
-from tests.helpers import TINY, train, write_corpus
+from tests.helpers import TINY, losses, train, write_corpus
 
 T, B = 32, 4
 
@@ -186,17 +186,38 @@ def test_bad_input_is_one_line(served, tmp_path):
 
 
 def test_two_ranks_train_from_the_url_through_a_cache_smaller_than_the_data(served, tmp_path):
+    """A 2-process torchrun run from the URL: the cache, watched while it runs, never holds more
+    than its bound (smaller than the dataset), and the losses are those of the same run from
+    the local copy of the folder (file://, the same shard-grouped order): the same blocks."""
     root, url = served
     bound = 3 * shard_bytes(root)
+    assert bound < sum(p.stat().st_size for p in (root / "ds").glob("*.bin"))
     tampered(root)
-    r = train(f"--data.path={url}/ds", f"--data.cache_bytes={bound}", "--train.batch_size=4",
-              "--train.max_steps=4", "--train.eval_every=4", "--data.max_eval_samples=8", *TINY,
-              f"--train.output_dir={tmp_path / 'out'}", nproc=2)
-    assert "completed at step 4" in r.stdout
+    args = (f"--data.cache_bytes={bound}", "--train.batch_size=4", "--train.max_steps=6", "--train.eval_every=6",
+            "--data.max_eval_samples=8", *TINY)
+    done, peak = threading.Event(), [0]
+
+    def watch():
+        while not done.is_set():
+            for folder in (tmp_path / "gptrain-home" / "cache").glob("shards-*"):
+                peak[0] = max(peak[0], cached(folder))
+            done.wait(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        r = train(f"--data.path={url}/ds", *args, f"--train.output_dir={tmp_path / 'out'}", nproc=2)
+    finally:
+        done.set()
+        watcher.join()
+    assert "completed at step 6" in r.stdout
+    assert shard_bytes(root) < peak[0] <= bound
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert any("eval/loss" in row for row in rows)  # the validation split, read from the URL too
     [folder] = (tmp_path / "gptrain-home" / "cache").glob("shards-*")
     assert 0 < cached(folder) <= bound
+    train(f"--data.path=file://{root}/ds", *args, f"--train.output_dir={tmp_path / 'local'}", nproc=2)
+    assert losses(tmp_path / "local") == losses(tmp_path / "out") and len(losses(tmp_path / "out")) == 6
     for where, what in (("nothing-here", "no meta.json"), ("bad", "sha256 check|truncated or corrupted")):
         bad = train(f"--data.path={url}/{where}", *TINY, f"--train.output_dir={tmp_path / where}", check=False)
         assert bad.returncode == 2 and re.search(what, bad.stderr), bad.stderr

@@ -53,10 +53,15 @@ def _read_url(url: str, limit: int) -> bytes:
     except FileNotFoundError:
         raise
     except Exception as e:  # a missing package, refused credentials, a network error
-        raise UserError(f"cannot read {url}: {type(e).__name__}: {e}".splitlines()[0]) from None
+        raise _cannot_read(url, e) from None
     if len(data) > limit:
         raise UserError(f"{url} is larger than {limit} bytes; it is not a dataset description")
     return data
+
+
+def _cannot_read(url: str, e: Exception) -> UserError:
+    hint = "; the store refused the credentials (docs/object-storage.md)" if isinstance(e, PermissionError) else ""
+    return UserError(f"cannot read {url}: {type(e).__name__}: {e}".splitlines()[0] + hint)
 
 
 def open_remote(url: str, cache_bytes: int) -> Path:
@@ -68,8 +73,10 @@ def open_remote(url: str, cache_bytes: int) -> Path:
     url = url.rstrip("/")
     try:
         raw = _read_url(f"{url}/meta.json", 64 << 20)
-    except FileNotFoundError:
-        raise UserError(f"{url} is not a prepared dataset (no meta.json there); give the folder `gptrain "
+    except FileNotFoundError as e:  # the store's reason, where it says more than the path (no such bucket)
+        why = str(e).splitlines()[0].strip() if str(e).strip() else ""
+        why = f": {why}" if why and "meta.json" not in why else ""
+        raise UserError(f"{url} is not a prepared dataset (no meta.json there{why}); give the folder `gptrain "
                         f"data prepare` wrote, or a file URL ending in {'/'.join(TEXT_SUFFIXES)}") from None
     try:
         meta = json.loads(raw)
@@ -202,7 +209,7 @@ class ShardCache:
         except UserError:
             raise
         except Exception as e:
-            raise UserError(f"cannot read {url}: {type(e).__name__}: {e}".splitlines()[0]) from None
+            raise _cannot_read(url, e) from None
         finally:
             tmp.unlink(missing_ok=True)
 
