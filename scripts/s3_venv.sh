@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make s3`: a second, small virtualenv for the S3 tests (tests/integration/test_s3_moto.py).
+# `make s3`: a second, small virtualenv for the S3 tests (tests/s3/test_s3_moto.py).
 # s3fs (aiobotocore, botocore) pins python-dateutil<3 while the kubernetes client in the main
 # virtualenv needs a newer one, so they cannot share it. This one holds only s3fs (the release
 # of the main virtualenv's fsspec) and moto's S3 server with their own pins; a .pth file then
