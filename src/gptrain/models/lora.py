@@ -111,10 +111,9 @@ def add_lora(model, r: int, alpha: float, dropout: float, targets, quant: str = 
 def nf4():
     """torchao's NF4 tensor (QLoRA's 4-bit NormalFloat, blocks of 64 with double-quantized
     scales), or one line saying how to get it."""
-    import logging
+    from gptrain.models.base import quiet_kernel_library_logs
 
-    for noisy in ("torchao", "torch.utils._pytree"):  # (CUDA-only kernels absent on a CPU; a deprecation)
-        logging.getLogger(noisy).setLevel(logging.ERROR)
+    quiet_kernel_library_logs()
     try:
         from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import NF4Tensor, to_nf4
     except ImportError:
