@@ -111,7 +111,8 @@ def test_the_seed_yaml_runs_as_typed(tmp_path, isolated_home, monkeypatch):
             "succeeded", "failed") and time.time() < deadline:
         time.sleep(0.5)
     log = run_cli("logs", "mingpt").stdout + run_cli("logs", "mingpt", "--rank", "1").stdout
-    assert state == "succeeded", log
+    report = json.loads(run_cli("inspect", "mingpt", "--json").stdout)
+    assert state == "succeeded", (log, report["job"].get("error"), report["events"])
     assert "rank 0 of 2 node 0 nccl 1 args data_config.path=input.txt trainer_config.max_epochs=1" in log, log
     assert "rank 1 of 2 node 1" in log, log
     r = run_cli("run", "-f", job)  # the same name again: refused, nothing new
