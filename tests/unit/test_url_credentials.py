@@ -30,9 +30,19 @@ def _commands(url, tmp_path, model):
 
 
 @pytest.mark.parametrize("url", URLS)
-@pytest.mark.parametrize("command", ["train", "run", "mix", "remote checkpoint", "prepare", "eval"])
+def test_each_credential_form_is_refused_without_echoing_it(url):
+    from gptrain.errors import UserError, refuse_credentials
+
+    with pytest.raises(UserError) as e:
+        refuse_credentials(url, "--data.path")
+    assert "must not hold credentials" in str(e.value) and SECRET not in str(e.value)
+
+
+@pytest.mark.parametrize("command, url", zip(["train", "run", "mix", "remote checkpoint", "prepare", "eval"],
+                                             URLS * 2))
 def test_a_url_with_a_credential_is_refused_unechoed_and_nothing_recorded(url, command, tmp_path, isolated_home,
                                                                             tiny_hf_gpt2):
+    """Every command that takes a URL, each credential form on one of them (all forms: above)."""
     r = run_cli(*_commands(url, tmp_path, tiny_hf_gpt2)[command])
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert r.stderr.count("\n") == 1 and "must not hold credentials" in r.stderr, r.stderr
