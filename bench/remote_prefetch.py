@@ -9,7 +9,7 @@ temporary folder, serves it over HTTP on 127.0.0.1 with every shard request dela
 seconds (a slow network), and reads one epoch through a ShardedLoader (block 64, batch 8) with
 a cache of --shards-held shards, sleeping --step seconds per batch (the step's compute). It
 prints how many shards the reader downloaded itself, how many the prefetch thread did, and how
-many batches waited longer than delay/2 for their data.
+many batches waited longer than delay/2 for their data, and the cache's largest size after a batch.
 
 Training mode (--train DATASET, a folder `gptrain data prepare --shard-tokens T` wrote): serves
 the folder on 127.0.0.1 (the server counts the bytes it sends, with their times) and runs
@@ -19,6 +19,8 @@ metrics.jsonl logs every step's time). Per URL run: bytes sent before step 1 was
 fraction of the dataset's bytes; the cache's shards/ folder's size sampled every 20 ms (in both sides'
 runs) and its peak against the bound; for both sides the time to step 1 and the steady-state
 tokens/s, steps --skip..--steps from the logged times. Prints each side's median and the ratio.
+First, the data side of a step alone: the trainer's loader over each, in this process
+(--loader-batches, ms per batch); --repeat 0 runs only that.
 """
 
 from __future__ import annotations
@@ -89,15 +91,16 @@ def loader_mode(args) -> None:
     rs.ShardCache._download = counted
     tokens = rs.open_remote_split(folder, "train")
     loader = ShardedLoader(tokens, 64, 8, seed=1)
-    batches, waits, t = int(loader.n_blocks / 8), 0, time.time()
+    batches, waits, peak, t = int(loader.n_blocks / 8), 0, 0, time.time()
     for _ in range(batches):
         t0 = time.time()
         loader.next_batch()
         waits += time.time() - t0 > args.delay / 2
+        peak = max(peak, cache_bytes_now(tmp / "home"))
         time.sleep(args.step)
     print(f"shards {len(tokens.files)}, batches {batches}, cache {args.shards_held} shards: downloads by the "
           f"reader {counts['reader']}, by prefetch {counts['prefetch']}, batches that waited {waits}, "
-          f"wall {time.time() - t:.1f}s")
+          f"wall {time.time() - t:.1f}s; cache after each batch at most {peak:,} B of {args.shards_held * 40000:,}")
     srv.shutdown()
 
 
@@ -146,6 +149,27 @@ def train_once(data_path: str, cache_bytes: int, tmp: Path, args, tokens_per_ste
     return res
 
 
+def loader_times(data: Path, url: str, cache_bytes: int, args, tmp: Path) -> None:
+    """The data side of a step alone: the trainer's loader (open_train_loader) over the local
+    folder and over the URL, in this process, --loader-batches batches each, twice, alternating."""
+    os.environ["GPTRAIN_HOME"] = str(tmp / "loader-home")
+    from gptrain.data.loader import open_train_loader
+    from gptrain.data.remote_shards import open_remote
+
+    opts = dict(a.split("=", 1) for a in args.model_arg)
+    for side in ("local", "url", "local", "url"):
+        start = time.perf_counter()
+        path = data if side == "local" else open_remote(url, cache_bytes)
+        loader = open_train_loader(path, int(opts["--model.block_size"]), int(opts["--train.batch_size"]), 0, 1,
+                                   1337, None, 50257)
+        loader.next_batch()
+        first = time.perf_counter()
+        for _ in range(args.loader_batches):
+            loader.next_batch()
+        print(f"loader {side:<5}: open + first batch {first - start:.2f} s, then "
+              f"{(time.perf_counter() - first) / args.loader_batches * 1000:.2f} ms per batch", flush=True)
+
+
 def train_mode(args) -> None:
     data = Path(args.train).resolve()
     meta = json.loads((data / "meta.json").read_text())
@@ -162,6 +186,8 @@ def train_mode(args) -> None:
           f"{args.steps} steps, steady state from step {args.skip}; {' '.join(args.model_arg)}")
     runs = {"local": [], "url": []}
     try:
+        if args.loader_batches:
+            loader_times(data, url, cache_bytes, args, tmp)
         for i in range(args.repeat):
             for side in ("local", "url") if i % 2 == 0 else ("url", "local"):
                 r = train_once(str(data) if side == "local" else url, cache_bytes, tmp, args, tokens_per_step,
@@ -175,9 +201,12 @@ def train_mode(args) -> None:
     finally:
         srv.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
+    if not args.repeat:
+        return
     med = {s: statistics.median(r["steady_tok_s"] for r in rs) for s, rs in runs.items()}
     print(f"steady tokens/s (median of {args.repeat}): local {med['local']:,.0f}, url {med['url']:,.0f}, "
-          f"url / local {med['url'] / med['local']:.3f}")
+          f"url / local {med['url'] / med['local']:.3f}; per round (the two runs back to back): "
+          + ", ".join(f"{u['steady_tok_s'] / loc['steady_tok_s']:.3f}" for u, loc in zip(runs["url"], runs["local"])))
     print("time to step 1 (median): " + ", ".join(f"{s} {statistics.median(r['first_step_s'] for r in rs):.1f} s"
                                                 for s, rs in runs.items()))
     print(f"fetched before step 1: at most {max(r['bytes_before_first'] for r in runs['url']) / size:.2%} of the dataset; "
@@ -195,6 +224,7 @@ def main() -> None:
     ap.add_argument("--skip", type=int, default=10, help="steps before the steady state")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--model-arg", action="append", default=None)
+    ap.add_argument("--loader-batches", type=int, default=300, help="batches of the loader-only timing (0: none)")
     ap.add_argument("--tmp", default=None)
     args = ap.parse_args()
     if args.model_arg is None:
