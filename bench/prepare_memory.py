@@ -37,18 +37,21 @@ def build_file(corpus: Path, path: Path, mb: int) -> Path:
     return path
 
 
-def run(src_dir: Path, text: Path, out: Path, num_proc: int, kill_after: float | None = None):
-    """(seconds, peak tree RSS bytes, exit code, stdout) of one prepare."""
+def run(src_dir: Path, text: Path, out: Path, num_proc: int, kill_after: float | None = None, extra=()):
+    """(seconds, peak tree RSS bytes, exit code, stdout) of one prepare; run.largest: the peak RSS
+    of its largest process, as sampled."""
     env = {**os.environ, "PYTHONPATH": str(src_dir)}
     cmd = [sys.executable, "-m", "gptrain", "data", "prepare", str(text), "--out", str(out),
-           "--tokenizer", "gpt2", "--num-proc", str(num_proc)]
+           "--tokenizer", "gpt2", "--num-proc", str(num_proc), *extra]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     parent, peak = psutil.Process(proc.pid), 0
+    run.largest = 0
     while proc.poll() is None:
         try:
             procs = [parent] + parent.children(recursive=True)
-            peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+            rss = [p.memory_info().rss for p in procs if p.is_running()]
+            peak, run.largest = max(peak, sum(rss)), max([run.largest, *rss])
         except psutil.Error:
             pass
         if kill_after is not None and time.perf_counter() - start >= kill_after:

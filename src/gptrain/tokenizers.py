@@ -37,6 +37,12 @@ class Tokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [self.encode(t) for t in texts]
 
+    def encode_arrays(self, texts: list[str]) -> list:
+        """encode_batch(texts) as numpy integer arrays (a tokenizer that can skips the Python lists)."""
+        import numpy as np
+
+        return [np.asarray(ids, dtype=np.int64) for ids in self.encode_batch(texts)]
+
     def spec(self) -> dict:
         return {"name": self.name}
 
@@ -77,6 +83,10 @@ class GPT2Tokenizer(Tokenizer):
 
     def encode_batch(self, texts):
         return self.enc.encode_ordinary_batch(texts, num_threads=1)
+
+    def encode_arrays(self, texts):
+        # encode_ordinary's ids (special-token text is plain text), straight into uint32 arrays
+        return [self.enc.encode_to_numpy(t, allowed_special=set(), disallowed_special=()) for t in texts]
 
     def decode(self, ids):
         return self.enc.decode([int(i) for i in ids if int(i) < self.vocab_size])

@@ -238,3 +238,27 @@ def test_prepare_reads_a_save_to_disk_text_dataset_given_as_a_folder(tmp_path):
     datasets.Dataset.from_dict({"input_ids": [[1, 2, 3]]}).save_to_disk(tmp_path / "tokenized")
     r = run_cli("data", "prepare", "tokenized", "--out", "p2", "--tokenizer", "char", cwd=tmp_path)
     assert r.returncode == 2 and "already tokenized" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_sharded_split_is_read_lazily(tmp_path):
+    """open_split of several shards reads only the shards a slice spans, when it is sliced: not
+    all of them into memory when it is opened (a dataset of many shards would have to fit in RAM,
+    and the first training step waited for the whole read)."""
+    text = "".join(f"line {i} of the corpus\n" for i in range(400))
+    (tmp_path / "c.txt").write_text(text)
+    meta = prep_mod.prepare([str(tmp_path / "c.txt")], str(tmp_path / "out"), tokenizer="char",
+                            val_fraction=0.0, shard_tokens=1000, quiet=True)
+    files = meta["splits"]["train"]["files"]
+    assert len(files) >= 3
+    tokens = open_split(tmp_path / "out", "train")
+    whole = np.concatenate([np.fromfile(tmp_path / "out" / f["name"], dtype=meta["dtype"]) for f in files])
+    assert len(tokens) == len(whole) and tokens.tolist() == whole.tolist()
+    for lo, hi in ((0, 10), (995, 1005), (990, 2010), (len(whole) - 3, len(whole) + 5), (7, 7)):
+        assert tokens[lo:hi].tolist() == whole[lo:hi].tolist()
+    assert tokens[1000] == whole[1000] and tokens[-1] == whole[-1]
+    # the second shard changed in place after the open: a slice of it reads the new bytes
+    second = tmp_path / "out" / files[1]["name"]
+    new = np.full(files[1]["tokens"], 3, dtype=meta["dtype"])
+    with open(second, "r+b") as f:
+        f.write(new.tobytes())
+    assert tokens[1000:1010].tolist() == [3] * 10

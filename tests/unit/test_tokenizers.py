@@ -47,3 +47,17 @@ def test_hf_tokenizer_dir(tmp_path):
 def test_unknown_tokenizer():
     with pytest.raises(UserError, match="unknown tokenizer"):
         tokenizers.by_name("sentencepiece-9000")
+
+
+def test_gpt2_encode_arrays_are_encode_batch_ids():
+    """prepare's workers take numpy arrays (encode_arrays): the same ids as encode_batch, special
+    token text read as plain text (encode_ordinary)."""
+    from gptrain.tokenizers import CharTokenizer, GPT2Tokenizer
+
+    tok = GPT2Tokenizer()
+    texts = ["Hello world\n\n  indented", "a <|endoftext|> b", "", "ünïcödé 123 ’quotes’"]
+    arrays = tok.encode_arrays(texts)
+    assert [a.tolist() for a in arrays] == tok.encode_batch(texts)
+    assert 50256 not in arrays[1].tolist()
+    char = CharTokenizer("ab")
+    assert [a.tolist() for a in char.encode_arrays(["abba", ""])] == char.encode_batch(["abba", ""])

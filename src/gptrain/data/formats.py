@@ -265,7 +265,50 @@ def open_split(path, split: str) -> np.ndarray:
             raise UserError(f"token file {fp} is missing or has the wrong size; run "
                             f"`gptrain data inspect --verify` and prepare the dataset again")
         arrays.append(np.memmap(fp, dtype=meta["dtype"], mode="r"))
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+    return arrays[0] if len(arrays) == 1 else ShardArray(arrays)
+
+
+class ShardArray:
+    """A split's shard memmaps read as one token array, lazily: len(), a[i] and a[lo:hi] read
+    only the shards they span (np.concatenate of them all would read the whole dataset into
+    memory when it is opened); np.asarray(a) and a.tolist() do read them all."""
+
+    def __init__(self, arrays: list):
+        self.arrays, self.dtype = arrays, arrays[0].dtype
+        self.starts = np.concatenate([[0], np.cumsum([len(a) for a in arrays], dtype=np.int64)])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    @property
+    def shape(self) -> tuple:
+        return (len(self),)
+
+    def _shard(self, i: int) -> int:
+        return int(np.searchsorted(self.starts, i, "right")) - 1
+
+    def __getitem__(self, key):
+        if isinstance(key, slice) and key.step in (None, 1):
+            lo, hi, _ = key.indices(len(self))
+            if hi <= lo:
+                return np.zeros(0, self.dtype)
+            parts = [self.arrays[s][max(lo, self.starts[s]) - self.starts[s]: min(hi, self.starts[s + 1]) - self.starts[s]]
+                     for s in range(self._shard(lo), self._shard(hi - 1) + 1)]
+            return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if isinstance(key, (int, np.integer)):
+            i = int(key) + (len(self) if key < 0 else 0)
+            if not 0 <= i < len(self):
+                raise IndexError(f"index {key} is out of bounds for {len(self)} tokens")
+            s = self._shard(i)
+            return self.arrays[s][i - self.starts[s]]
+        return np.asarray(self)[key]
+
+    def __array__(self, dtype=None, copy=None):
+        whole = np.concatenate(self.arrays)
+        return whole if dtype is None else whole.astype(dtype)
+
+    def tolist(self) -> list:
+        return np.asarray(self).tolist()
 
 
 def open_examples(path, split: str, n_tokens: int):
