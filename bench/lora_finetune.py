@@ -12,9 +12,8 @@ step time after --warmup steps, peak RSS is the process's (ru_maxrss). Also gptr
 
   (a) gptrain-lora    gptrain train --model.init_from BASE --lora_r 16 ...
   (b) hf-peft         transformers.Trainer on get_peft_model(AutoModelForCausalLM, LoraConfig)
-  (a') gptrain-lora-eager  (a) with --train.compile=false: (a) compiles its blocks by default
-                      for a model of 500M+ parameters on a CPU (train/plan.py compile_on_cpu; the
-                      compile happens in the first, untimed, step), this side never does
+  (a') gptrain-lora-compiled  (a) with --train.compile=true (each block and the loss compiled;
+                      the compile is in the first, untimed, step)
   (c) gptrain-qlora   (a) with --load_in_4bit
   (d) gptrain-full    gptrain train --model.init_from BASE (every weight trained)
 """
@@ -35,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_throughput import ROOT, bench_data, blocks  # noqa: E402
 
-SIDES = ("gptrain-lora", "gptrain-lora-eager", "hf-peft", "gptrain-qlora", "gptrain-full")
+SIDES = ("gptrain-lora", "gptrain-lora-compiled", "hf-peft", "gptrain-qlora", "gptrain-full")
 SHAPES = {  # TinyLlama 1.1B's shape (with GPT-2's vocabulary: the tokens are GPT-2 BPE); GPT-2 124M
     "tinyllama": dict(arch="llama", layers=22, width=2048, heads=32, kv_heads=4, ffn=5632, targets=["q_proj", "v_proj"]),
     "gpt2": dict(arch="gpt2", layers=12, width=768, heads=12, targets=["c_attn"]),
@@ -120,7 +119,7 @@ def child(args) -> None:
                               *SHAPES[args.shape]["targets"]],
              "gptrain-full": []}
     extra["gptrain-qlora"] = [*extra["gptrain-lora"], "--load_in_4bit"]
-    extra["gptrain-lora-eager"] = [*extra["gptrain-lora"], "--train.compile=false"]
+    extra["gptrain-lora-compiled"] = [*extra["gptrain-lora"], "--train.compile=true"]
     base = base_model(args.shape)
     with tempfile.TemporaryDirectory() as out:
         if args.child == "hf-peft":
@@ -182,7 +181,7 @@ def main():
         peak = max(r["peak_bytes"] for r in runs) / 2**30
         print(f"{side:<13} {med[side]:>8,.1f} tokens/s  {statistics.median(r['step_s'] for r in runs):7.2f} s/step  "
               f"peak RSS {peak:6.2f} GiB  last loss {runs[-1]['loss']:.4f}")
-    for side in ("gptrain-lora", "gptrain-lora-eager"):
+    for side in ("gptrain-lora", "gptrain-lora-compiled"):
         if side in med and "hf-peft" in med:
             peak = {s: max(r["peak_bytes"] for r in results[s]) for s in (side, "hf-peft")}
             print(f"ratio {side} / hf-peft: {med[side] / med['hf-peft']:.2f}x tokens/s, "

@@ -113,7 +113,7 @@ class TrainConfig:
     activation_checkpointing: str = opt("none", "Recompute activations in backward to save memory.",
                                         ("none", "full", "selective"))
     compile: bool | None = opt(None, "torch.compile each transformer block and the loss; default: on "
-                               "a GPU; on a CPU only for a model of 500M+ parameters (BENCHMARKS.md).")
+                               "a GPU, off on a CPU (where compiling costs more than it saves).")
     fused_loss: bool | None = opt(None, "Compute the loss with the fused, chunked lm_head + cross-"
                                   "entropy (the logits never exist, less memory); false: the plain "
                                   "logits -> cross-entropy path; default: fused, except compiled on a "

@@ -60,20 +60,3 @@ def test_kernels_default_to_what_measured_fastest_and_obey_settings():
     assert resolve_kernels(True, True, "cuda") == (True, True)    # as set
     assert resolve_kernels(True, None, "cpu") == (True, True)
 
-
-def test_a_cpu_compiles_a_large_model_unless_told_or_qlora(monkeypatch):
-    """Unset train.compile on a CPU: compiled from CPU_COMPILE_MIN_PARAMS up (a 1.1B Llama block
-    measured 1.25-1.31x faster compiled, GPT-2 124M 1.03-1.05x), eager below, as set when set,
-    never for an NF4 base, and eager without a C++ compiler for inductor."""
-    from gptrain.config import parse_train_args
-    from gptrain.train.plan import CPU_COMPILE_MIN_PARAMS, compile_on_cpu
-
-    big, small = CPU_COMPILE_MIN_PARAMS, CPU_COMPILE_MIN_PARAMS - 1
-    cfg = parse_train_args([])
-    assert compile_on_cpu(cfg, big) and not compile_on_cpu(cfg, small)
-    assert not compile_on_cpu(parse_train_args(["--train.compile=false"]), big)
-    assert not compile_on_cpu(parse_train_args(["--train.compile=true"]), small)  # as set: resolve_kernels
-    qlora = parse_train_args(["--lora_r=8", "--model.init_from=x", "--lora.quantize_base=nf4"])
-    assert not compile_on_cpu(qlora, big)
-    monkeypatch.setenv("CXX", "/nonexistent/c++")
-    assert not compile_on_cpu(cfg, big)

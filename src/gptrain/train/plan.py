@@ -92,23 +92,6 @@ def resolve(cfg: Config, device_type: str, world: int) -> Plan:
                 compile=compile_, fused_loss=fused)
 
 
-CPU_COMPILE_MIN_PARAMS = 500_000_000
-
-
-def compile_on_cpu(cfg, n_params: int) -> bool:
-    """Whether a CPU run with train.compile unset compiles its blocks anyway: when the model is
-    large enough that a step takes seconds, so the compile (30-60 s, once) pays back within tens
-    of steps. Measured, block forward + backward compiled against eager, bf16 (bench/lora_finetune.py,
-    BENCHMARKS.md): a TinyLlama-shaped 1.1B block 1.25-1.31x faster, a GPT-2 124M block
-    1.03-1.05x. Not for QLoRA's NF4 base (not measured), and only where inductor finds its C++
-    compiler ($CXX, else g++)."""
-    import os
-    import shutil
-
-    return (cfg.train.compile is None and n_params >= CPU_COMPILE_MIN_PARAMS and cfg.lora.quantize_base == "none"
-            and shutil.which(os.environ.get("CXX") or "g++") is not None)
-
-
 def resolve_kernels(compile_: bool | None, fused_loss: bool | None, device_type: str) -> tuple[bool, bool]:
     """(compile, fused_loss); unset means what measured fastest (BENCHMARKS.md, GPT-2 124M): on
     a GPU compiled, with the compiled plain loss (an H200: 38 ms/step against 46 fused); on a

@@ -14,7 +14,6 @@ first.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import time
 from pathlib import Path
@@ -84,8 +83,6 @@ class Trainer(Checkpointing):
 
             remote.check(cfg.checkpoint.remote)
         self.n_params = plain.num_params()
-        if env.device.type == "cpu" and run_plan.compile_on_cpu(cfg, self.n_params):  # a large model
-            self.plan = dataclasses.replace(self.plan, compile=True)
         self.n_trained = sum(p.numel() for p in plain.parameters() if p.requires_grad)
         self.lora_base = getattr(plain, "lora_base", None)  # adapter-only checkpoints refer to it
         self.mesh = self.dims.build_mesh(env.device.type)
@@ -352,9 +349,7 @@ class Trainer(Checkpointing):
         self.log_main(f"precision {self.plan.precision_why}")
         mode = "compiled" if self.plan.compile else "eager"
         loss = "fused chunked" if self.plan.fused_loss else f"{mode} plain"
-        why = (" (compiled on a CPU for a model of 500M+ parameters; --train.compile=false: eager)"
-               if self.plan.compile and self.cfg.train.compile is None and env.device.type == "cpu" else "")
-        self.log_main(f"kernels: {mode} blocks, {loss} loss{why}")
+        self.log_main(f"kernels: {mode} blocks, {loss} loss")
         peak = 0.0
         if env.is_main:  # only rank 0 reports MFU; peers on one host would time each other
             peak, basis = peak_flops(env.device, self.cfg.metrics.peak_flops, self.plan.precision)
