@@ -50,16 +50,6 @@ def attention(q, k, v, impl: str, dropout_p: float, mask=CAUSAL):
     raise UserError(f"unknown attention implementation {impl!r}: use sdpa, eager or flash_attention_2")
 
 
-def quiet_kernel_library_logs() -> None:
-    """torchao (imported for QLoRA, and by torch.compile's inductor when it is installed) logs
-    every CUDA-only kernel library it cannot load on a CPU, and torch a deprecation about its
-    enums: noise in a user's log, not news."""
-    import logging
-
-    for noisy in ("torchao", "torch.utils._pytree"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-
-
 class CausalLM(nn.Module):
     """The shell every architecture fills: `transformer` (wte, h, ln_f and any extras) and
     lm_head, tied to wte when config.tie_embeddings."""
