@@ -42,6 +42,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gptrain.data.remote_shards import cached_bytes  # noqa: E402  (what data.cache_bytes bounds)
+
 
 def serve(directory, delay: float = 0.0):
     """A threaded HTTP server on 127.0.0.1 for `directory`; (server, base URL, sent): `sent` is
@@ -96,24 +98,12 @@ def loader_mode(args) -> None:
         t0 = time.time()
         loader.next_batch()
         waits += time.time() - t0 > args.delay / 2
-        peak = max(peak, cache_bytes_now(tmp / "home"))
+        peak = max(peak, cached_bytes(tmp / "home"))
         time.sleep(args.step)
     print(f"shards {len(tokens.files)}, batches {batches}, cache {args.shards_held} shards: downloads by the "
           f"reader {counts['reader']}, by prefetch {counts['prefetch']}, batches that waited {waits}, "
           f"wall {time.time() - t:.1f}s; cache after each batch at most {peak:,} B of {args.shards_held * 40000:,}")
     srv.shutdown()
-
-
-def cache_bytes_now(home: Path) -> int:
-    """The bytes in the shard caches' shards/ folders (what data.cache_bytes bounds), downloads under way included."""
-    total = 0
-    for folder in home.glob("cache/shards-*/shards"):
-        for entry in os.scandir(folder):
-            try:
-                total += entry.stat().st_size
-            except FileNotFoundError:
-                pass
-    return total
 
 
 def train_once(data_path: str, cache_bytes: int, tmp: Path, args, tokens_per_step: int, sent=None) -> dict:
@@ -132,7 +122,7 @@ def train_once(data_path: str, cache_bytes: int, tmp: Path, args, tokens_per_ste
     done = threading.Event()
     threading.Thread(target=lambda: (proc.wait(), done.set()), daemon=True).start()
     while not done.wait(0.02):  # both sides sample, so both pay for it
-        peak = max(peak, cache_bytes_now(home))
+        peak = max(peak, cached_bytes(home))
     log = proc.stdout.read()
     if proc.returncode != 0:
         sys.exit(f"gptrain train failed ({proc.returncode}):\n{log[-3000:]}")

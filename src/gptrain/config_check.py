@@ -45,16 +45,17 @@ def check(cfg):
     return cfg
 
 
-# Settings that may name a URL, which gptrain records (the job, its config.toml, the console).
-URL_KEYS = ("data.path", "data.tokenizer", "model.init_from", "checkpoint.resume_from", "checkpoint.remote")
+# Trainer settings that name a file, folder or URL (besides datasets by name and hub ids): made
+# absolute at submit (jobs/spec.py), and a URL among them refused when it holds a credential.
+PATH_KEYS = ("data.path", "data.tokenizer", "model.init_from", "checkpoint.resume_from", "checkpoint.remote")
 
 
 def check_no_credentials(cfg) -> None:
-    """A URL in a setting holds no credential (errors.refuse_credentials)."""
-    values = [(key, getattr(getattr(cfg, key.split(".")[0]), key.split(".")[1])) for key in URL_KEYS]
-    values += [("data.mix", entry.rpartition(":")[0]) for entry in cfg.data.mix.split(",") if cfg.data.mix]
-    for key, value in values:
-        refuse_credentials(value, f"--{key}")
+    """No URL in a path setting holds a credential (errors.refuse_credentials; data.mix's names:
+    data/mixture.check_config)."""
+    for key in PATH_KEYS:
+        section, name = key.split(".")
+        refuse_credentials(getattr(getattr(cfg, section), name), f"--{key}")
 
 
 def within(value: float, m) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from gptrain.data.remote_shards import cached_bytes
 from tests.helpers import TINY, write_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,16 +72,6 @@ def shard_bytes(ds: Path) -> int:
     return max(f["tokens"] * 2 for info in read_meta(ds)["splits"].values() for f in info["files"])
 
 
-def cache_size(home: Path) -> int:
-    total = 0
-    for p in (home / "cache").glob("shards-*/shards/*"):
-        try:
-            total += p.stat().st_size
-        except FileNotFoundError:  # evicted or renamed meanwhile
-            pass
-    return total
-
-
 def submit(name: str, env: dict, *args) -> subprocess.CompletedProcess:
     """A 2-process job training from the bucket: the keys as secrets, the endpoint as --env."""
     return gptrain("run", name, "--accels", "2", "--secret", "AWS_ACCESS_KEY_ID", "--secret",
@@ -131,7 +122,7 @@ def test_a_two_rank_job_trains_from_s3_through_a_cache_smaller_than_the_data(buc
     assert r.returncode == 0, r.stderr
     peak, state = 0, None
     for state in states("s3job"):  # the cache, watched while the job runs
-        peak = max(peak, cache_size(home))
+        peak = max(peak, cached_bytes(home))
         assert peak <= bound
     logs = gptrain("logs", "s3job", env=env).stdout
     assert state == "succeeded", logs[-3000:]

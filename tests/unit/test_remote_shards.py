@@ -14,7 +14,7 @@ import pytest
 
 from gptrain.data.formats import open_split, read_meta
 from gptrain.data.loader import BlockLoader, ShardedLoader, ShardOrder
-from gptrain.data.remote_shards import open_remote, open_remote_split
+from gptrain.data.remote_shards import cached_bytes, open_remote, open_remote_split
 from gptrain.errors import UserError
 from tests.helpers import TINY, losses, train, write_corpus
 
@@ -43,17 +43,6 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 def shard_bytes(root: Path) -> int:
     return max(f["tokens"] * 2 for info in read_meta(root / "ds")["splits"].values() for f in info["files"])
-
-
-def cached(folder: Path) -> int:
-    """Bytes in the cache, downloads under way included (a file renamed meanwhile: skipped)."""
-    total = 0
-    for p in (folder / "shards").iterdir():
-        try:
-            total += p.stat().st_size
-        except FileNotFoundError:
-            pass
-    return total
 
 
 def reference(root: Path, world: int = 1, rank: int = 0) -> BlockLoader:
@@ -106,7 +95,7 @@ def test_remote_batches_match_local_ones_and_the_cache_stays_under_its_bound(ser
     for _ in range(int(1.3 * ref.n_blocks / B)):  # past the end of the first epoch
         (x, y), (rx, ry) = got.next_batch(), ref.next_batch()
         assert (x == rx).all() and (y == ry).all()
-        peak = max(peak, cached(folder))
+        peak = max(peak, cached_bytes(folder))
         assert peak <= bound
     assert peak > shard_bytes(root)
 
@@ -145,7 +134,7 @@ def test_a_mix_of_urls_reads_each_source_through_the_cache(served):
     assert all(isinstance(s, ShardedLoader) for s in mix.sources)
     for _ in range(40):
         assert (mix.next_batch()[0] == ref.next_batch()[0]).all()
-        assert cached(folder) <= 3 * shard_bytes(root)
+        assert cached_bytes(folder) <= 3 * shard_bytes(root)
 
 
 def tampered(root: Path) -> Path:
@@ -200,7 +189,7 @@ def test_two_ranks_train_from_the_url_through_a_cache_smaller_than_the_data(serv
     def watch():
         while not done.is_set():
             for folder in (tmp_path / "gptrain-home" / "cache").glob("shards-*"):
-                peak[0] = max(peak[0], cached(folder))
+                peak[0] = max(peak[0], cached_bytes(folder))
             done.wait(0.02)
 
     watcher = threading.Thread(target=watch)
@@ -215,7 +204,7 @@ def test_two_ranks_train_from_the_url_through_a_cache_smaller_than_the_data(serv
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert any("eval/loss" in row for row in rows)  # the validation split, read from the URL too
     [folder] = (tmp_path / "gptrain-home" / "cache").glob("shards-*")
-    assert 0 < cached(folder) <= bound
+    assert 0 < cached_bytes(folder) <= bound
     train(f"--data.path=file://{root}/ds", *args, f"--train.output_dir={tmp_path / 'local'}", nproc=2)
     assert losses(tmp_path / "local") == losses(tmp_path / "out") and len(losses(tmp_path / "out")) == 6
     for where, what in (("nothing-here", "no meta.json"), ("bad", "sha256 check|truncated or corrupted")):

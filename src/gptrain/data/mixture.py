@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gptrain.errors import UserError
+from gptrain.errors import UserError, refuse_credentials
 
 FORM = "NAME:WEIGHT,NAME:WEIGHT (e.g. web:0.7,code:0.3)"
 
@@ -92,6 +92,7 @@ def check_config(data_cfg) -> None:
     prepared = []
     for name, _ in parse_mix(data_cfg.mix):
         if "://" in name:
+            refuse_credentials(name, "--data.mix")
             continue
         p = resolve(name)  # an unknown name or missing path: one line
         if is_prepared_dir(p):

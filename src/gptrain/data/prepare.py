@@ -61,7 +61,7 @@ def _tokenize(task):
             n += len(eos)
             ends.append(n)
     # in the file's dtype (uint16 for GPT-2): a quarter of int64's bytes back to the writer
-    return split, np.concatenate(out).astype(token_dtype(tok.vocab_size)) if out else np.zeros(0, np.int64), ends
+    return split, np.concatenate(out or [eos[:0]]).astype(token_dtype(tok.vocab_size)), ends
 
 
 def _tasks(split_docs):

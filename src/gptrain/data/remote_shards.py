@@ -116,6 +116,22 @@ def open_tokens(path, split: str):
     return open_remote_split(path, split) if is_remote_folder(path) else open_split(path, split)
 
 
+def cached_bytes(where) -> int:
+    """The bytes held by the shard caches under `where` (one cache folder, or a $GPTRAIN_HOME):
+    what data.cache_bytes bounds, downloads under way included; a file evicted or renamed while
+    it is counted is skipped. (For tests and benchmarks watching the bound from outside.)"""
+    where = Path(where)
+    folders = [where / "shards"] if (where / "shards").is_dir() else list(where.glob("cache/shards-*/shards"))
+    total = 0
+    for folder in folders:
+        for entry in os.scandir(folder):
+            try:
+                total += entry.stat().st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
 def open_remote_split(folder, split: str) -> "ShardTokens":
     """A split of the dataset `folder` stands for, as a token array."""
     from gptrain.data.formats import read_meta

@@ -60,8 +60,6 @@ def check_url(url: str) -> str:
     return url
 
 
-
-
 def check_ref(ref: str | None) -> str | None:
     if ref is not None and not REF.fullmatch(ref):
         raise UserError(f"--ref {ref!r} is not a branch, tag or commit name (letters, digits, . _ / + @ -, "

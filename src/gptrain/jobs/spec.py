@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gptrain.config_check import PATH_KEYS
 from gptrain.errors import UserError, closest
 from gptrain.home import check_name
 from gptrain.jobs.launch import ENTRY_KINDS
@@ -202,8 +203,6 @@ class JobSpec:
         return parse_train_args(list(self.args), cfg)
 
 
-# Trainer settings that name files or directories (besides datasets by name, hub ids and URLs).
-PATH_KEYS = ("data.path", "data.tokenizer", "model.init_from", "checkpoint.resume_from", "checkpoint.remote")
 BUILTIN_TOKENIZERS = ("gpt2", "char", "byte")
 
 
