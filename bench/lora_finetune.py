@@ -16,6 +16,11 @@ step time after --warmup steps, peak RSS is the process's (ru_maxrss). Also gptr
                       the compile is in the first, untimed, step)
   (c) gptrain-qlora   (a) with --load_in_4bit
   (d) gptrain-full    gptrain train --model.init_from BASE (every weight trained)
+
+It also prints the matmul floor: the tokens/s of a step that did nothing but the base model's
+matrix multiplies (each Linear's forward and its input gradient, the output head's too), each
+timed alone in this run at its own shape (best of 5). Every LoRA step, whoever runs it, does at
+least these; no implementation on this CPU can beat that rate, so it bounds any ratio.
 """
 
 from __future__ import annotations
@@ -42,6 +47,20 @@ SHAPES = {  # TinyLlama 1.1B's shape (with GPT-2's vocabulary: the tokens are GP
 BLOCK, BATCH, RANK, ALPHA, LR = 256, 4, 16, 32, 2e-4
 
 
+def hf_model(shape: str):
+    """The shape as a transformers model (random weights; on the default device)."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    s = SHAPES[shape]
+    if s["arch"] == "llama":
+        return LlamaForCausalLM(LlamaConfig(vocab_size=50257, hidden_size=s["width"], intermediate_size=s["ffn"],
+                                            num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
+                                            num_key_value_heads=s["kv_heads"], max_position_embeddings=2048,
+                                            bos_token_id=50256, eos_token_id=50256))
+    return GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=1024, n_embd=s["width"],
+                                      n_layer=s["layers"], n_head=s["heads"]))
+
+
 def base_model(shape: str) -> Path:
     """The shape with random weights, saved once by transformers into the bench cache."""
     cache = Path(os.environ.get("GPTRAIN_BENCH_CACHE", Path(tempfile.gettempdir()) / "gptrain-bench"))
@@ -49,20 +68,49 @@ def base_model(shape: str) -> Path:
     if (out / "config.json").is_file():
         return out
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-    s = SHAPES[shape]
     torch.manual_seed(0)
-    if s["arch"] == "llama":
-        model = LlamaForCausalLM(LlamaConfig(vocab_size=50257, hidden_size=s["width"], intermediate_size=s["ffn"],
-                                             num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
-                                             num_key_value_heads=s["kv_heads"], max_position_embeddings=2048,
-                                             bos_token_id=50256, eos_token_id=50256))
-    else:
-        model = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=1024, n_embd=s["width"],
-                                           n_layer=s["layers"], n_head=s["heads"]))
-    model.save_pretrained(out)
+    hf_model(shape).save_pretrained(out)
     return out
+
+
+def linear_shapes(shape: str) -> list[tuple[int, int, int]]:
+    """(in, out, count) of every Linear the model multiplies by (GPT-2's Conv1D, the output
+    head), read off the transformers model built on the meta device."""
+    from collections import Counter
+
+    import torch
+
+    with torch.device("meta"):
+        model = hf_model(shape)
+    counts = Counter()
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            counts[m.in_features, m.out_features] += 1
+        elif type(m).__name__ == "Conv1D":  # weight (in, out)
+            counts[tuple(m.weight.shape)] += 1
+    return [(i, o, c) for (i, o), c in counts.items()]
+
+
+def matmul_floor(shape: str, precision: str) -> float:
+    """Seconds per step of the base matmuls alone: each shape's forward (x W^T) and input
+    gradient (g W), best of 5, times how often a step does it."""
+    import torch
+    import torch.nn.functional as F
+
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    m, total = BATCH * BLOCK, 0.0
+    for k, n, count in linear_shapes(shape):
+        x, w, g = torch.randn(m, k, dtype=dtype), torch.randn(n, k, dtype=dtype), torch.randn(m, n, dtype=dtype)
+        for fn in (lambda: F.linear(x, w), lambda: g @ w):
+            fn()
+            best = float("inf")
+            for _ in range(5):
+                t0 = time.perf_counter()
+                fn()
+                best = min(best, time.perf_counter() - t0)
+            total += best * count
+    return total
 
 
 def run_gptrain(base, data, steps, precision, out, extra):
@@ -181,7 +229,15 @@ def main():
         peak = max(r["peak_bytes"] for r in runs) / 2**30
         print(f"{side:<13} {med[side]:>8,.1f} tokens/s  {statistics.median(r['step_s'] for r in runs):7.2f} s/step  "
               f"peak RSS {peak:6.2f} GiB  last loss {runs[-1]['loss']:.4f}")
+    floor = BATCH * BLOCK / matmul_floor(args.shape, precision)
+    print(f"matmul floor {floor:>8,.1f} tokens/s  (the base matmuls alone, timed in this run: no LoRA step here "
+          f"runs faster)")
+    if "hf-peft" in med:
+        print(f"hf-peft runs at {med['hf-peft'] / floor:.0%} of the floor; 1.5x hf-peft would be "
+              f"{1.5 * med['hf-peft'] / floor:.0%} of it")
     for side in ("gptrain-lora", "gptrain-lora-compiled"):
+        if side in med:
+            print(f"{side} runs at {med[side] / floor:.0%} of the floor")
         if side in med and "hf-peft" in med:
             peak = {s: max(r["peak_bytes"] for r in results[s]) for s in (side, "hf-peft")}
             print(f"ratio {side} / hf-peft: {med[side] / med['hf-peft']:.2f}x tokens/s, "
