@@ -3,10 +3,14 @@ NaN skipping, Weights & Biases offline."""
 
 import json
 import math
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
-from tests.helpers import TINY, http_server, losses, make_dataset, train, write_corpus
+from tests.helpers import TINY, env, http_server, losses, make_dataset, train, write_corpus
 
 STEPS = 4
 
@@ -69,6 +73,23 @@ def test_fp16_with_pipeline_and_tensor_parallel_tracks_fp32(data, reference, tmp
     got, expected = losses(tmp_path), losses(single)
     for step, value in expected.items():
         assert math.isfinite(got[step]) and abs(got[step] - value) < 0.02, (step, got[step], value)
+
+
+def test_a_stopped_run_logs_the_step_it_stopped_at(data, tmp_path):
+    """A stop between two logged steps: the last train record is the stop's step, the one its
+    final checkpoint holds (`gptrain jobs` shows how far a job got from it)."""
+    args = _args(data, tmp_path, "--train.max_steps=100000", "--metrics.log_every=1000", "--checkpoint.every=3")
+    proc = subprocess.Popen([sys.executable, "-m", "gptrain", "train", *args], env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not list((tmp_path / "checkpoints").glob("step-*")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out
+    stopped = int(out.split("stopped at step ")[1].split()[0])
+    assert stopped % 1000 and max(losses(tmp_path)) == stopped, out
+    assert (tmp_path / "checkpoints" / f"step-{stopped:06d}").is_dir()
 
 
 def test_nan_policy_skip_keeps_going(data, tmp_path):

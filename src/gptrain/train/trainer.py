@@ -329,8 +329,7 @@ class Trainer(Checkpointing):
         if not dist.is_initialized():  # no device round trip (a host sync) for one process
             return stop.requested()
         flag = torch.tensor(float(stop.requested()), device=self.env.device)
-        if dist.is_initialized():
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag)
 
     def run(self) -> dict:
@@ -362,7 +361,8 @@ class Trainer(Checkpointing):
                 loss, lr = self.train_step()
                 self._step_loss = loss
                 window_steps += 1
-                logging = self.step % self.cfg.metrics.log_every == 0 or self.step == self.total_steps
+                stopping = self._stop_agreed()  # the step a stop ends on is logged: it is the checkpoint's
+                logging = self.step % self.cfg.metrics.log_every == 0 or self.step == self.total_steps or stopping
                 if logging and not self.report_skipped() and (value := self.mean_loss(loss)) is not None:
                     elapsed = time.perf_counter() - window_start
                     tok_s = tokens_per_step * window_steps / elapsed
@@ -378,7 +378,7 @@ class Trainer(Checkpointing):
                 every = self.cfg.checkpoint.every
                 if every > 0 and self.step % every == 0 and self.step < self.total_steps:
                     self.save()
-                if self._stop_agreed():
+                if stopping:
                     status = "stopped"
                     break
             if tc.do_eval and tc.eval_strategy != "no":
