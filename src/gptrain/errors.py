@@ -29,7 +29,10 @@ SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)(.*)$", re.S)
 def has_credentials(url: str) -> bool:
     """Whether `url` holds a credential: a password or token in its user part (any scheme, any
     case: HTTPS://u:p@, git+ssh://u:p@, scp-form u:p@host:path, https://TOKEN@) or a query string
-    (?access_token=, ?X-Amz-Signature=)."""
+    (?access_token=, ?X-Amz-Signature=); in any link of an fsspec chain
+    (simplecache::https://u:p@host/x)."""
+    if "::" in url:
+        return any(has_credentials(link) for link in url.split("::"))
     m = SCHEME.match(url)
     if m:
         scheme, authority, rest = m.group(1).lower(), m.group(2), m.group(3)
@@ -48,6 +51,8 @@ def redact(url) -> str:
         return repr(url)
     if not has_credentials(url):
         return url
+    if "::" in url:
+        return "::".join(redact(link) for link in url.split("::"))
     m = SCHEME.match(url)
     if m:
         authority, rest = m.group(2), m.group(3)
@@ -60,11 +65,12 @@ def redact(url) -> str:
     return head + slash + tail
 
 
-def refuse_credentials(url, what: str) -> None:
+def refuse_credentials(url, what: str, names_only: bool = False) -> None:
     """One UserError when the data or checkpoint URL `url` (the setting `what`) holds a
     credential: it would be recorded. The URL is not echoed; the credential belongs in the
-    environment, where fsspec reads it."""
-    if isinstance(url, str) and "://" in url and has_credentials(url):
+    environment, where fsspec reads it. A local path is never taken for a scp-form URL unless
+    `names_only` (the value is a URL or a name, as after `hf:`)."""
+    if isinstance(url, str) and ("://" in url or names_only) and has_credentials(url):
         raise UserError(f"{what} {redact(url)!r} must not hold credentials (a password, token or signed "
                         "query would be recorded with the job, its config.toml or the dataset): drop them and "
                         "give them through the environment (AWS_* for s3://, FSSPEC_HTTPS='{\"headers\": {...}}' "

@@ -97,6 +97,12 @@ BROKEN = {
     "files not a list": lambda m: m["splits"]["train"].update(files="train.bin"),
     "file without tokens": lambda m: m["splits"]["train"]["files"][0].pop("tokens"),
     "no tokenizer": lambda m: m.pop("tokenizer"),
+    # a URL dataset's shard cache names files by their sha256: a path there reached any file
+    "sha256 an absolute path": lambda m: m["splits"]["train"]["files"][0].update(sha256="//////etc/passwd"),
+    "sha256 not hex": lambda m: m["splits"]["train"]["files"][0].update(sha256="../" * 21 + "a"),
+    "counts past int64 when summed": lambda m: m["splits"]["train"].update(
+        tokens=10 * 2**60, files=[dict(m["splits"]["train"]["files"][0], tokens=2**60)] * 10),
+    "split total not its files' sum": lambda m: m["splits"]["train"].update(tokens=m["splits"]["train"]["tokens"] + 1),
 }
 
 

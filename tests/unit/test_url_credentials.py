@@ -15,7 +15,8 @@ from tests.conftest import run_cli
 
 SECRET = "s3cr3t-Tok3n"
 URLS = [f"https://user:{SECRET}@127.0.0.1:9/data", f"http://127.0.0.1:9/data?token={SECRET}",
-        f"HTTPS://{SECRET}@127.0.0.1:9/data", f"s3://bucket/data?X-Amz-Signature={SECRET}"]
+        f"HTTPS://{SECRET}@127.0.0.1:9/data", f"s3://bucket/data?X-Amz-Signature={SECRET}",
+        f"simplecache::https://user:{SECRET}@127.0.0.1:9/data"]  # a link of an fsspec chain
 
 
 def _commands(url, tmp_path, model):
@@ -26,6 +27,7 @@ def _commands(url, tmp_path, model):
         "remote checkpoint": ["run", "j", "--", "--data.path=x", f"--checkpoint.remote={url}"],
         "prepare": ["data", "prepare", url + ".txt", "--out", str(tmp_path / "prep")],
         "eval": ["eval", str(model), "--dataset", url],
+        "prepare hf:": ["data", "prepare", "hf:" + url, "--out", str(tmp_path / "prep")],
     }
 
 
@@ -38,8 +40,9 @@ def test_each_credential_form_is_refused_without_echoing_it(url):
     assert "must not hold credentials" in str(e.value) and SECRET not in str(e.value)
 
 
-@pytest.mark.parametrize("command, url", zip(["train", "run", "mix", "remote checkpoint", "prepare", "eval"],
-                                             URLS * 2))
+@pytest.mark.parametrize("command, url", [*zip(["train", "run", "mix", "remote checkpoint", "prepare", "eval"],
+                                                  URLS * 2), ("mix", URLS[-1]),
+                                            ("prepare hf:", URLS[0]), ("prepare hf:", f"u:{SECRET}@host/x")])
 def test_a_url_with_a_credential_is_refused_unechoed_and_nothing_recorded(url, command, tmp_path, isolated_home,
                                                                             tiny_hf_gpt2):
     """Every command that takes a URL, each credential form on one of them (all forms: above)."""

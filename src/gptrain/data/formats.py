@@ -29,6 +29,7 @@ from gptrain.tokenizers import check_spec
 
 FORMAT = "gptrain-tokens"
 VERSION = 1
+MAX_COUNT = 2**48  # the largest token, document or example count a meta.json may hold
 
 
 def token_dtype(vocab_size: int) -> str:
@@ -163,10 +164,12 @@ def check_meta(meta, where) -> dict:
                 not _count(info.get("tokens")) or not _count(info.get("documents")):
             bad(f"has a malformed {name!r} split")
         for f in info["files"]:
-            if not isinstance(f, dict) or not _count(f.get("tokens")) or not isinstance(f.get("sha256"), str) \
+            if not isinstance(f, dict) or not _count(f.get("tokens")) or not _digest(f.get("sha256")) \
                     or not _count(f.get("documents", 0)):  # per-file documents: absent in older datasets
                 bad(f"has a malformed file entry in split {name!r}")
             check_plain_name(f.get("name"), where)
+        if info["files"] and sum(f["tokens"] for f in info["files"]) != info["tokens"]:
+            bad(f"says split {name!r} has {info['tokens']} tokens, not the sum of its files'")
     sft = meta.get("sft")
     if sft is not None:  # instruction data (data/sft.py): each split's loss mask and example starts
         if not isinstance(sft, dict) or not isinstance(sft.get("splits"), dict):
@@ -176,14 +179,21 @@ def check_meta(meta, where) -> dict:
                 bad(f"has a malformed sft split {name!r}")
             for what in ("mask", "offsets"):
                 f = info.get(what)
-                if not isinstance(f, dict) or not isinstance(f.get("sha256"), str):
+                if not isinstance(f, dict) or not _digest(f.get("sha256")):
                     bad(f"has a malformed sft {what} file in split {name!r}")
                 check_plain_name(f.get("name"), where)
     return meta
 
 
 def _count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    """A count gptrain could have written: an int from 0 to 2**48 (a petabyte of tokens), so
+    sums and offsets of counts stay far inside int64."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+
+
+def _digest(value) -> bool:
+    """A sha256 as gptrain writes it, 64 lowercase hex digits: shard caches name files by it."""
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
 def read_meta(path) -> dict:

@@ -46,6 +46,7 @@ def expand(sources: list[str], hf_config: str | None) -> list[Source]:
     out: list[Source] = []
     for s in sources:
         if s.startswith("hf:"):  # explicitly a Hugging Face dataset: a hub name or a local dataset dir
+            refuse_credentials(s[3:], "source", names_only=True)  # a hub name never holds user@ or a query
             out.append(Source("hf", s[3:]))
             continue
         if _is_url(s):
