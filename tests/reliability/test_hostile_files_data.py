@@ -145,3 +145,15 @@ def test_vocab_smaller_than_token_ids_is_refused_when_training(small_vocab, tmp_
     r = _train(small_vocab, tmp_path)
     _refused(r, "vocab_size 5", str(small_vocab))
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_token_file_linked_outside_the_dataset_is_refused_by_train(prepared, tmp_path):
+    """meta.json names train.bin, but train.bin is a link to a file elsewhere (of the right
+    size): train reads a dataset's own files only, as push does."""
+    d, outside = tmp_path / "linked", tmp_path / "outside.bin"
+    shutil.copytree(prepared, d)
+    shutil.copy(d / "train.bin", outside)
+    (d / "train.bin").unlink()
+    (d / "train.bin").symlink_to(outside)
+    _refused(_train(d, tmp_path), "is a link to a file outside")
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -65,6 +65,12 @@ def test_each_source_keeps_its_own_seeded_stream():
 def test_weights_in_the_mix_string_are_normalized_and_paths_split_at_the_last_colon():
     assert parse_mix("web:7, c:d/code:3") == [("web", 0.7), ("c:d/code", 0.3)]
     assert parse_mix("only:2") == [("only", 1.0)]
+    assert parse_mix("a:1e308,b:1e308") == [("a", 0.5), ("b", 0.5)]  # their sum is inf: both were 0
+
+
+def test_a_weight_too_small_to_draw_is_refused():
+    with pytest.raises(UserError, match="too small next to the others"):
+        parse_mix("a:1e308,b:1e-300")
 
 
 def test_mixture_resume_continues_every_source_exactly():

@@ -234,3 +234,32 @@ def test_an_interrupted_hf_prepare_continues_to_the_same_bytes(hf_source, tmp_pa
     assert "continuing an interrupted prepare: 9 tasks (" in capsys.readouterr().out
     verify(out)
     _same_dataset(ref, out)
+
+
+def test_a_link_left_in_the_work_folder_is_not_written_through(tmp_path):
+    """The last step of a prepare with too few documents splits train's shard into train.bin
+    and val.bin: a link planted there (the work folder survives a kill) is replaced, never
+    written through."""
+    folder, victim = tmp_path / "out.partial", tmp_path / "victim.bin"
+    folder.mkdir()
+    victim.write_bytes(b"ORIGINAL")
+    np.arange(100, dtype=np.uint16).tofile(folder / "shard-0.bin")
+    for name in ("train.bin", "val.bin"):
+        (folder / name).symlink_to(victim)
+    splits = {"train": {"tokens": 100, "files": [{"name": "shard-0.bin"}]}, "val": {"files": []}}
+    prep_mod._tail_to_val(folder, splits, "uint16", 0.1)
+    assert victim.read_bytes() == b"ORIGINAL"
+    assert not (folder / "val.bin").is_symlink() and np.fromfile(folder / "val.bin", np.uint16).tolist() == list(range(90, 100))
+
+
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path):
+    """(/proc takes no new folders, even from root, as a read-only file system takes none)"""
+    (tmp_path / "a.txt").write_text("some words\n" * 50)
+    with pytest.raises(UserError, match="cannot write the prepared dataset at /proc/.*; give a --out you may write to"):
+        prep_mod.prepare([str(tmp_path / "a.txt")], "/proc/gptrain-test/out", quiet=True)
+
+
+def test_json_nested_past_the_recursion_limit_is_one_line(tmp_path):
+    (tmp_path / "deep.jsonl").write_text('{"text": "ok"}\n' + "[" * 200_000 + "]" * 200_000 + "\n")
+    with pytest.raises(UserError, match="line 2 is not valid JSON"):
+        list(sources.documents(sources.expand([str(tmp_path / "deep.jsonl")], None)[0], "text", sources.ReadStats()))

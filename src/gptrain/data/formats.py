@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from gptrain.errors import UserError
-from gptrain.files import check_plain_name, read_json
+from gptrain.files import check_plain_name, read_json, within
 from gptrain.tokenizers import check_spec
 
 FORMAT = "gptrain-tokens"
@@ -271,6 +271,9 @@ def open_split(path, split: str) -> np.ndarray:
     verify_sizes = [(path / f["name"], f["tokens"]) for f in meta["splits"][split]["files"]]
     arrays = []
     for fp, n in verify_sizes:
+        if fp.is_symlink() and not within(fp, path):
+            raise UserError(f"token file {fp} is a link to a file outside {path}: a dataset's token files "
+                            "are its own; copy the file into the folder")
         if not fp.is_file() or fp.stat().st_size != n * np.dtype(meta["dtype"]).itemsize:
             raise UserError(f"token file {fp} is missing or has the wrong size; run "
                             f"`gptrain data inspect --verify` and prepare the dataset again")

@@ -60,8 +60,14 @@ def parse_mix(text: str) -> list[tuple[str, float]]:
         if any(name == n for n, _ in entries):
             raise UserError(f"--data.mix names {name} twice; give each dataset once, with its weight")
         entries.append((name, w))
-    total = sum(w for _, w in entries)
-    return [(n, w / total) for n, w in entries]
+    top = max(w for _, w in entries)  # scaled first: weights near the float maximum sum to inf
+    total = sum(w / top for _, w in entries)
+    out = [(n, w / top / total) for n, w in entries]
+    for n, w in out:
+        if w == 0.0:
+            raise UserError(f"--data.mix weight of {n} is too small next to the others to draw anything; "
+                            "give weights of similar sizes")
+    return out
 
 
 def tokenizer_of(meta: dict) -> str:

@@ -336,7 +336,8 @@ def _tail_to_val(folder: Path, splits: dict, dtype: str, val_fraction: float):
         with open(shard, "rb") as src:
             for split, lo, hi in (("train", 0, n - n_val), ("val", n - n_val, n)):
                 src.seek(lo * size)
-                with open(folder / f"{split}.bin", "wb") as f:
+                (folder / f"{split}.bin").unlink(missing_ok=True)  # never through a link left in the work folder
+                with open(folder / f"{split}.bin", "xb") as f:
                     left = (hi - lo) * size
                     while left:
                         block = src.read(min(left, 1 << 24))

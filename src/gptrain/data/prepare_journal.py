@@ -40,12 +40,15 @@ class Journal:
     def __init__(self, out: Path, identity: dict):
         self.out, self.dir, self.identity = out, partial_dir(out), identity
         self.path = self.dir / JOURNAL
-        out.parent.mkdir(parents=True, exist_ok=True)
         try:
+            out.parent.mkdir(parents=True, exist_ok=True)
             self.dir.mkdir()
             fresh = True
         except FileExistsError:
             fresh = False
+        except OSError as e:  # read-only, not permitted, full
+            raise UserError(f"cannot write the prepared dataset at {out}: {e.strerror}; give a --out "
+                            "you may write to") from None
         if not self.dir.is_dir() or self.dir.is_symlink():
             raise UserError(f"{self.dir} is in the way of the prepare's work folder: remove it or give a new --out")
         self._fd = os.open(self.dir, os.O_RDONLY)

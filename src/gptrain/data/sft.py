@@ -41,7 +41,7 @@ def detect(paths: list[Path]) -> str | None:
         first = next((line for line in f if line.strip()), "")
     try:
         row = json.loads(first)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
     if isinstance(row, dict) and "messages" in row:
         return MESSAGES
@@ -58,7 +58,7 @@ def rows(paths: list[Path]):
                 if line.strip():
                     try:
                         yield f"{p} line {lineno}", json.loads(line)
-                    except json.JSONDecodeError as e:
+                    except (json.JSONDecodeError, RecursionError) as e:  # (RecursionError: nested too deep)
                         raise UserError(f"{p} line {lineno} is not valid JSON: {e}") from None
 
 

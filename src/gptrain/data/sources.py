@@ -166,7 +166,7 @@ def _records(stream, location: str, text_field: str, stats: ReadStats):
     if low.endswith(".json"):
         try:
             data = json.loads("".join(_pieces(stream, location, stats)))
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, RecursionError) as e:  # (RecursionError: nested too deep)
             raise UserError(f"{location} is not valid JSON: {e}") from None
         rows = data if isinstance(data, list) else [data]
         yield from (_field(r, text_field, location, i + 1) for i, r in enumerate(rows))
@@ -175,7 +175,7 @@ def _records(stream, location: str, text_field: str, stats: ReadStats):
         if line.strip():
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError as e:
+            except (json.JSONDecodeError, RecursionError) as e:  # (RecursionError: nested too deep)
                 raise UserError(f"{location} line {lineno} is not valid JSON: {e}") from None
             yield _field(row, text_field, location, lineno)
 
