@@ -157,3 +157,32 @@ def test_a_token_file_linked_outside_the_dataset_is_refused_by_train(prepared, t
     (d / "train.bin").symlink_to(outside)
     _refused(_train(d, tmp_path), "is a link to a file outside")
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("where", ["absolute", "relative", "split", "link"])
+def test_a_save_to_disk_folder_naming_files_outside_it_is_refused(tmp_path, where):
+    """`datasets.load_from_disk` opens the data files state.json names, as given: a folder whose
+    state.json (or dataset_dict.json) reaches outside it is refused by prepare, train and push."""
+    import datasets
+
+    datasets.Dataset.from_dict({"text": ["the folder's own words"]}).save_to_disk(str(tmp_path / "hf"))
+    datasets.Dataset.from_dict({"text": ["SECRET OUTSIDE"]}).save_to_disk(str(tmp_path / "outside"))
+    outside = tmp_path / "outside" / "data-00000-of-00001.arrow"
+    state = json.loads((tmp_path / "hf" / "state.json").read_text())
+    if where == "link":
+        (tmp_path / "hf" / "data-00000-of-00001.arrow").unlink()
+        (tmp_path / "hf" / "data-00000-of-00001.arrow").symlink_to(outside)
+    elif where == "split":
+        (tmp_path / "dd").mkdir()
+        (tmp_path / "dd" / "dataset_dict.json").write_text(json.dumps({"splits": ["../outside"]}))
+    else:
+        name = str(outside) if where == "absolute" else "../outside/data-00000-of-00001.arrow"
+        state["_data_files"] = [{"filename": name}]
+        (tmp_path / "hf" / "state.json").write_text(json.dumps(state))
+    folder = tmp_path / ("dd" if where == "split" else "hf")
+    words = "is a link to a file outside" if where == "link" else "not a plain file name"
+    _refused(run_cli("data", "prepare", folder, "--out", tmp_path / "prep", "--tokenizer", "char"), words)
+    assert not (tmp_path / "prep").exists()
+    if where != "link":  # (push refuses a link outside the folder in its own words, tested above)
+        _refused(run_cli("data", "push", "ds", folder), words)
+        _nothing_registered()

@@ -24,6 +24,41 @@ def is_hf_saved(path) -> bool:
     return (p / "dataset_dict.json").is_file() or (p / "state.json").is_file()
 
 
+def load_saved(path):
+    """`datasets.load_from_disk(path)`, once every file its metadata names has been checked
+    (check_saved); its own errors are left to the caller."""
+    import datasets
+
+    check_saved(path)
+    return datasets.load_from_disk(str(path))
+
+
+def check_saved(path) -> None:
+    """Every split folder (dataset_dict.json) and data file (each state.json's _data_files) of
+    a save_to_disk folder is a plain name inside it, and no such file links outside it:
+    `datasets` opens the names it finds there as given, ../ and absolute paths included."""
+    from gptrain.files import check_plain_name, read_json, within
+
+    root = Path(path)
+    folders = [root]
+    if (root / "dataset_dict.json").is_file():
+        splits = read_json(root / "dataset_dict.json", "dataset dict").get("splits")
+        if not isinstance(splits, list):
+            raise UserError(f"{root / 'dataset_dict.json'} has no list of splits; it was not written by save_to_disk")
+        folders = [root / check_plain_name(s, root / "dataset_dict.json") for s in splits]
+    for folder in folders:
+        state = folder / "state.json"
+        if not state.is_file():
+            continue
+        files = read_json(state, "dataset state").get("_data_files")
+        if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
+            raise UserError(f"{state} has no list of data files; it was not written by save_to_disk")
+        for f in files:
+            data = folder / check_plain_name(f.get("filename"), state)
+            if data.is_symlink() and not within(data, root):
+                raise UserError(f"{data} is a link to a file outside {root}; copy the file into the folder")
+
+
 def import_hf(src: str, out: str, tokenizer: str | dict = "gpt2") -> dict:
     """Convert a save_to_disk dataset into a prepared dataset directory (atomic); `tokenizer`
     (a name, or a spec such as the one recorded at push) is the one its ids came from."""
@@ -38,7 +73,9 @@ def import_hf(src: str, out: str, tokenizer: str | dict = "gpt2") -> dict:
         raise UserError(f"{src} is not a dataset saved by Hugging Face save_to_disk")
     tok = tokenizers.from_spec(tokenizer) if isinstance(tokenizer, dict) else tokenizers.by_name(tokenizer)
     try:
-        loaded = datasets.load_from_disk(str(src_dir))
+        loaded = load_saved(src_dir)
+    except UserError:
+        raise
     except Exception as e:
         raise UserError(f"cannot read {src}: {str(e).splitlines()[0]}") from None
     parts = loaded if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gptrain.data.hf_import import is_hf_saved
+from gptrain.data.hf_import import is_hf_saved, load_saved
 from gptrain.errors import UserError, refuse_credentials
 
 TEXT_EXTS = (".txt", ".md")
@@ -220,10 +220,12 @@ def hf_splits(name: str, hf_config: str | None, text_field: str):
                         "pip install 'gptrain[hf]'") from None
     try:
         if is_hf_saved(Path(name).expanduser()):
-            ds = datasets.load_from_disk(str(Path(name).expanduser()))
+            ds = load_saved(Path(name).expanduser())
             ds = ds if isinstance(ds, datasets.DatasetDict) else {"train": ds}
         else:  # streamed: read as it downloads, never held whole in memory or on disk first
             ds = datasets.load_dataset(name, hf_config, streaming=True)
+    except UserError:
+        raise
     except Exception as e:  # offline, unknown name, missing config: the hub raises many types
         raise UserError(f"cannot load Hugging Face dataset {name!r}"
                         f"{' (' + hf_config + ')' if hf_config else ''}: {str(e).splitlines()[0][:200]}"

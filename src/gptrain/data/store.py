@@ -110,6 +110,10 @@ def push(name: str, src: str, tokenizer: str = "") -> Path:
         raise UserError(f"{src} is not a directory; push a dataset folder (prepared, save_to_disk or any files)")
     _check_links(src_dir)
     kind = kind_of(src_dir)
+    if kind == "save_to_disk":  # scripts load_from_disk it: its metadata may only name its own files
+        from gptrain.data.hf_import import check_saved
+
+        check_saved(src_dir)
     nanogpt = nanogpt_dir.is_nanogpt_dir(src_dir)
     if kind == "prepared" and not nanogpt:
         verify(src_dir)
