@@ -319,13 +319,18 @@ def split_options(args: list[str]) -> list[tuple[str, str | None, list[str]]]:
                     i += 1  # `--lora_target_modules q_proj v_proj`: a list's values, as HF's nargs="+"
                     value += "," + args[i]
                     tokens.append(args[i])
-            elif takes_no_value:
+            elif takes_no_value or _unknown(name):  # an unknown one is named so where it is applied
                 value = None
             else:
                 raise UserError(f"option --{name} needs a value")
         out.append((name.replace("-", "_") if "." not in name else name, value, tokens))
         i += 1
     return out
+
+
+def _unknown(name: str) -> bool:
+    name = name.replace("-", "_") if "." not in name else name
+    return name not in ALIASES and name not in DEEPSPEED_FLAGS and name not in all_keys()
 
 
 def canonical_key(name: str) -> str:

@@ -46,6 +46,8 @@ def test_bool_flags_take_optional_values():
     (["--train.precision=fp8"], "choose one of"),
     (["--learning_rat", "1"], "did you mean 'learning_rate'"),
     (["--train.lr"], "needs a value"),
+    (["--use_peft", "--lora_r", "4"], "unknown option --use_peft"),  # TRL's flags gptrain lacks: unknown,
+    (["--load_in_8bit"], "unknown option --load_in_8bit .*did you mean 'load_in_4bit'"),  # not "needs a value"
     (["stray.toml"], "does not exist"),
 ])
 def test_errors_are_one_clear_line(argv, message):
