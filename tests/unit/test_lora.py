@@ -52,7 +52,10 @@ def test_only_the_adapters_train():
 
 @pytest.mark.parametrize("preset, targets, count", [
     ("gpt2-tiny", ["all-linear"], 8), ("gpt2-tiny", ["c_proj"], 4), ("gpt2-tiny", ["mlp.c_proj"], 2),
-    ("gpt2-tiny", [], 2), ("llama-tiny", ["all-linear"], 14), ("llama-tiny", ["down_proj", "q_proj"], 4)])
+    ("gpt2-tiny", [], 2), ("llama-tiny", ["all-linear"], 14), ("llama-tiny", ["down_proj", "q_proj"], 4),
+    # a path of the HF module, as peft matches it (model.layers.N... / transformer.h.N...), or of ours
+    ("llama-tiny", ["layers.0.self_attn.q_proj"], 1), ("llama-tiny", ["model.layers.1.mlp.down_proj"], 1),
+    ("gpt2-tiny", ["h.0.attn.c_attn"], 1), ("llama-tiny", ["transformer.h.1.self_attn.v_proj"], 1)])
 def test_targets_are_named_as_peft_names_them(preset, targets, count):
     m = tiny(preset)
     add_lora(m, 2, 8.0, 0.0, targets)
@@ -84,6 +87,7 @@ def test_settings_and_the_flags_peft_and_trl_scripts_use():
     (["--lora_r", "4", "--parallel.tp=2"], "not with tensor or pipeline parallel"),
     (["--lora_r", "4", "--parallel.pp=2"], "not with tensor or pipeline parallel"),
     (["--lora_dropout", "1"], "--lora.dropout must be >= 0 and < 1"),
+    (["--lora_r", "4", "--lora_target_modules", "all-linear", "c_attn"], "all-linear stands alone"),
 ])
 def test_bad_lora_settings_are_one_line(args, words):
     with pytest.raises(UserError, match=words.replace("(", r"\(").replace(")", r"\)")):

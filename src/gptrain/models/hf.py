@@ -157,14 +157,6 @@ def _pad_vocab(t, cfg):
     return t
 
 
-def _rename(key: str, renames, to_ours: bool) -> str | None:
-    for hf_prefix, ours in renames:
-        src, dst = (hf_prefix, ours) if to_ours else (ours, hf_prefix)
-        if key.startswith(src):
-            return dst + key.removeprefix(src)
-    return None
-
-
 class _Ours:
     """Our tensors by our names, each read and converted when it is asked for (fp32, our
     layout): copy_into takes them one at a time, so a model never sits twice in memory."""
@@ -205,7 +197,7 @@ def from_hf_state_dict(sd, cfg) -> _Ours:
     for key in sd:
         if key.endswith(spec.hf_ignored) or (key == "lm_head.weight" and cfg.tie_embeddings):
             continue  # buffers of old HF versions; a tied lm_head is wte
-        name = _rename(key, spec.hf_renames, to_ours=True)
+        name = spec.rename(key, to_ours=True)
         if name is None:
             raise UserError(f"unexpected tensor {key!r} for a {cfg.arch} model")
         names[name] = key
@@ -227,7 +219,7 @@ def to_hf_state_dict(sd: dict, cfg) -> dict:
             t = _qkv_rows(t, cfg.n_head, to_hf=True)
         if name.endswith(spec.hf_transposed):
             t = t.t()
-        out[_rename(name, spec.hf_renames, to_ours=False)] = t.detach().to("cpu").contiguous()
+        out[spec.rename(name, to_ours=False)] = t.detach().to("cpu").contiguous()
     if cfg.arch == "gpt2" and not cfg.bias:  # HF's GPT-2 always has biases: zeros compute the same
         out.update(_zero_biases(out))
     return out

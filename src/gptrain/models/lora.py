@@ -72,13 +72,17 @@ def block_linears(model) -> dict[str, nn.Linear]:
 def resolve_targets(model, targets) -> list[str]:
     """The names of the Linears the targets select; a target that selects none is one line
     naming the module names there are."""
+    from gptrain.models.registry import spec_of
+
     linears = block_linears(model)
     targets = list(targets) or list(DEFAULT_TARGETS[model.config.arch])
     if ALL_LINEAR in targets:
         return list(linears)
+    spec = spec_of(model.config.arch)  # each Linear also by its HF name, as peft matches it
+    names = {n: (n, spec.rename(f"{n}.weight", to_ours=False).removesuffix(".weight")) for n in linears}
     chosen = []
     for t in targets:
-        hits = [n for n in linears if n == t or n.endswith("." + t)]
+        hits = [n for n in linears if any(m == t or m.endswith("." + t) for m in names[n])]
         if not hits:
             kinds = sorted({n.rsplit(".", 1)[-1] for n in linears})
             raise UserError(f"LoRA target module {t!r} is not a Linear of this {model.config.arch} model"

@@ -21,7 +21,7 @@ from gptrain.errors import UserError
 
 def adapter_tensors(model) -> dict:
     """peft's names and layouts of the model's adapters."""
-    from gptrain.models.hf import _qkv_rows, _rename
+    from gptrain.models.hf import _qkv_rows
     from gptrain.models.registry import spec_of
 
     cfg = model.config
@@ -33,7 +33,7 @@ def adapter_tensors(model) -> dict:
         module, _, which = name.rpartition(".")  # transformer.h.0.attn.c_attn, lora_B
         if which == "lora_B" and f"{module}.weight".endswith(spec.hf_head_rows):
             t = _qkv_rows(t, cfg.n_head, to_hf=True)
-        hf_module = _rename(f"{module}.weight", spec.hf_renames, to_ours=False).removesuffix(".weight")
+        hf_module = spec.rename(f"{module}.weight", to_ours=False).removesuffix(".weight")
         out[f"base_model.model.{hf_module}.{which}.weight"] = t.detach().to("cpu").contiguous()
     return out
 

@@ -164,6 +164,14 @@ class ArchSpec:
     # per block: (norm, sub-module, its column-split input projections, its row-split output one)
     tp_sublayers: tuple = ()
 
+    def rename(self, key: str, to_ours: bool) -> str | None:
+        """`key` under the other side's name (hf_renames' first row that fits), or None."""
+        for hf_prefix, ours in self.hf_renames:
+            src, dst = (hf_prefix, ours) if to_ours else (ours, hf_prefix)
+            if key.startswith(src):
+                return dst + key.removeprefix(src)
+        return None
+
     @property
     def block_linears(self) -> set[str]:
         """The names of a block's Linears, as LoRA targets name them (`c_attn`, `attn.c_attn`)."""
@@ -278,6 +286,9 @@ def check_lora_targets(model_cfg, targets: list[str]) -> None:
     if arch not in SPECS:
         return  # (hub ids: checked when the model is built)
     names = SPECS[arch].block_linears
+    if "all-linear" in targets and len(targets) > 1:
+        raise UserError("LoRA target all-linear stands alone (it is every Linear in the blocks): give it or a "
+                        "list of module names, not both")
     for t in targets:
         if t != "all-linear" and not any(t == n or t.endswith("." + n) for n in names):
             kinds = sorted(n for n in names if "." not in n)
