@@ -182,3 +182,18 @@ def test_qlora_trains_over_an_nf4_base_and_exports(data, tiny_hf_llama, tmp_path
     with torch.no_grad():
         diff = (model(x) - AutoModelForCausalLM.from_pretrained(tmp_path / "merged").eval()(x).logits).abs().max()
     assert diff < 1e-4, diff
+
+
+def test_peft_export_of_adapters_on_a_base_of_their_own_is_one_line(data, tmp_path):
+    """A LoRA run from scratch (no init_from): its random base exists only in its checkpoint,
+    so a PEFT adapter folder would name no base (it wrote "base_model_name_or_path": "")."""
+    from tests.conftest import run_cli
+    from tests.helpers import TINY
+
+    out = tmp_path / "scratch"
+    train(f"--data.path={data}", f"--train.output_dir={out}", "--train.batch_size=2", "--train.max_steps=1",
+          "--train.do_eval=false", *TINY, "--lora_r", "2")
+    r = run_cli("export", str(out), "--format", "peft", "--out", str(tmp_path / "adapter"))
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "--format hf" in r.stderr, r.stderr
+    assert not (tmp_path / "adapter").exists()
+    assert run_cli("export", str(out), "--out", str(tmp_path / "merged")).returncode == 0
