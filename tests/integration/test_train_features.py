@@ -92,6 +92,26 @@ def test_a_stopped_run_logs_the_step_it_stopped_at(data, tmp_path):
     assert (tmp_path / "checkpoints" / f"step-{stopped:06d}").is_dir()
 
 
+def test_a_resumed_run_drops_the_records_of_the_steps_it_runs_again(data, tmp_path):
+    """Killed after step 6 with its last checkpoint at 3: metrics.jsonl holds steps 4-6 twice
+    unless the resume drops the first ones (each step once, the run's own numbers)."""
+    import shutil
+
+    args = _args(data, tmp_path, "--train.max_steps=6", "--checkpoint.every=3")
+    train(*args)
+    first = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    shutil.rmtree(tmp_path / "checkpoints" / "step-000006")
+    (tmp_path / "checkpoints" / "latest").write_text("step-000003\n")
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 5, "train/loss": 1.0, "torn')  # a line cut by the kill stays as it was
+    train(*args)
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines if not line.endswith("torn")]
+    steps = [r["step"] for r in rows if "train/loss" in r]
+    assert steps == [1, 2, 3, 4, 5, 6], steps
+    assert [r["train/loss"] for r in rows] == [r["train/loss"] for r in first]  # (exact: resume is bitwise)
+
+
 def test_nan_policy_skip_keeps_going(data, tmp_path):
     r = train(*_args(data, tmp_path, "--train.lr=1e30", "--train.warmup_steps=0", "--train.grad_clip=0",
                      "--train.nan_policy=skip"))

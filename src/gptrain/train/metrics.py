@@ -88,6 +88,33 @@ class MetricsLogger:
         if self.wandb is not None:
             self.wandb.log({f"{prefix}/{k}": v for k, v in values.items()}, step=step)
 
+    def rewind(self, step: int) -> None:
+        """A run resumed at `step`: metrics.jsonl's records of later steps (logged before a kill,
+        after the checkpoint) are dropped, since those steps run again, and a last line cut by
+        the kill is ended; the file is rewritten line by line and swapped in whole."""
+        if not self.enabled:
+            return
+        path = Path(self.jsonl.name)
+        self.jsonl.close()
+        tmp, changed = path.with_name(".metrics.jsonl.rewind"), 0
+        with open(path) as src, open(tmp, "w") as out:
+            for line in src:
+                try:
+                    later = json.loads(line).get("step", 0) > step
+                except (ValueError, AttributeError, TypeError):
+                    later = False  # a torn or foreign line stays as it was
+                changed += later
+                if not later:
+                    changed += not line.endswith("\n")  # a line cut by a kill: ended, or the next joins it
+                    out.write(line if line.endswith("\n") else line + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        if changed:
+            os.replace(tmp, path)
+        else:
+            tmp.unlink()
+        self.jsonl = open(path, "a")
+
     def close(self) -> None:
         if self.jsonl:
             self.jsonl.close()

@@ -337,6 +337,8 @@ class Trainer(Checkpointing):
         # dropout draws: seeded per rank here, restored from the checkpoint when resuming
         torch.manual_seed(tc.seed + env.rank)
         self.maybe_resume()
+        if self.step:  # resumed: steps logged past the checkpoint run again
+            self.metrics.rewind(self.step)
         stop.install()
         tokens_per_step = self.plan.rows_per_step * self.model_cfg.block_size
         flops_tok = flops_per_token(self.model_cfg, self.n_params)
