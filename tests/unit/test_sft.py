@@ -80,6 +80,22 @@ def test_messages_with_the_tokenizers_chat_template(tmp_path, tiny_hf_llama):
     assert tok.tok.decode(learned) == "ANSWER: dog<|endoftext|>" and learned[-1] == tok.eos_id
 
 
+def test_conversational_prompt_completion_learns_the_completions_assistant_turns_only(tmp_path):
+    """TRL's conversational prompt-completion: both are lists of messages; an assistant turn in
+    the prompt (an example shown to the model) carries no loss."""
+    rows = [{"prompt": [{"role": "user", "content": "say sun"}, {"role": "assistant", "content": "EXAMPLE: sun"},
+                        {"role": "user", "content": "say moon"}],
+             "completion": [{"role": "assistant", "content": "ANSWER: moon"}]}] * 2
+    meta = prepare([str(jsonl(tmp_path / "c.jsonl", rows))], str(tmp_path / "out"), "gpt2", val_fraction=0, quiet=True)
+    assert meta["sft"]["format"] == "prompt-completion"
+    tok = GPT2Tokenizer()
+    ids, mask = examples_of(tmp_path / "out")[0]
+    eos = tok.decode([tok.eos_id])
+    assert tok.decode(ids) == ("<|user|>\nsay sun\n<|assistant|>\nEXAMPLE: sun" + eos + "\n<|user|>\nsay moon\n"
+                               "<|assistant|>\nANSWER: moon" + eos + "\n")
+    assert tok.decode([t for t, m in zip(ids, mask) if m]) == "ANSWER: moon" + eos
+
+
 @pytest.fixture
 def sft_data(tmp_path):
     rows = pc_rows(12) + [{"prompt": "Q: a much longer question " * 3, "completion": "ANSWER: long"}]
@@ -135,6 +151,10 @@ def test_each_example_is_alone_in_its_row(sft_data):
     ([{"prompt": "Q", "completion": "A"}, {"prompt": "Q"}], "line 2: a prompt-completion record needs"),
     ([{"messages": [{"role": "user", "content": "hi"}]}], "line 1: the conversation has no assistant turn"),
     ([{"messages": [{"role": "robot", "content": "hi"}]}], "messages must be a list of {role: system|user|assistant"),
+    ([{"completion": "A"}], "line 1: a prompt-completion record needs a string prompt and a non-empty string "
+                            "completion (or both as lists of messages); it has no prompt"),
+    ([{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]}],
+     "no assistant turn to learn (its assistant turns are empty)"),
 ])
 def test_bad_rows_are_one_line_and_nothing_is_written(tmp_path, isolated_home, rows, words):
     out = tmp_path / "out"

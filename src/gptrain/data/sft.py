@@ -4,7 +4,9 @@ per-token loss mask and example boundaries. Detected from the first record's fie
     {"prompt": "...", "completion": "..."}                     prompt-completion
     {"messages": [{"role": "user", "content": "..."}, ...]}    conversational
 
-A prompt-completion row is its prompt's tokens (no loss) then its completion's and EOS (loss).
+A prompt-completion row is its prompt's tokens (no loss) then its completion's and EOS (loss);
+both as lists of messages (TRL's conversational prompt-completion), one conversation whose
+completion's assistant turns alone carry loss.
 A conversation is rendered with the tokenizer's own chat template (a Hugging Face tokenizer
 that has one), else with PLAIN_TEMPLATE; only the assistant turns (their content and the EOS
 that ends each) carry loss. The template is rendered one turn at a time: the text before each
@@ -45,7 +47,7 @@ def detect(paths: list[Path]) -> str | None:
         return None
     if isinstance(row, dict) and "messages" in row:
         return MESSAGES
-    if isinstance(row, dict) and "prompt" in row and "completion" in row:
+    if isinstance(row, dict) and ("prompt" in row or "completion" in row):  # (render names the missing one)
         return PROMPT_COMPLETION
     return None
 
@@ -68,34 +70,45 @@ def render(row, kind: str, tok, where: str) -> tuple[list[int], list[int]]:
         raise UserError(f"instruction data needs a tokenizer with an end-of-sequence token; {tok.name} has none")
     if kind == PROMPT_COMPLETION:
         prompt, completion = (row.get(k) if isinstance(row, dict) else None for k in ("prompt", "completion"))
+        if isinstance(prompt, list) and isinstance(completion, list):  # TRL's conversational prompt-completion
+            return _conversation(prompt + completion, len(prompt), tok, where)
         if not isinstance(prompt, str) or not isinstance(completion, str) or not completion.strip():
-            raise UserError(f"{where}: a prompt-completion record needs a string prompt and a non-empty "
-                            "string completion")
+            missing = [k for k, v in (("prompt", prompt), ("completion", completion)) if v is None]
+            raise UserError(f"{where}: a prompt-completion record needs a string prompt and a non-empty string "
+                            f"completion (or both as lists of messages)" + (f"; it has no {' and no '.join(missing)}"
+                                                                            if missing else ""))
         p, c = tok.encode(prompt), tok.encode(completion) + [tok.eos_id]
         return p + c, [0] * len(p) + [1] * len(c)
-    messages = row.get("messages") if isinstance(row, dict) else None
+    return _conversation(row.get("messages") if isinstance(row, dict) else None, 0, tok, where)
+
+
+def _conversation(messages, first_learned: int, tok, where: str) -> tuple[list[int], list[int]]:
+    """(token ids, loss mask) of a conversation whose assistant turns from `first_learned` on
+    carry loss (those of a prompt's messages do not)."""
     if not isinstance(messages, list) or not all(
             isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str) for m in messages):
         raise UserError(f"{where}: messages must be a list of {{role: system|user|assistant, content: str}}")
-    if not any(m["role"] == "assistant" and m["content"].strip() for m in messages):
-        raise UserError(f"{where}: the conversation has no assistant turn to learn")
+    learned = [m for m in messages[first_learned:] if m["role"] == "assistant"]
+    if not any(m["content"].strip() for m in learned):
+        raise UserError(f"{where}: the conversation has no assistant turn to learn"
+                        + (" (its assistant turns are empty)" if learned else ""))
     ids, mask = [], []
-    for text, learn in _pieces(messages, tok, where):
+    for text, learn in _pieces(messages, first_learned, tok, where):
         piece = tok.encode(text) if isinstance(text, str) else text
         ids += piece
         mask += [int(learn)] * len(piece)
     return ids, mask
 
 
-def _pieces(messages, tok, where):
+def _pieces(messages, first_learned: int, tok, where):
     """(text or token ids, carries loss) in order, with the chat template or the plain one."""
     template = getattr(getattr(tok, "tok", None), "chat_template", None)
     if not template:
-        for m in messages:
+        for i, m in enumerate(messages):
             yield f"<|{m['role']}|>\n", False
             if m["role"] == "assistant":
-                yield m["content"], True
-                yield [tok.eos_id], True
+                yield m["content"], i >= first_learned
+                yield [tok.eos_id], i >= first_learned
                 yield "\n", False
             else:
                 yield m["content"] + "\n", False
@@ -104,7 +117,7 @@ def _pieces(messages, tok, where):
     full = hf.apply_chat_template(messages, tokenize=False)
     done = 0
     for i, m in enumerate(messages):
-        if m["role"] != "assistant":
+        if m["role"] != "assistant" or i < first_learned:
             continue
         before = hf.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
         through = hf.apply_chat_template(messages[:i + 1], tokenize=False)
