@@ -165,8 +165,9 @@ def test_qlora_trains_over_an_nf4_base_and_exports(data, tiny_hf_llama, tmp_path
     from tests.conftest import run_cli
 
     out, one = tmp_path / "q", tmp_path / "one"
-    train(*args(data, tiny_hf_llama, out, 20, "--load_in_4bit", "--train.global_batch_size=8", *layout),
-          nproc=2 if layout else 1)
+    r = train(*args(data, tiny_hf_llama, out, 20, "--load_in_4bit", "--train.global_batch_size=8", *layout),
+              nproc=2 if layout else 1)
+    assert "trained, the rest frozen in NF4)" in r.stdout, r.stdout[-2000:]
     curve = list(losses(out).values())
     assert sum(curve[-5:]) / 5 < sum(curve[:5]) / 5 - 0.01, curve
     if layout:  # the same run on one process: the same losses

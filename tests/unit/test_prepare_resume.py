@@ -263,3 +263,27 @@ def test_json_nested_past_the_recursion_limit_is_one_line(tmp_path):
     (tmp_path / "deep.jsonl").write_text('{"text": "ok"}\n' + "[" * 200_000 + "]" * 200_000 + "\n")
     with pytest.raises(UserError, match="line 2 is not valid JSON"):
         list(sources.documents(sources.expand([str(tmp_path / "deep.jsonl")], None)[0], "text", sources.ReadStats()))
+
+
+def test_a_byte_order_mark_is_not_text(tmp_path):
+    """Files saved by Windows tools start with a UTF-8 BOM: JSONL (plain and instruction) and
+    text read as without it."""
+    rows = '{"text": "hello world"}\n' * 3
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + rows.encode())
+    (tmp_path / "plain.jsonl").write_text(rows)
+    got = [["".join(d) for d in sources.documents(sources.expand([str(tmp_path / f"{n}.jsonl")], None)[0], "text",
+                                                    sources.ReadStats())] for n in ("bom", "plain")]
+    assert got[0] == got[1] == ["hello world"] * 3
+    from gptrain.data import sft
+
+    (tmp_path / "sft.jsonl").write_bytes(b"\xef\xbb\xbf" + b'{"prompt": "Q", "completion": "A"}\n')
+    assert sft.detect([tmp_path / "sft.jsonl"]) == sft.PROMPT_COMPLETION
+
+
+def test_a_stalled_server_is_named_as_such():
+    from gptrain.data.remote_shards import _cannot_read
+
+    class FSTimeoutError(Exception):  # fsspec's, raised with no message
+        pass
+
+    assert "FSTimeoutError: no answer in time (the server stalled)" in str(_cannot_read("http://h/x", FSTimeoutError()))

@@ -61,7 +61,8 @@ def _read_url(url: str, limit: int) -> bytes:
 
 def _cannot_read(url: str, e: Exception) -> UserError:
     hint = "; the store refused the credentials (docs/object-storage.md)" if isinstance(e, PermissionError) else ""
-    return UserError(f"cannot read {url}: {type(e).__name__}: {e}".splitlines()[0] + hint)
+    why = str(e) or ("no answer in time (the server stalled)" if "timeout" in type(e).__name__.lower() else "")
+    return UserError(f"cannot read {url}: {type(e).__name__}: {why}".splitlines()[0] + hint)
 
 
 def open_remote(url: str, cache_bytes: int) -> Path:

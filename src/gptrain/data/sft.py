@@ -39,7 +39,7 @@ def detect(paths: list[Path]) -> str | None:
     """The SFT format of local JSONL files (from the first file's first record), or None."""
     if not paths or not all(p.suffix.lower() == ".jsonl" and p.is_file() for p in paths):
         return None
-    with open(paths[0], encoding="utf-8", errors="replace") as f:
+    with open(paths[0], encoding="utf-8-sig", errors="replace") as f:
         first = next((line for line in f if line.strip()), "")
     try:
         row = json.loads(first)
@@ -55,7 +55,7 @@ def detect(paths: list[Path]) -> str | None:
 def rows(paths: list[Path]):
     """(where, record) for every record of the files."""
     for p in paths:
-        with open(p, encoding="utf-8", errors="replace") as f:
+        with open(p, encoding="utf-8-sig", errors="replace") as f:
             for lineno, line in enumerate(f, 1):
                 if line.strip():
                     try:

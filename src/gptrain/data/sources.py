@@ -112,7 +112,7 @@ def _pieces(stream, location: str, stats: ReadStats):
         stats.replaced_chars += 1
         return "\ufffd", err.end
 
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="gptrain-count")
+    decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="gptrain-count")  # (a leading BOM is no text)
     codecs.register_error("gptrain-count", count)
     carry = decoder.decode(head)
     while True:

@@ -342,7 +342,8 @@ class Trainer(Checkpointing):
         stop.install()
         tokens_per_step = self.plan.rows_per_step * self.model_cfg.block_size
         flops_tok = flops_per_token(self.model_cfg, self.n_params)
-        lora = (f" (LoRA r={self.model_cfg.lora_r}: {self.n_trained:,} trained, the rest frozen)"
+        base = " in NF4" if self.model_cfg.lora_quant else ""
+        lora = (f" (LoRA r={self.model_cfg.lora_r}: {self.n_trained:,} trained, the rest frozen{base})"
                 if self.model_cfg.lora_r else "")
         self.log_main(f"training {self.n_params / 1e6:.2f}M parameters{lora} on {env.world} x "
                       f"{env.device.type} ({self.plan.precision}), {self.total_steps} steps, "
