@@ -134,6 +134,8 @@ def test_a_mix_with_data_path_or_two_tokenizers_is_refused(prepared):
     with pytest.raises(UserError, match=f"{c} has another tokenizer than {a}"):
         parse_train_args([f"--data.mix={a}:1,{c}:1"])
     assert parse_train_args([f"--data.mix={a}:1,{b}:1"]).data.mix
+    with pytest.raises(UserError, match="names one dataset twice"):  # spelled two ways
+        parse_train_args([f"--data.mix={a}:1,{a}/:1"])
 
 
 def test_bad_mix_exits_2_with_one_line_at_train_and_at_submit(prepared, isolated_home, tmp_path):

@@ -95,12 +95,16 @@ def check_config(data_cfg) -> None:
     from gptrain.data.formats import is_prepared_dir, read_meta
     from gptrain.data.store import resolve
 
-    prepared = []
+    prepared, seen = [], {}
     for name, _ in parse_mix(data_cfg.mix):
         if "://" in name:
             refuse_credentials(name, "--data.mix")
             continue
         p = resolve(name)  # an unknown name or missing path: one line
+        if p.resolve() in seen:
+            raise UserError(f"--data.mix names one dataset twice, as {seen[p.resolve()]} and as {name}; "
+                            "give each dataset once, with its weight")
+        seen[p.resolve()] = name
         if is_prepared_dir(p):
             prepared.append((name, read_meta(p)))
     if len(prepared) > 1:
