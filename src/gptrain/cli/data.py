@@ -80,7 +80,8 @@ def add_push_tokenizer(p) -> None:
 def _summary(meta: dict) -> str:
     sft = meta.get("sft")
     unit = "examples" if sft else "docs"
-    parts = [f"{s}: {v['tokens']:,} tokens, {v['documents']:,} {unit}" for s, v in meta["splits"].items()]
+    parts = [f"{s}: {v['tokens']:,} tokens, " + (f"{v['documents']:,} {unit}" if "note" not in v else v["note"])
+             for s, v in meta["splits"].items()]  # (a note: val is train's tail, no documents of its own)
     kind = (f"instruction data ({sft['format']}, {sft['template']}; loss on the completions only); "
             if sft else "")
     return kind + f"tokenizer {meta['tokenizer_name']} (vocab {meta['vocab_size']}, {meta['dtype']}); " + "; ".join(parts)
