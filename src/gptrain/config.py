@@ -323,13 +323,17 @@ def split_options(args: list[str]) -> list[tuple[str, str | None, list[str]]]:
                 value = None
             else:
                 raise UserError(f"option --{name} needs a value")
-        out.append((name.replace("-", "_") if "." not in name else name, value, tokens))
+        out.append((_option_name(name), value, tokens))
         i += 1
     return out
 
 
+def _option_name(name: str) -> str:
+    return name.replace("-", "_") if "." not in name else name  # --max-steps is --max_steps
+
+
 def _unknown(name: str) -> bool:
-    name = name.replace("-", "_") if "." not in name else name
+    name = _option_name(name)
     return name not in ALIASES and name not in DEEPSPEED_FLAGS and name not in all_keys()
 
 

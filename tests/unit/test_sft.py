@@ -78,6 +78,14 @@ def test_messages_with_the_tokenizers_chat_template(tmp_path, tiny_hf_llama):
     assert tok.tok.decode(ids) == "[user] say dog\n[assistant] ANSWER: dog<|endoftext|>\n"
     learned = [t for t, m in zip(ids, mask) if m]
     assert tok.tok.decode(learned) == "ANSWER: dog<|endoftext|>" and learned[-1] == tok.eos_id
+    rows = [{"prompt": [{"role": "user", "content": "say cat"}, {"role": "assistant", "content": "EXAMPLE: cat"},
+                        {"role": "user", "content": "say dog"}],
+             "completion": [{"role": "assistant", "content": "ANSWER: dog"}]}] * 2  # conversational prompt-completion
+    prepare([str(jsonl(tmp_path / "pc.jsonl", rows))], str(tmp_path / "pc"), str(tok_dir), val_fraction=0, quiet=True)
+    ids, mask = examples_of(tmp_path / "pc")[0]
+    assert tok.tok.decode(ids) == "[user] say cat\n[assistant] EXAMPLE: cat<|endoftext|>\n[user] say dog\n" \
+                                  "[assistant] ANSWER: dog<|endoftext|>\n"
+    assert tok.tok.decode([t for t, m in zip(ids, mask) if m]) == "ANSWER: dog<|endoftext|>"
 
 
 def test_conversational_prompt_completion_learns_the_completions_assistant_turns_only(tmp_path):

@@ -134,7 +134,6 @@ def cmd_eval(args, extra) -> int:
 
 
 def cmd_export(args, extra) -> int:
-    from gptrain.errors import UserError
     from gptrain.models.hf import export_hf
     from gptrain.models.load import load_model
     from gptrain.refs import resolve
@@ -142,16 +141,12 @@ def cmd_export(args, extra) -> int:
     model, tokenizer = load_model(resolve(args.model), device="cpu")
     arch = "Llama" if model.config.arch == "llama" else "GPT-2"
     if args.format == "peft":
-        from gptrain.models.peft_export import export_peft
-
         from pathlib import Path
 
+        from gptrain.models.peft_export import export_peft
         from gptrain.weights.hf import is_hf_dir
 
         base = (getattr(model, "lora_base", None) or {}).get("init_from", "")
-        if model.config.lora_r and not base:
-            raise UserError(f"{args.model} trained LoRA adapters on a base of its own (no --model.init_from), "
-                            "which exists only in its checkpoint: `--format hf` writes the model with them merged")
         out = export_peft(model, args.out, base)
         print(f"exported the LoRA adapters of {args.model} to {out} (PEFT, on the {arch} base {base})")
         if Path(base).is_dir() and not is_hf_dir(base):

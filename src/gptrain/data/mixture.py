@@ -101,10 +101,11 @@ def check_config(data_cfg) -> None:
             refuse_credentials(name, "--data.mix")
             continue
         p = resolve(name)  # an unknown name or missing path: one line
-        if p.resolve() in seen:
-            raise UserError(f"--data.mix names one dataset twice, as {seen[p.resolve()]} and as {name}; "
+        where = p.resolve()
+        if where in seen:
+            raise UserError(f"--data.mix names one dataset twice, as {seen[where]} and as {name}; "
                             "give each dataset once, with its weight")
-        seen[p.resolve()] = name
+        seen[where] = name
         if is_prepared_dir(p):
             prepared.append((name, read_meta(p)))
     if len(prepared) > 1:

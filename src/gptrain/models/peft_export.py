@@ -54,7 +54,8 @@ def adapter_config(model, base: str) -> dict:
 
 
 def export_peft(model, out_dir, base: str = "") -> Path:
-    """Write the adapter directory atomically; a model without adapters is one line."""
+    """Write the adapter directory atomically; a model without adapters, or adapters without a
+    base they can name (a LoRA run from scratch), is one line."""
     from safetensors.torch import save_file
 
     from gptrain.atomic import new_directory
@@ -62,6 +63,9 @@ def export_peft(model, out_dir, base: str = "") -> Path:
     if not model.config.lora_r:
         raise UserError("--format peft writes LoRA adapters and this model has none (it was not trained "
                         "with --lora_r); use --format hf")
+    if not base:  # adapter_config.json would name no base_model_name_or_path
+        raise UserError("these LoRA adapters were trained on a base of their own (no --model.init_from), which "
+                        "exists only in their checkpoint: `--format hf` writes the model with them merged")
     with new_directory(out_dir, "--out directory") as tmp:
         save_file(adapter_tensors(model), tmp / "adapter_model.safetensors", metadata={"format": "pt"})
         (tmp / "adapter_config.json").write_text(json.dumps(adapter_config(model, base), indent=2))
