@@ -91,7 +91,8 @@ def read_page(path: Path, offset: int | None, values, cap: int = PAGE_BYTES,
                 return f"(a line of {after - offset} bytes left out)\n", after
         if end == 0:
             return "", offset
-        return mask(chunk[:end].decode(errors="replace"), values), offset + end
+        # edges: a secret split across this page's first or last line and the next page's
+        return mask(chunk[:end].decode(errors="replace"), values, edges=True), offset + end
 
 
 def follow(path: Path, values, ended, offset: int = 0, poll_s: float = 0.5):

@@ -111,6 +111,9 @@ class JobSpec:
         both = sorted(set(self.env) & set(self.secrets))
         if both:
             raise UserError(f"{both[0]} is given both as an env and as a secret; keep only the secret")
+        from gptrain.jobs.secrets import check as check_secrets
+
+        check_secrets(self.secrets)  # too short to mask: refused, the value never shown
         from gptrain.data.store import path_of
 
         for ds in self.datasets:
@@ -251,6 +254,9 @@ def parse_env(pairs: list[str], flag: str = "--env") -> dict[str, str]:
         key, eq, value = pair.partition("=")
         if not eq and flag == "--secret" and key in os.environ:
             value = os.environ[key]
+        elif not eq and flag == "--secret" and not ENV_NAME.fullmatch(key):  # a value typed alone?
+            raise UserError("--secret takes KEY=VALUE or the name of a variable set in this shell; "
+                            "an argument is neither (not shown: it may be the secret)")
         elif not eq:
             raise UserError(f"{flag} {pair!r} is not KEY=VALUE" + (
                 f" (and {key} is not set in this shell)" if flag == "--secret" else ""))
