@@ -10,14 +10,34 @@ import re
 _URL = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)([^\s'\"<>]*)")
 
 
+# a URL's `;name=value` parameters (RFC 3986 path parameters: `/x;token=...`, `;jsessionid=`)
+_PARAM = re.compile(r";([^;=/?#]*)=([^;/?#]*)")
+# what in such a name says the value is a credential (any case, - and _ ignored, anywhere in the
+# name: access_token, api_key, X-Amz-Signature, sig, password, passwd, pwd, credential, auth...)
+CREDENTIAL_WORDS = ("token", "key", "secret", "pass", "pwd", "sig", "credential", "auth", "session", "cookie")
+
+
+def _credential_param(name: str) -> bool:
+    from urllib.parse import unquote
+
+    name = unquote(name).lower().replace("-", "").replace("_", "")  # ;%74oken= is ;token=
+    return any(word in name for word in CREDENTIAL_WORDS)
+
+
+def _scrub_params(url: str) -> str:
+    """`url` with the value of each credential `;name=value` replaced by ***."""
+    return _PARAM.sub(lambda m: f";{m.group(1)}=***" if _credential_param(m.group(1)) else m.group(0), url)
+
+
 def scrub_credentials(text: str) -> str:
     """`text` with whatever can carry a credential in each URL in it (a user part such as
-    `user:secret@`, a query string such as a presigned signature) replaced by ***."""
+    `user:secret@`, a query string such as a presigned signature, a `;token=` parameter) replaced
+    by ***."""
     def scrub(m: re.Match) -> str:
         authority, slash, path = m.group(2).partition("/")
         if "@" in authority:
             authority = "***@" + authority.rpartition("@")[2]
-        url = authority + slash + path
+        url = _scrub_params(authority + slash + path)
         return m.group(1) + (url.split("?", 1)[0] + "?***" if "?" in url else url)
 
     return _URL.sub(scrub, text)
@@ -28,12 +48,15 @@ SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)(.*)$", re.S)
 
 def has_credentials(url: str) -> bool:
     """Whether `url` holds a credential: a password or token in its user part (any scheme, any
-    case: HTTPS://u:p@, git+ssh://u:p@, scp-form u:p@host:path, https://TOKEN@) or a query string
-    (?access_token=, ?X-Amz-Signature=); in any link of an fsspec chain
-    (simplecache::https://u:p@host/x)."""
+    case: HTTPS://u:p@, git+ssh://u:p@, scp-form u:p@host:path, https://TOKEN@), a query string
+    (?access_token=, ?X-Amz-Signature=: any query) or a path parameter named as a credential
+    (`;token=`, `;X-Amz-Signature=`: CREDENTIAL_WORDS; `;` is a plain character in a file or
+    object name); in any link of an fsspec chain (simplecache::https://u:p@host/x)."""
     if "::" in url:
         return any(has_credentials(link) for link in url.split("::"))
     m = SCHEME.match(url)
+    if m and any(_credential_param(p.group(1)) for p in _PARAM.finditer(url)):
+        return True
     if m:
         scheme, authority, rest = m.group(1).lower(), m.group(2), m.group(3)
         user = authority.rpartition("@")[0] if "@" in authority else None
@@ -45,14 +68,17 @@ def has_credentials(url: str) -> bool:
 
 
 def redact(url) -> str:
-    """A URL safe to show: one holding a credential with its user part and query string
-    replaced by ***; any other as it is."""
+    """A URL safe to show: one holding a credential with its user part, query string and
+    credential parameters replaced by ***; any other as it is."""
     if not isinstance(url, str):
         return repr(url)
     if not has_credentials(url):
         return url
     if "::" in url:
         return "::".join(redact(link) for link in url.split("::"))
+    url = _scrub_params(url)
+    if not has_credentials(url):
+        return url
     m = SCHEME.match(url)
     if m:
         authority, rest = m.group(2), m.group(3)

@@ -91,3 +91,31 @@ def test_an_http_credential_in_fsspec_https_reaches_the_server(tmp_path):
         assert r.returncode != 0 and "401" in r.stderr, r.stderr
     finally:
         server.shutdown()
+
+
+# a credential in a URL's `;name=value` path parameter (attacker trial: passed the check, stored)
+PARAM_URLS = [f"http://127.0.0.1:9/x;token={SECRET}", f"https://127.0.0.1:9/d;X-Amz-Signature={SECRET}/y",
+              f"s3://bucket/d;Api-Key={SECRET}", f"http://127.0.0.1:9/x;%74oken={SECRET}",
+              f"simplecache::https://127.0.0.1:9/x;access_token={SECRET}"]
+
+
+@pytest.mark.parametrize("command, url", [*zip(["train", "run", "mix", "remote checkpoint", "prepare", "eval"],
+                                                  PARAM_URLS * 2), ("prepare hf:", PARAM_URLS[0])])
+def test_a_credential_in_a_url_parameter_is_refused_unechoed_and_nothing_recorded(
+        url, command, tmp_path, isolated_home, tiny_hf_gpt2):
+    test_a_url_with_a_credential_is_refused_unechoed_and_nothing_recorded(url, command, tmp_path, isolated_home,
+                                                                            tiny_hf_gpt2)
+
+
+def test_a_repository_url_with_a_credential_parameter_is_refused_unechoed(isolated_home):
+    r = run_cli("source", "add", "repo", f"https://127.0.0.1:9/r.git;token={SECRET}")
+    assert r.returncode == 2 and "must not hold credentials" in r.stderr and ";token=***" in r.stderr, r.stderr
+    assert SECRET not in r.stdout + r.stderr
+
+
+def test_url_parameters_that_name_no_credential_pass_the_check():
+    from gptrain.errors import redact, refuse_credentials
+
+    for url in ("http://127.0.0.1:9/x;type=a", "s3://bucket/a;b.txt", "https://h/d;v=2/data.bin", "/local/a;token=x"):
+        refuse_credentials(url, "--data.path")
+        assert redact(url) == url
