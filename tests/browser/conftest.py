@@ -12,6 +12,20 @@ import time
 import pytest
 
 
+def http(url, method="GET", headers=None):
+    """(status, headers, body text) of a URL or Request, without raising on 4xx."""
+    import urllib.error
+    import urllib.request
+
+    req = url if isinstance(url, urllib.request.Request) else urllib.request.Request(
+        url, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            return r.status, r.headers, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read().decode()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -19,7 +33,8 @@ def free_port() -> int:
 
 
 class Console:
-    """A running `gptrain ui`: its base URL (with token when it printed one) and process."""
+    """A running `gptrain ui`: the URL it printed (with the owner's token), its base URL (without:
+    `open` and `http` add the token as an Authorization header) and its process."""
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None):
         import re
@@ -31,8 +46,12 @@ class Console:
         line = self.proc.stdout.readline()
         m = re.search(r"(http://\S+)", line)
         assert m, f"gptrain ui printed {line!r}"
-        self.printed = m.group(1)
+        self.line, self.printed = line, m.group(1)
+        token = re.search(r"\?token=([\w-]+)", self.printed)
+        self.token = token.group(1) if token else None  # (None: a console from before tokens on loopback)
+        self.auth = {"Authorization": f"token {self.token}"} if token else {}
         self.base = f"http://127.0.0.1:{self.port}"
+        self.url = f"{self.base}/?token={self.token}"  # what a browser opens first
         deadline = time.time() + 60
         while time.time() < deadline:
             try:
@@ -41,6 +60,21 @@ class Console:
             except OSError:
                 time.sleep(0.1)
         raise AssertionError("gptrain ui did not start listening")
+
+    def request(self, path: str, method: str = "GET", headers: dict | None = None):
+        """A request for `path` carrying the owner's token."""
+        import urllib.request
+
+        return urllib.request.Request(self.base + path, method=method, headers={**self.auth, **(headers or {})})
+
+    def open(self, path: str, timeout: float = 60):
+        import urllib.request
+
+        return urllib.request.urlopen(self.request(path), timeout=timeout)
+
+    def http(self, path: str, method: str = "GET", headers: dict | None = None):
+        """(status, headers, body text) of `path` with the owner's token, without raising on 4xx."""
+        return http(self.request(path, method, headers))
 
     def close(self):
         self.proc.terminate()

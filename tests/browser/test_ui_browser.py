@@ -54,7 +54,8 @@ def row_state(browser, name):
 
 
 def test_a_job_watched_in_the_browser(dataset, console, browser, tmp_path):
-    browser.get(console.base + "/")
+    browser.get(console.url)  # the URL `gptrain ui` printed: its token becomes a cookie
+    assert browser.current_url == console.base + "/"  # and leaves the address bar
     browser.execute_script("window.notReloaded = true")
     jobs_tab = browser.current_window_handle
     submit("live", "--train.max_steps=300", "--checkpoint.every=100")
@@ -88,7 +89,7 @@ def test_a_job_watched_in_the_browser(dataset, console, browser, tmp_path):
     assert names and all(n.startswith("live-step-") for n in names), names
     hf_zip = tmp_path / "hf.zip"
     link = browser.find_element(By.CSS_SELECTOR, "#checkpoints a.download-hf").get_attribute("href")
-    with urllib.request.urlopen(link, timeout=120) as r:
+    with urllib.request.urlopen(urllib.request.Request(link, headers=console.auth), timeout=120) as r:
         hf_zip.write_bytes(r.read())
     with zipfile.ZipFile(hf_zip) as z:
         files = {n.split("/", 1)[1] for n in z.namelist()}
@@ -107,7 +108,7 @@ def test_a_job_watched_in_the_browser(dataset, console, browser, tmp_path):
 def test_stop_button_and_compare(dataset, console, browser, tmp_path):
     submit("long", "--train.max_steps=100000", "--checkpoint.every=0")
     submit("short", "--train.max_steps=30")  # queued behind long: both need the 2 slots
-    browser.get(console.base + "/jobs/long")
+    browser.get(f"{console.base}/jobs/long?token={console.token}")
     wait_until(lambda: "| loss" in browser.find_element(By.ID, "log").text, 300, "long to train")
     assert state("long") == "running" and state("short") == "queued"
     browser.find_element(By.ID, "stop").click()

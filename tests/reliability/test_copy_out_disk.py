@@ -54,7 +54,6 @@ def test_the_console_zip_and_checkpoint_fetch_take_the_same_files(isolated_home,
     console's zip left out every link (a checkpoint sharing its tokenizer by a link lost it)
     while `checkpoint fetch` kept it, and a file name that is not UTF-8 made the zip a 500."""
     import io
-    import urllib.request
 
     from tests.browser.conftest import Console
 
@@ -82,7 +81,7 @@ def test_the_console_zip_and_checkpoint_fetch_take_the_same_files(isolated_home,
                        "trainer_state.json"], fetched
     c = Console()
     try:
-        with urllib.request.urlopen(f"{c.base}/api/jobs/shared/checkpoints/{ckpt}.zip", timeout=120) as resp:
+        with c.open(f"/api/jobs/shared/checkpoints/{ckpt}.zip", timeout=120) as resp:
             body = resp.read()
     finally:
         c.close()

@@ -7,7 +7,6 @@ was renamed. Now such names are not listed (weights/names.py) and everything els
 import json
 import os
 import textwrap
-import urllib.request
 import zipfile
 
 from tests.browser.conftest import Console, wait_until
@@ -67,7 +66,7 @@ def test_hostile_names_in_a_running_job_are_skipped_and_the_job_goes_on(slots, t
     assert {r["name"] for r in rows} == _recorded("names")
     console = Console()
     try:
-        with urllib.request.urlopen(f"{console.base}/api/jobs/names", timeout=30) as r:
+        with console.open("/api/jobs/names", timeout=30) as r:
             assert r.status == 200 and "output/step_1.pt" in r.read().decode()
     finally:
         console.close()

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 
@@ -86,7 +85,7 @@ def test_a_malformed_tokenizer_spec_already_stored_is_one_line_and_one_row(prepa
     refused(run_cli("data", "inspect", "bad", "--verify"), "meta.json's tokenizer")
     console = Console()
     try:
-        with urllib.request.urlopen(console.base + "/api/datasets", timeout=60) as resp:
+        with console.open("/api/datasets", timeout=60) as resp:
             assert resp.status == 200
             rows = {d["name"]: d for d in json.load(resp)}
     finally:

@@ -15,7 +15,6 @@ import pytest
 
 from tests.browser.conftest import Console
 from tests.browser.recorded_jobs import record_job
-from tests.browser.test_ui_http import http
 from tests.conftest import run_cli
 
 # each piece (AAA1 ...) is a part of a secret that must never be shown, whole or in part
@@ -88,21 +87,21 @@ def test_escaped_and_multi_line_secrets_are_masked_by_the_console(isolated_home,
     starts = [0] + [i + 1 for i, b in enumerate(raw) if b == ord("\n")]
     c = Console()
     try:
-        base = f"{c.base}/api/jobs/leaky/logs/0"
-        status, _, body = http(base)
+        base = "/api/jobs/leaky/logs/0"
+        status, _, body = c.http(base)
         assert status == 200 and _shown(json.loads(body)["text"]) == [], body
         for offset in starts:
-            status, _, body = http(f"{base}?offset={offset}")
+            status, _, body = c.http(f"{base}?offset={offset}")
             assert status == 200, body
             assert _shown(json.loads(body)["text"]) == [], (offset, body)
         inside = raw.index(b"GGG7")  # the second line of the PEM
-        event = _first_event(f"{base}/stream?offset={inside}")
+        event = _first_event(c.request(f"{base}/stream?offset={inside}"))
         assert "HHH8" not in event and "***" in event and _shown(event) == [], event
     finally:
         c.close()
 
 
-def _first_event(url: str, timeout: float = 20) -> str:
+def _first_event(url, timeout: float = 20) -> str:
     import urllib.request
 
     with urllib.request.urlopen(url, timeout=timeout) as r:
@@ -133,12 +132,12 @@ def test_a_200_mib_log_through_the_console_costs_a_page_of_memory(isolated_home,
     assert size >= 200 * 2 ** 20
     c = Console()
     try:
-        base = f"{c.base}/api/jobs/huge/logs/0"
-        assert http(f"{c.base}/api/jobs")[0] == 200  # the server has served once: its baseline
+        base = "/api/jobs/huge/logs/0"
+        assert c.http("/api/jobs")[0] == 200  # the server has served once: its baseline
         before = _memory_kib(c.proc.pid)["VmRSS"]
-        pages = {q: http(base + q) for q in ("?offset=0", "", f"?offset={size // 2 + 7}", "?offset=-5",
+        pages = {q: c.http(base + q) for q in ("?offset=0", "", f"?offset={size // 2 + 7}", "?offset=-5",
                                             f"?offset={10 ** 15}")}
-        events = [_first_event(f"{base}/stream{q}") for q in ("", "?offset=0")]
+        events = [_first_event(c.request(f"{base}/stream{q}")) for q in ("", "?offset=0")]
         peak = _memory_kib(c.proc.pid)["VmHWM"]
     finally:
         c.close()
@@ -160,7 +159,7 @@ def test_a_junk_rank_is_a_clear_404(isolated_home, rank):
     try:
         q = urllib.parse.quote(rank, safe="")
         for path in (f"/api/jobs/real/logs/{q}", f"/api/jobs/real/logs/{q}/stream"):
-            status, _, body = http(c.base + path)
+            status, _, body = c.http(path)
             assert status == 404 and "ranks 0..1" in body, (path, status, body)
     finally:
         c.close()
