@@ -82,7 +82,7 @@ def wait_for(driver, script: str, timeout: float = 60):
     raise TimeoutError(script)
 
 
-def time_pages(base: str, repeat: int) -> None:
+def time_pages(base: str, token: str, repeat: int) -> None:
     if not (shutil.which("chromium") and shutil.which("chromedriver")):
         print("(no chromium + chromium-driver: page timings skipped)")
         return
@@ -96,6 +96,7 @@ def time_pages(base: str, repeat: int) -> None:
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
     print(f"\n{'page (headless chromium)':<34}{'paint ms':>10}{'drawn ms':>10}")
     try:
+        driver.get(f"{base}/?token={token}")  # the printed URL: the token becomes the session cookie
         for label, path in PAGES:
             paints, drawn = [], []
             for _ in range(repeat):
@@ -131,7 +132,12 @@ def main() -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
         proc = subprocess.Popen([sys.executable, "-m", "gptrain", "ui", "--port", str(port)],
                                 stdout=subprocess.PIPE, text=True, env=env)
-        proc.stdout.readline()
+        import re
+
+        token = re.search(r"\?token=([\w-]+)", proc.stdout.readline()).group(1)
+        opener = urllib.request.build_opener()  # every request carries the owner's token
+        opener.addheaders = [("Authorization", f"token {token}")]
+        urllib.request.install_opener(opener)
         base = f"http://127.0.0.1:{port}"
         for _ in range(100):
             try:
@@ -142,7 +148,7 @@ def main() -> None:
         try:
             time_api(base, args.repeat)
             if not args.no_browser:
-                time_pages(base, args.repeat)
+                time_pages(base, token, args.repeat)
         finally:
             proc.terminate()
             proc.wait(10)
