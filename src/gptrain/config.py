@@ -17,6 +17,7 @@ from pathlib import Path
 from gptrain.config_aliases import ALIASES, DEEPSPEED_FLAGS
 from gptrain.config_check import check
 from gptrain.errors import UserError, closest
+from gptrain.files import parse_user_text, read_user_text
 
 
 def opt(default, doc: str, choices: tuple | None = None, *, ge=None, gt=None, lt=None, le=None,
@@ -269,10 +270,9 @@ def load_toml(path: str | Path, cfg: Config | None = None, text: str | None = No
     (the file's content, kept elsewhere) and name `path` in errors."""
     cfg = cfg or Config()
     path = Path(path)
+    text = read_user_text(path, "config file") if text is None else text  # bounded: /dev/zero is one line
     try:
-        data = tomllib.loads(path.read_text() if text is None else text)
-    except FileNotFoundError:
-        raise UserError(f"config file {path} does not exist") from None
+        data = parse_user_text(tomllib.loads, text, f"config file {path}")
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"config file {path} is not valid TOML: {e}") from None
     for section, values in data.items():

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from gptrain.errors import UserError
+from gptrain.files import parse_user_text, read_user_text
 
 
 def _precision(ds: dict):
@@ -114,10 +115,8 @@ def read(path: str) -> dict[str, object]:
     stderr. This module knows nothing of gptrain's Config: config.py applies the values."""
     p = Path(path).expanduser()
     try:
-        ds = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise UserError(f"DeepSpeed config {p} does not exist") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        ds = parse_user_text(json.loads, read_user_text(p, "DeepSpeed config"), f"DeepSpeed config {p}")
+    except json.JSONDecodeError as e:
         raise UserError(f"DeepSpeed config {p} is not valid JSON: {e}") from None
     if not isinstance(ds, dict):
         raise UserError(f"DeepSpeed config {p} must hold a JSON object")

@@ -3,6 +3,8 @@
 Any file may be truncated, garbage or hostile. The readers here turn every way of failing to
 decode one into a single UserError that names the file, and file names taken from such files
 must be plain base names, so that nothing they list reaches outside their own directory.
+The files a user names (a job file, a TOML or DeepSpeed config) are read here too, bounded:
+`read_user_text` (a capped read, UTF-8) and `parse_user_text` (nesting and size checked).
 No heavy imports at module level: the CLI's listing commands use this.
 """
 
@@ -53,6 +55,66 @@ def within(path, root) -> bool:
         return Path(path).resolve().is_relative_to(Path(root).resolve())
     except (OSError, RuntimeError):  # a link loop
         return False
+
+
+USER_FILE_CAP = 4 << 20  # a job file, a TOML or DeepSpeed config, a requirements file: a few KiB each
+MAX_NESTING = 32  # a job file nests 4 deep ({config: {data: {mix: {web: 0.7}}}})
+MAX_ITEMS = 100_000  # items in a parsed file, an item reached twice (a YAML alias) counted twice
+
+
+def read_user_text(path, what: str, cap: int = USER_FILE_CAP) -> str:
+    """The text of a file the user named (a job file, a config): at most `cap` + 1 bytes are
+    read, so /dev/zero, an endless pipe or a huge file cost `cap` and give one line; UTF-8 (a
+    leading byte order mark dropped), else one line naming the first byte that is not. A pipe
+    (`--config <(...)`) is read like a file."""
+    shown_path = shown(path)
+    try:
+        with open(Path(path).expanduser(), "rb") as f:
+            data = f.read(cap + 1)
+    except FileNotFoundError:
+        raise UserError(f"cannot read {what} {shown_path}: it does not exist") from None
+    except OSError as e:
+        raise UserError(f"cannot read {what} {shown_path}: {e.strerror}") from None
+    if len(data) > cap:
+        raise UserError(f"{what} {shown_path} is larger than {cap >> 20} MiB, the most gptrain reads of one "
+                        f"(a {what} is a few KiB): name the file you meant")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{what} {shown_path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
+                        f"{e.start}): save it as UTF-8") from None
+
+
+def parse_user_text(parse, text: str, what: str):
+    """`parse(text)` (yaml.safe_load, tomllib.loads, json.loads) of a user's file, as plain
+    data no deeper than MAX_NESTING and of at most MAX_ITEMS items: nesting past Python's
+    recursion limit, or a YAML alias bomb, is one line instead of a traceback or a hang. The
+    parser's own errors are the caller's to word."""
+    try:
+        data = parse(text)
+    except RecursionError:
+        raise UserError(f"{what} nests deeper than Python can read (more than {MAX_NESTING} levels "
+                        "is never a gptrain setting)") from None
+    check_shape(data, what)
+    return data
+
+
+def check_shape(data, what: str, depth: int = MAX_NESTING, items: int = MAX_ITEMS) -> None:
+    """One UserError when `data` (parsed from a user's file) nests deeper than `depth` levels or
+    holds more than `items` items; looked at without recursion, stopping at the limit."""
+    stack, seen = [(data, 1)], 0
+    while stack:
+        value, level = stack.pop()
+        if not isinstance(value, (dict, list)):
+            continue
+        children = list(value.values()) if isinstance(value, dict) else value
+        if level > depth:
+            raise UserError(f"{what} nests deeper than {depth} levels, which is never a gptrain setting")
+        seen += len(children)
+        if seen > items:
+            raise UserError(f"{what} holds more than {items} items (YAML aliases counted each time they "
+                            "are used), which is never a gptrain setting")
+        stack.extend((child, level + 1) for child in children)
 
 
 @contextmanager

@@ -111,7 +111,7 @@ def cmd_run(args, extra) -> int:
         fields["requirements_file"] = args.requirements  # a path in the repository, read from its clone
     elif args.requirements:
         fields.pop("requirements_file", None)
-        fields["requirements"] = job_file.read_config_file(args.requirements)
+        fields["requirements"] = job_file.read_config_file(args.requirements, "requirements file")
     if args.config:
         fields["config"] = job_file.read_config_file(args.config)
         fields["config_path"] = os.path.abspath(os.path.expanduser(args.config))

@@ -8,14 +8,13 @@ import re
 from pathlib import Path
 
 from gptrain.errors import UserError, closest
+from gptrain.files import parse_user_text, read_user_text, shown
 from gptrain.jobs.spec import JobSpec, check_types
 
 
-def read_config_file(path: str) -> str:
-    try:
-        return Path(path).expanduser().read_text()
-    except OSError as e:
-        raise UserError(f"cannot read config {path}: {e.strerror}") from None
+def read_config_file(path: str, what: str = "config file") -> str:
+    """A file a job names (its TOML config, its requirements), read bounded (files.read_user_text)."""
+    return read_user_text(path, what)
 
 
 YAML_KEYS = {f.name for f in dataclasses.fields(JobSpec)} - {"config_path", "commit", "python", "entry", "min_nodes"}
@@ -26,12 +25,9 @@ def from_yaml(path: str) -> dict:
     "notes" what of a cloud job file was left out (for the caller to say)."""
     import yaml
 
+    text = read_user_text(path, "job file")
     try:
-        text = Path(path).expanduser().read_text()
-    except OSError as e:
-        raise UserError(f"cannot read job file {path}: {e.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
+        data = parse_user_text(yaml.safe_load, text, f"job file {shown(path)}")
     except yaml.YAMLError as e:
         raise UserError(f"job file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
@@ -78,7 +74,8 @@ def from_yaml(path: str) -> dict:
     if isinstance(data.get("requirements"), str) and (data.get("repository_url") or data.get("source")):
         data["requirements_file"] = data.pop("requirements")  # the repository's own (jobs/code.py)
     elif isinstance(data.get("requirements"), str):
-        data["requirements"] = read_config_file(str(base / Path(data["requirements"]).expanduser()))
+        data["requirements"] = read_config_file(str(base / Path(data["requirements"]).expanduser()),
+                                                "requirements file")
     data["args"] = [str(a) for a in data.get("args", [])]
     for key in ("env", "secrets"):
         data[key] = {k: str(v) for k, v in (data.get(key) or {}).items()}

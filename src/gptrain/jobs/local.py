@@ -36,11 +36,14 @@ def user_setting(section: str, key: str):
     """A value from $GPTRAIN_HOME/config.toml, or None."""
     import tomllib
 
+    from gptrain.files import parse_user_text, read_user_text
+
     path = home() / "config.toml"
     if not path.is_file():
         return None
     try:
-        return tomllib.loads(path.read_text()).get(section, {}).get(key)
+        settings = parse_user_text(tomllib.loads, read_user_text(path, "settings file"), str(path))
+        return settings.get(section, {}).get(key)
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path} is not valid TOML: {e}") from None
 
