@@ -174,7 +174,8 @@ def _found(joined: str, every) -> list[tuple[int, int]]:
 @functools.lru_cache(maxsize=16)
 def _by_case(every: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(the forms `str.lower` keeps the length of, the others)."""
-    return tuple(f for f in every if len(f.lower()) == len(f)), tuple(f for f in every if len(f.lower()) != len(f))
+    same = tuple(f for f in every if len(f.lower()) == len(f))
+    return same, tuple(f for f in every if f not in same)
 
 
 def _edges(joined: str, every) -> list[tuple[int, int]]:
