@@ -37,8 +37,13 @@ def evil_metadata(marker) -> bytes:
             b"\x93" + _short(f"touch {marker}") + b"\x85" + b"R" + b".")
 
 
-def _copy(ckpt, dest):
+def _copy(ckpt, dest, sealed=False):
+    """A copy of a checkpoint; crafted (`sealed` False) as an attacker's would be, without the
+    checksums.json that gptrain writes (a crafted file would fail it: tests/reliability/
+    test_verified_checkpoints.py), so what is tested here is the reader's own refusal."""
     shutil.copytree(ckpt, dest)
+    if not sealed:
+        (dest / "checksums.json").unlink(missing_ok=True)
     return dest
 
 
@@ -188,14 +193,18 @@ def _corrupt(path, how):
                                        ("trainer_state.json", "garbage"),
                                        ("trainer_state.json", "not-an-object"),
                                        ("trainer_state.json", "no-fields")])
-def test_corrupt_checkpoint_file_is_one_line_naming_it(trained, tmp_path, file, how):
+@pytest.mark.parametrize("sealed", [True, False], ids=["with-checksums", "without"])
+def test_corrupt_checkpoint_file_is_one_line_naming_it(trained, tmp_path, file, how, sealed):
+    """With its checksums.json the damage is named by verification (checkpoint and file); a
+    checkpoint without one (older, or from elsewhere) is refused by the readers themselves."""
     data, ckpt = trained
-    bad = _copy(ckpt, tmp_path / "bad" / "step-000002")
+    bad = _copy(ckpt, tmp_path / "bad" / "step-000002", sealed)
     _corrupt(bad / file, how)
-    named = bad if how == "scrambled" else bad / file  # DCP does not say which tensor file failed
+    named = [str(bad), "fails verification", file] if sealed or (file, how) == ("__0_0.distcp", "truncated") \
+        else [str(bad) if how == "scrambled" else str(bad / file)]  # DCP does not say which tensor file failed
     for args in (["generate", bad, "--prompt", "the"],
                  _train_args(data, tmp_path / "new-run", f"--model.init_from={bad}")):
-        _refused(run_cli(*args), tmp_path / "none", str(named))
+        _refused(run_cli(*args), tmp_path / "none", *named)
 
 
 @pytest.fixture

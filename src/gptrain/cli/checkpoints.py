@@ -9,6 +9,8 @@ def register(sub) -> None:
     p = sub.add_parser("checkpoints", help="list a job's checkpoints")
     p.add_argument("name")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--verify", action="store_true", help="check each checkpoint's files against the "
+                   "checksums written with it (reads them all)")
     p.set_defaults(func=cmd_checkpoints)
 
     p = sub.add_parser("checkpoint", help="checkpoint actions")
@@ -32,14 +34,25 @@ def cmd_checkpoints(args, extra) -> int:
     from gptrain.jobs import api
 
     api.job(args.name)
-    rows = api.checkpoints(args.name)
+    rows = api.checkpoints(args.name, verify=args.verify)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    render.table([("ID", "NAME", "KIND", "STEP", "TRAIN LOSS", "EVAL LOSS", "TIME", "SIZE"),
+    notes = args.verify or any(c.get("damaged") for c in rows)
+    render.table([("ID", "NAME", "KIND", "STEP", "TRAIN LOSS", "EVAL LOSS", "TIME", "SIZE",
+                   *(("VERIFIED",) if notes else ())),
                   *((c["id"], c["name"], c["kind"], c["step"], render.loss(c["train_loss"]),
-                     render.loss(c["eval_loss"]), render.when(c["time"]), render.size(c["size"])) for c in rows)])
+                     render.loss(c["eval_loss"]), render.when(c["time"]), render.size(c["size"]),
+                     *((_verified(c),) if notes else ())) for c in rows)])
     return 0
+
+
+def _verified(row: dict) -> str:
+    """What is known of a checkpoint's bytes: checked now (--verify), and a resume's refusal."""
+    said = [row["verified"]] if row.get("verified") else []
+    if row.get("damaged"):
+        said.append(f"refused by a resume: {row['damaged']}")
+    return "; ".join(said) or "-"
 
 
 def cmd_checkpoint_fetch(args, extra) -> int:

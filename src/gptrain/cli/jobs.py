@@ -37,6 +37,9 @@ def register(sub) -> None:
                        "the trainer continues from the latest checkpoint in the job's directory; your own "
                        "program is given its --resume-args (see docs/jobs-code.md).")
     p.add_argument("name")
+    p.add_argument("--from", dest="from_id", metavar="ID", default=None,
+                   help="resume from this checkpoint (an ID from `gptrain checkpoints NAME`) rather "
+                   "than the newest; it is verified first")
     p.add_argument("--follow", action="store_true", help="stream rank 0's log until the job ends")
     p.set_defaults(func=cmd_resume)
 
@@ -142,8 +145,8 @@ def cmd_stop(args, extra) -> int:
 
 
 def cmd_resume(args, extra) -> int:
-    api.resume(args.name)
-    print(f"resumed job {args.name}; watch it with `gptrain logs {args.name} --follow`")
+    api.resume(args.name, args.from_id)
+    print(f"resumed job {args.name}{f' from checkpoint {args.from_id}' if args.from_id else ''}; watch it with `gptrain logs {args.name} --follow`")
     return follow(args.name, rank=0) if args.follow else 0
 
 

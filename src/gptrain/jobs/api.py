@@ -52,9 +52,15 @@ def stop(name: str, timeout: float = 120.0, wait: bool = False) -> str:
     return state
 
 
-def resume(name: str) -> None:
+def resume(name: str, from_id: str | None = None) -> None:
+    """Start a failed or stopped job again from its newest good checkpoint, or from the one
+    `from_id` names (verified first; jobs/records.py)."""
     known(name)
-    records.resume(name)
+    if from_id is None:
+        records.resume(name)
+        return
+    row = checkpoint(from_id, name)
+    records.resume_from(name, row)
 
 
 def remove(name: str) -> None:
@@ -241,11 +247,17 @@ def follow_log(name: str, rank):
 CHECKPOINT_SHOWN = ("id", "name", "kind", "step", "train_loss", "eval_loss", "time", "size")  # in a report
 
 
-def checkpoints(name: str) -> list[dict]:
-    """The job's checkpoint rows (with their paths), first made to match its folder."""
+def checkpoints(name: str, verify: bool = False) -> list[dict]:
+    """The job's checkpoint rows (with their paths), first made to match its folder; `verify`:
+    each with 'verified' (weights/checksums.py: 'ok', 'no checksums' or 'FAILED: why')."""
+    from gptrain.weights import checksums
+
     known(name)
     records.sync_checkpoints(name)
-    return store.checkpoints(name)
+    rows = store.checkpoints(name)
+    for row in rows if verify else ():
+        row.update(checksums.listing(row["path"]) if Path(row["path"]).is_dir() else {"verified": "no checksums"})
+    return rows
 
 
 def checkpoint(ckpt_id: str, name: str | None = None) -> dict:

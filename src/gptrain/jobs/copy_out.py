@@ -53,10 +53,16 @@ def export(ckpt: dict, job_dir: Path, dest: Path, fmt: str = "native") -> None:
             model, tok = load_model(resolve(str(ckpt["path"])))
             export_hf(model, tok, tmp)
         else:
+            from gptrain.weights import checksums
+
             tmp.mkdir()
             for f, rel in checkpoint_files(ckpt, job_dir):
                 (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(f, tmp / rel)
+            try:  # the copy holds the bytes the checkpoint was written with (it names the source)
+                checksums.verify(tmp)
+            except checksums.VerificationError as e:
+                raise checksums.VerificationError(ckpt["path"], e.why) from None
         if dest.exists():
             dest.rmdir()
         tmp.rename(dest)

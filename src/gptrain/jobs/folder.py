@@ -7,6 +7,7 @@ read from it as a whole: the free space of its disk, a stop request.
       supervisor.log       the local supervisor's own words        output/    a program's GPTRAIN_OUTPUT_DIR
       logs/                rank-R.log, agent-nodeN.log             checkpoints/  GPTRAIN_CHECKPOINT_DIR
       stop-request         a stop asked for (its timeout)          submitted-config.toml, job.sbatch,
+      resume-from          the checkpoint `resume --from` chose
                                                                    slurm-exit (Slurm's), kubernetes.yaml
 """
 
@@ -78,6 +79,11 @@ def kube_manifests(jdir: Path) -> Path:
 def slurm_exit(jdir: Path) -> Path:
     """Where a Slurm job's batch script writes its exit code (read when Slurm forgot the job)."""
     return jdir / "slurm-exit"
+
+
+def resume_pin(jdir: Path) -> Path:
+    """The name of the checkpoint `gptrain resume NAME --from ID` chose (jobs/found.py)."""
+    return jdir / "resume-from"
 
 
 # ---- stop requests ------------------------------------------------------------------------

@@ -37,8 +37,21 @@ def scan(job_dir, known: dict | None = None) -> list[dict]:
 
 def newest(rows: list[dict]) -> dict | None:
     """The newest of a job's checkpoint rows (weights/scan.py), a root that is itself a model
-    after a checkpoint of the same step."""
-    return weights_scan.newest(rows, ROOTS)
+    after a checkpoint of the same step; one a resume found damaged is passed by."""
+    return weights_scan.newest([r for r in rows if not r.get("damaged")], ROOTS)
+
+
+def pinned(job_dir, rows: list[dict]) -> dict | None:
+    """The row `gptrain resume --from` chose, while the program has written nothing since
+    (a checkpoint newer than the choice makes it moot); None when there is none."""
+    pin = folder.resume_pin(Path(job_dir))
+    try:
+        name, since = pin.read_text().strip(), pin.stat().st_mtime
+    except OSError:
+        return None
+    if any(r["mtime"] > since for r in rows):
+        return None
+    return next((r for r in rows if r["name"] == name and not r.get("damaged")), None)
 
 
 def latest(job_dir) -> Path | None:
@@ -49,8 +62,16 @@ def latest(job_dir) -> Path | None:
 
 def latest_named(job_dir) -> tuple[Path, str] | tuple[None, None]:
     """latest() and the checkpoint's name in the job (its row's); (None, None) when none."""
-    row = newest(scan(job_dir))
+    rows = scan(job_dir)
+    row = pinned(job_dir, rows) or newest(rows)
     return (None, None) if row is None else (weights_scan.resume_path(row), row["name"])
+
+
+def damage_reports(job: str) -> list[dict]:
+    """The built-in trainer's refusals of this job's checkpoints (weights/layout.py), for its events."""
+    from gptrain.weights import layout
+
+    return layout.damage_reports(folder.job_dir(job))
 
 
 def scan_job(job: str) -> list[dict]:

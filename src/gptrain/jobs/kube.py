@@ -252,7 +252,7 @@ def refresh(name: str) -> dict:
         note = f"{note}: {fields['error']}"
     store.set_state(name, state, note, engine_job=job["external_id"], **fields)
     if state in store.TERMINAL or state == "running":
-        store.sync_checkpoints(name, found.scan_job(name))
+        store.sync_checkpoints(name, found.scan_job(name), found.damage_reports(name))
     return store.get_job(name)
 
 

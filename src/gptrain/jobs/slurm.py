@@ -293,7 +293,7 @@ def refresh(name: str) -> dict:
     if not store.set_state(name, state, note, engine_job=job["external_id"], **fields):
         return store.get_job(name)  # resumed (another Slurm job) or ended meanwhile: not ours to write
     if state in store.TERMINAL or state == "running":
-        store.sync_checkpoints(name, found.scan_job(name))
+        store.sync_checkpoints(name, found.scan_job(name), found.damage_reports(name))
     return store.get_job(name)
 
 

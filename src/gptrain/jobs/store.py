@@ -130,22 +130,31 @@ def checkpoint_by_id(ckpt_id: str) -> dict:
     return row
 
 
-CHECKPOINT_FIELDS = ("id", "name", "kind", "path", "step", "train_loss", "eval_loss", "time", "mtime", "size")
+CHECKPOINT_FIELDS = ("id", "name", "kind", "path", "step", "train_loss", "eval_loss", "time", "mtime", "size",
+                     "damaged")
 
 
-def sync_checkpoints(job: str, found: list[dict]) -> None:
+def sync_checkpoints(job: str, found: list[dict], damage: list[dict] = ()) -> None:
     """Make the job's checkpoint rows match what is on disk (jobs/found.py): new ones added,
-    rewritten ones (another step, size, time or loss) updated, pruned ones gone; nothing is
-    written when they already match (reads stay reads, even on a full disk)."""
+    rewritten ones (another step, size, time or loss) updated, pruned ones gone; each refusal in
+    `damage` (found.damage_reports) an event once. Nothing is written when all already match
+    (reads stay reads, even on a full disk)."""
     def rows_of(conn_or_none):
         sql = f"SELECT {', '.join(CHECKPOINT_FIELDS)} FROM checkpoints WHERE job = ?"
         got = conn_or_none.execute(sql, (job,)).fetchall() if conn_or_none else fetch_all(sql, (job,))
         return {r["name"]: tuple(r[k] for k in CHECKPOINT_FIELDS) for r in got}
 
     wanted = {c["name"]: tuple(c.get(k) for k in CHECKPOINT_FIELDS) for c in found}
-    if rows_of(None) == wanted:
+    said = [_damage_line(d) for d in damage]
+    if said:
+        known_lines = {r["message"] for r in fetch_all(
+            "SELECT message FROM events WHERE job = ? AND kind = 'warning'", (job,))}
+        said = [m for m in said if m not in known_lines]
+    if rows_of(None) == wanted and not said:
         return
     with transaction() as conn:
+        for message in said:
+            add_event(conn, job, "warning", message)
         known = rows_of(conn)
         for c in found:
             if c["name"] not in known:
@@ -161,6 +170,14 @@ def sync_checkpoints(job: str, found: list[dict]) -> None:
                     add_event(conn, job, "checkpoint", f"{c['name']} ({c['id']}) rewritten at step {c.get('step')}")
         for gone in known.keys() - wanted.keys():
             conn.execute("DELETE FROM checkpoints WHERE job = ? AND name = ?", (job, gone))
+
+
+def _damage_line(report: dict) -> str:
+    import datetime
+
+    at = datetime.datetime.fromtimestamp(report["time"]).strftime("%Y-%m-%d %H:%M:%S")
+    return (f"checkpoint {report['name']} failed verification when the run resumed at {at} "
+            f"({report['why']}): it resumed from the newest good one before it")
 
 
 # ---- local scheduler: supervisors, slots, orphans --------------------------------------------

@@ -235,7 +235,7 @@ class Supervisor:
     def sync_checkpoints(self) -> None:
         self.last_sync = time.time()
         rows = found.scan_job(self.name)
-        store.sync_checkpoints(self.name, rows)
+        store.sync_checkpoints(self.name, rows, found.damage_reports(self.name))
         for name, warning in resume.rewinds(self.before, rows):
             if name not in self.warned:
                 self.warned.add(name)

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from gptrain.errors import UserError
+from gptrain.weights import checksums
 from gptrain.weights.hf import is_hf_dir  # noqa: F401  (the one test of a HF model directory)
 
 
@@ -252,6 +253,7 @@ def load_hf(name_or_path: str, **overrides):
     from gptrain.files import read_json, reading
 
     model_dir = resolve(name_or_path)
+    checksums.verify(model_dir, what="model")  # one gptrain exported: its bytes as written
     config_file = model_dir / "config.json"
     with reading(config_file, "model config"):  # a missing or mistyped field names the file
         cfg = config_from_hf(read_json(config_file, "model config"), **overrides)
@@ -305,4 +307,5 @@ def export_hf(model, tokenizer, out_dir) -> Path:
             tokenizer.save_hf(tmp)
             # gptrain reads its own tokenizer back from here (char/byte have no HF form).
             (tmp / "gptrain_tokenizer.json").write_text(json.dumps(tokenizer.spec()))
+        checksums.seal_folder(tmp)  # every later load of it verifies its bytes
     return Path(out_dir)

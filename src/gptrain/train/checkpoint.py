@@ -3,10 +3,14 @@
     OUTPUT/checkpoints/step-000100/   .metadata, __*_*.distcp   model + optimizer tensors (DCP)
                                       rank-00000.safetensors     per-rank RNG states
                                       trainer_state.json         step, losses, loader, config...
+                                      checksums.json             size and CRC-32C of each file
     OUTPUT/checkpoints/latest         the name of the newest complete checkpoint
 
 A checkpoint is written into .tmp-step-N and renamed only when every rank has finished and
 trainer_state.json is in place, so it is complete or absent; `latest` moves after the rename.
+Every rank hashes the files it writes as it writes them (weights/checksums.py); rank 0 gathers
+the lists, seals them into checksums.json, fsyncs the folder, renames it and fsyncs its parent:
+a committed checkpoint survives a power loss, and every load verifies it.
 Nothing is unpickled as code: DCP gets only tensors, its .metadata is read by weights/dcp.py
 (an exact list of DCP's own metadata classes), and the rest is JSON or safetensors. A corrupt or
 truncated checkpoint, or a full disk while writing one, is one UserError.
@@ -25,10 +29,12 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystem
 
 from gptrain.errors import UserError
+from gptrain.weights import checksums
 from gptrain.weights.dcp import dcp_error, load_tensors
-from gptrain.weights.layout import STATE_FILE, complete, root_of, step_name
+from gptrain.weights.layout import STATE_FILE, resume_order, root_of, step_name
 
 
 def _barrier():
@@ -53,13 +59,39 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-class PendingSave:
-    """A checkpoint being written; `finish()` waits for it and commits it (all ranks call it)."""
+class _HashingFileSystem(FileSystem):
+    """DCP's local file system, with every file it writes hashed on its way to disk into
+    `written` ({name: (size, crc)}); its rename of .metadata.tmp carries the entry along."""
 
-    def __init__(self, root: Path, name: str, trainer_state: dict, keep_last: int | None, future=None,
-                 remote: str = ""):
+    def __init__(self, written: dict):
+        super().__init__()
+        self.written = written
+
+    def create_stream(self, path, mode):
+        if "w" not in mode:
+            return super().create_stream(path, mode)
+        return checksums.Hashing(open(path, mode), path, self.written.__setitem__)
+
+    def rename(self, path, new_path) -> None:
+        super().rename(path, new_path)
+        if Path(path).name in self.written:
+            self.written[Path(new_path).name] = self.written.pop(Path(path).name)
+
+
+class _Writer(FileSystemWriter):
+    def __init__(self, path, written: dict):
+        super().__init__(path)
+        self.fs = _HashingFileSystem(written)
+
+
+class PendingSave:
+    """A checkpoint being written; `finish()` waits for it and commits it (all ranks call it).
+    `written`: this rank's files so far, with their sizes and checksums."""
+
+    def __init__(self, root: Path, name: str, trainer_state: dict, keep_last: int | None, written: dict,
+                 future=None, remote: str = ""):
         self.root, self.name, self.state, self.keep_last, self.future = root, name, trainer_state, keep_last, future
-        self.remote = remote
+        self.remote, self.written = remote, written
         self.path = root / name
 
     def finish(self) -> Path:
@@ -68,12 +100,16 @@ class PendingSave:
             if self.future is not None:
                 future, self.future = self.future, None
                 future.result()
-            _barrier()
+            lists = _gather(self.written)
             if _rank() == 0:
-                (tmp / STATE_FILE).write_text(json.dumps(dict(self.state, saved_at=time.time()), indent=2))
+                files = {k: v for written in lists for k, v in written.items()}
+                state = json.dumps(dict(self.state, saved_at=time.time()), indent=2).encode()
+                files[STATE_FILE] = checksums.write_synced(tmp / STATE_FILE, state)
+                checksums.seal(tmp, files)
                 if self.path.exists():  # a stale copy of this step from an interrupted run
                     shutil.rmtree(self.path)
                 os.rename(tmp, self.path)
+                checksums.fsync_dir(self.root)
                 _write_latest(self.root, self.name)
                 _prune(self.root, self.keep_last)
                 if self.remote:
@@ -84,6 +120,15 @@ class PendingSave:
         except BaseException as e:
             raise _save_failed(e, tmp) from None
         return self.path
+
+
+def _gather(written: dict) -> list[dict]:
+    """Every rank's list of written files, on rank 0 (after all ranks have written theirs)."""
+    if not dist.is_initialized():
+        return [written]
+    lists = [None] * dist.get_world_size() if _rank() == 0 else None
+    dist.gather_object(dict(written), lists, dst=0)
+    return lists or []
 
 
 def _save_failed(e: BaseException, tmp: Path) -> BaseException:
@@ -100,25 +145,27 @@ def save(output_dir, step: int, tensors: dict, trainer_state: dict, keep_last: i
     an asynchronous one copies the tensors aside, writes them in the background (its
     collectives on `group`, a process group of its own) and is committed by `finish()`.
     With `remote`, the committed checkpoint is then copied there (train/remote.py)."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     root, name = root_of(output_dir), step_name(step)
     tmp = root / f".tmp-{name}"
+    written: dict = {}
     try:
         if _rank() == 0:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         _barrier()
-        save_file({k: v.contiguous() for k, v in rng_state().items()}, tmp / f"rank-{_rank():05d}.safetensors")
+        rng = f"rank-{_rank():05d}.safetensors"
+        written[rng] = checksums.write_synced(tmp / rng, save({k: v.contiguous() for k, v in rng_state().items()}))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*assuming the intent is to")
             if asynchronous:
-                future = dcp.async_save(tensors, storage_writer=FileSystemWriter(tmp), process_group=group)
-                return PendingSave(root, name, dict(trainer_state, step=step), keep_last, future, remote)
-            dcp.save(tensors, storage_writer=FileSystemWriter(tmp))
+                future = dcp.async_save(tensors, storage_writer=_Writer(tmp, written), process_group=group)
+                return PendingSave(root, name, dict(trainer_state, step=step), keep_last, written, future, remote)
+            dcp.save(tensors, storage_writer=_Writer(tmp, written))
     except BaseException as e:
         raise _save_failed(e, tmp) from None
-    pending = PendingSave(root, name, dict(trainer_state, step=step), keep_last, remote=remote)
+    pending = PendingSave(root, name, dict(trainer_state, step=step), keep_last, written, remote=remote)
     pending.finish()
     return pending
 
@@ -130,10 +177,13 @@ def _write_latest(root: Path, name: str) -> None:
 
 
 def _prune(root: Path, keep_last: int | None) -> None:
+    """Remove unfinished writes, and all but the `keep_last` newest checkpoints a resume would
+    take (one marked damaged is kept for a look until a new save of its step replaces it; it
+    never counts as one of the kept)."""
     for stale in root.glob(".tmp-step-*"):
         shutil.rmtree(stale, ignore_errors=True)
     if keep_last:
-        for old in complete(root)[:-keep_last]:
+        for old in resume_order(root.parent)[keep_last:]:
             shutil.rmtree(old, ignore_errors=True)
 
 

@@ -83,17 +83,39 @@ class Checkpointing:
         return self._async_pg
 
     def maybe_resume(self) -> None:
+        """Resume from checkpoint.resume_from: 'auto' takes the newest checkpoint of this run that
+        passes verification (weights/checksums.py), marking each newer one that fails and saying
+        so; a checkpoint named by the user is verified and refused, never swapped for another."""
+        from gptrain.weights.checksums import VerificationError
+
         where = self.cfg.checkpoint.resume_from
         if where == "none":
             return
-        if where == "auto":
-            path = layout.find_latest(self.out)
-            if self.cfg.checkpoint.remote:
-                path = self._fetch_remote(path)
-        else:
-            path = layout.resolve(where)  # a directory (names were resolved by gptrain/refs.py)
-        if path is None:
+        if where != "auto":
+            self._resume(layout.resolve(where))  # a directory (names were resolved by gptrain/refs.py)
             return
+        if self.cfg.checkpoint.remote:
+            self._fetch_remote(layout.find_latest(self.out))
+        refused = []
+        for path in layout.resume_order(self.out):
+            try:
+                self._resume(path)
+            except VerificationError as e:
+                refused.append(path.name)
+                self.log_main(f"warning: {e}; resuming from the checkpoint before it")
+                if self.env.is_main:
+                    layout.mark_damaged(path, e.why)
+                continue
+            if refused:
+                self.log_main(f"checkpoint {', '.join(refused)} failed verification: resumed from "
+                              f"{path.name} instead (the steps after it are trained again)")
+            return
+        if refused:
+            raise UserError(f"no checkpoint of {self.out} passes verification ({', '.join(refused)} "
+                            "damaged; see `gptrain checkpoints NAME --verify`): resume from another "
+                            "with --checkpoint.resume_from, or start again with --checkpoint.resume_from=none")
+
+    def _resume(self, path) -> None:
         state = layout.read_state(path)
         theirs = state.get("lora_base")
         if (theirs or {}).get("sha256") != (self.lora_base or {}).get("sha256"):
@@ -114,7 +136,7 @@ class Checkpointing:
             self.scaler.load_state_dict(state["scaler"])
         self.log_main(f"resumed from {path} at step {self.step}")
 
-    def _fetch_remote(self, local: Path | None) -> Path | None:
+    def _fetch_remote(self, local: Path | None) -> None:
         """The newest checkpoint, fetched from checkpoint.remote first when it is newer than
         the local one (rank 0 downloads into the output directory, which all ranks share)."""
         from gptrain.train import remote
@@ -127,4 +149,3 @@ class Checkpointing:
                 remote.download(url, name, self.out)
         if dist.is_initialized():
             dist.barrier()
-        return layout.find_latest(self.out)

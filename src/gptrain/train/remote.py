@@ -14,6 +14,7 @@ from pathlib import Path
 
 from gptrain.errors import UserError
 from gptrain.files import is_plain_name
+from gptrain.weights import checksums
 from gptrain.weights.dcp import read_metadata
 from gptrain.weights.layout import by_step, is_checkpoint_dir, read_state, root_of
 
@@ -95,6 +96,7 @@ def download(url: str, name: str, output_dir: Path) -> Path:
     try:  # the checks a resume makes, before it becomes the local latest: a refused one is not kept
         read_state(tmp)
         read_metadata(tmp)
+        checksums.verify(tmp)
     except UserError as e:
         shutil.rmtree(tmp)
         raise UserError(f"{url}/{name} was refused and not kept: {e}".replace(str(tmp), f"{url}/{name}")) from None

@@ -17,6 +17,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader
 
 from gptrain.errors import UserError
+from gptrain.weights.checksums import Check, VerificationError
 
 # The only globals a .metadata may name: exactly those torch 2.13's DCP writes for gptrain's
 # checkpoints (single process, DDP, FSDP2, tensor and pipeline parallel, llama, fp16, async save;
@@ -74,17 +75,18 @@ def read_metadata(path):
         metadata = _MetadataUnpickler(io.BytesIO(meta_file.read_bytes())).load()
         if not isinstance(metadata, Metadata) or not isinstance(metadata.storage_data, dict):
             raise ValueError(f"it holds a {type(metadata).__name__}, not DCP metadata")
-        sizes = {}
+        sizes, short = {}, None
         for info in metadata.storage_data.values():
             if not isinstance(info, _StorageInfo):
                 raise ValueError(f"storage entry {type(info).__name__}")
             name = check_plain_name(info.relative_path, meta_file)
             if name not in sizes:
                 sizes[name] = (path / name).stat().st_size if (path / name).is_file() else -1
-            if sizes[name] < info.offset + info.length:
-                raise UserError(f"checkpoint file {path / name} is missing or truncated "
-                                f"({max(sizes[name], 0)} bytes, its metadata needs "
-                                f"{info.offset + info.length}); use another checkpoint")
+            if sizes[name] < info.offset + info.length and short is None:
+                short = f"{name} is missing or truncated ({max(sizes[name], 0)} bytes, its metadata needs " \
+                        f"{info.offset + info.length})"
+    if short:  # damage, not a metadata problem: a resume passes it by for the one before
+        raise VerificationError(path, short)
     return metadata
 
 
@@ -121,18 +123,40 @@ def dcp_error(e: BaseException, path) -> UserError | None:
 
 
 def load_tensors(path, tensors: dict) -> None:
-    """Fill `tensors` (this rank's shards, any layout DCP can reshard into) from a checkpoint."""
+    """Fill `tensors` (this rank's shards, any layout DCP can reshard into) from a checkpoint,
+    verified against its checksums.json (weights/checksums.py) while DCP reads it: a damaged
+    file is a VerificationError naming it, whatever DCP made of its bytes. The ranks of a job
+    (all calling this, as DCP's load is collective) each hash a share of the files."""
+    import sys
+
+    import torch.distributed as dist
     from torch.distributed.checkpoint.api import CheckpointException
 
-    reader = SafeReader(path)  # refuses a hostile, corrupt or truncated checkpoint up front
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*assuming the intent is to")
-        try:
+    share = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    check = Check(path, share=share)  # sizes and .metadata's bytes now; the large files meanwhile
+    failure = None
+    try:
+        reader = SafeReader(path)  # refuses a hostile, corrupt or truncated checkpoint up front
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*assuming the intent is to")
             dcp.load(tensors, storage_reader=reader)
-        except CheckpointException as e:  # DCP wraps every failure: garbage tensors, wrong shapes
-            causes = [exc for exc, _ in e.failures.values()]
-            detail = "; ".join(dict.fromkeys(f"{type(c).__name__}: {str(c).strip().splitlines()[0][:150]}"
-                                             for c in causes if str(c).strip()))
-            raise dcp_error(e, path) or UserError(
-                f"cannot load checkpoint {path}: its tensor files are corrupt or do not match this "
-                f"model ({detail})") from None
+    except CheckpointException as e:  # DCP wraps every failure: garbage tensors, wrong shapes
+        causes = [exc for exc, _ in e.failures.values()]
+        detail = "; ".join(dict.fromkeys(f"{type(c).__name__}: {str(c).strip().splitlines()[0][:150]}"
+                                         for c in causes if str(c).strip()))
+        failure = dcp_error(e, path) or UserError(
+            f"cannot load checkpoint {path}: its tensor files are corrupt or do not match this "
+            f"model ({detail})")
+    except UserError as e:
+        failure = e
+    problems = check.problems()
+    if dist.is_initialized() and share[1] > 1:
+        everyone = [None] * share[1]
+        dist.all_gather_object(everyone, problems)
+        problems = sorted(p for theirs in everyone for p in theirs)
+    check.result(problems)  # damage first: it is why anything else failed
+    if failure is not None:
+        raise failure from None
+    if check.files is None and share[0] == 0:
+        print(f"note: checkpoint {path} has no checksums.json (written before gptrain verified "
+              "checkpoints): loaded without verifying its bytes", file=sys.stderr, flush=True)

@@ -57,12 +57,13 @@ def read_meta(p: Path) -> dict:
     from gptrain.errors import UserError
 
     if p.is_dir() and layout.is_checkpoint_dir(p):
+        damaged = layout.damaged(p)
         try:
             state = layout.read_state(p)
         except UserError:  # listed, step from its name: using it says what is wrong with it
-            return {"kind": "gptrain"}
+            return {"kind": "gptrain", "damaged": damaged}
         out = {"kind": "gptrain", "step": state["step"], "train_loss": number(state.get("train_loss")),
-               "eval_loss": number(state.get("eval_loss"))}
+               "eval_loss": number(state.get("eval_loss")), "damaged": damaged}
         return {**out, "time": state["saved_at"]} if number(state.get("saved_at")) else out
     if p.is_dir() and hf.is_hf_trainer_dir(p):
         return {"kind": "hf-trainer", **hf.progress(p / hf.STATE_FILE)}

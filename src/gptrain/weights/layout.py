@@ -1,7 +1,9 @@
 """gptrain's own checkpoint layout, without importing torch (the CLI lists checkpoints fast).
 
     OUTPUT/checkpoints/step-000100/   trainer_state.json and DCP's .metadata (weights/dcp.py)
+    OUTPUT/checkpoints/step-000100/damaged.txt   why a resume refused it (weights/checksums.py)
     OUTPUT/checkpoints/latest         the name of the newest complete one
+    OUTPUT/checkpoints/damaged.jsonl  each refusal (name, why, time): kept when the step is rewritten
 
 train/checkpoint.py writes them. "Which is newer" among them is `by_step`: the number in the
 name (weights/names.py's step_of, as weights/scan.py orders every kind), compared as a number,
@@ -14,9 +16,11 @@ from pathlib import Path
 
 from gptrain.errors import UserError
 from gptrain.files import is_plain_name, read_json
+from gptrain.weights.checksums import verify_small
 from gptrain.weights.names import step_of
 
 STATE_FILE = "trainer_state.json"
+DAMAGED = "damaged.txt"  # written into a checkpoint that failed verification when a run resumed
 
 
 def root_of(output_dir) -> Path:
@@ -44,7 +48,9 @@ def is_checkpoint_dir(path) -> bool:
 
 
 def read_state(path) -> dict:
-    """trainer_state.json of a checkpoint (UserError naming it when it is corrupt)."""
+    """trainer_state.json of a checkpoint, verified against its checksums.json when it has one
+    (UserError naming it when it is corrupt)."""
+    verify_small(path, STATE_FILE)
     state = read_json(Path(path) / STATE_FILE, "checkpoint state")
     if not isinstance(state.get("step"), int):
         raise UserError(f"checkpoint state {Path(path) / STATE_FILE} has no integer 'step'; "
@@ -53,16 +59,76 @@ def read_state(path) -> dict:
 
 
 def find_latest(output_dir) -> Path | None:
-    """The newest complete checkpoint under OUTPUT/checkpoints (None if there is none): the one
-    `latest` names, else the highest step."""
+    """The newest complete checkpoint under OUTPUT/checkpoints that is not marked damaged (None
+    if there is none): the first of `resume_order`."""
+    order = resume_order(output_dir)
+    return order[0] if order else None
+
+
+def resume_order(output_dir) -> list[Path]:
+    """The checkpoints a run resumes from, in the order it tries them: the one `latest` names
+    (else the highest step), then every complete one of a lower step, newest first; those
+    marked damaged left out. Checkpoints above `latest`'s are a branch a resume from an older
+    one abandoned: never taken by themselves."""
     ckpt_root = root_of(output_dir)
-    pointer = ckpt_root / "latest"
+    done = complete(ckpt_root)
+    pointer, top = ckpt_root / "latest", None
     if pointer.is_file():
         name = pointer.read_text(errors="replace").strip()
         if is_plain_name(name) and is_checkpoint_dir(ckpt_root / name):  # never a path outside
-            return ckpt_root / name
-    done = complete(ckpt_root)
-    return done[-1] if done else None
+            top = ckpt_root / name
+    if top is None and done:
+        top = done[-1]
+    if top is None:
+        return []
+    below = [p for p in done if (step_of(p.name) or -1) < (step_of(top.name) or -1)]
+    return [p for p in [top, *reversed(below)] if damaged(p) is None]
+
+
+def damaged(path) -> str | None:
+    """Why a run refused this checkpoint (its damaged.txt), None when it did not."""
+    f = Path(path) / DAMAGED
+    if not f.is_file():
+        return None
+    return f.read_bytes()[:500].decode(errors="replace").strip() or "failed verification"
+
+
+DAMAGE_LOG = "damaged.jsonl"
+
+
+def mark_damaged(path, why: str) -> None:
+    """Mark a checkpoint that failed verification: resumes pass it by and listings show why, and
+    the refusal is added to the run's DAMAGE_LOG (the job's events come from it). Its files are
+    kept as they are (for a look, or a repair) until a new save of its step replaces them."""
+    import json
+    import time
+
+    path = Path(path)
+    try:
+        (path / DAMAGED).write_text(why.strip() + "\n")
+        with open(path.parent / DAMAGE_LOG, "a") as log:
+            log.write(json.dumps({"name": path.name, "why": why.strip(), "time": time.time()}) + "\n")
+    except OSError:
+        pass  # a read-only copy: the refusal itself still stands
+
+
+def damage_reports(output_dir) -> list[dict]:
+    """The refusals of a run's checkpoints, oldest first ({name, why, time}); lines that are not
+    one (cut short, edited) are skipped."""
+    import json
+
+    try:
+        text = (root_of(output_dir) / DAMAGE_LOG).read_bytes()[-(1 << 20):].decode(errors="replace")
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            r = json.loads(line)
+            out.append({"name": str(r["name"])[:300], "why": str(r["why"])[:500], "time": float(r["time"])})
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
 
 
 def resolve(path) -> Path:

@@ -25,7 +25,8 @@ MAX_DEPTH = 3  # output/run/checkpoint-N is found; deeper trees are not walked
 
 def scan_folder(folder, name: str = "", known: dict | None = None) -> list[dict]:
     """The checkpoints in one folder (itself included, when it is one), named `name/...`: rows of
-    name, kind, path, step, train_loss, eval_loss, time, mtime, size. `known`: rows found
+    name, kind, path, step, train_loss, eval_loss, time, mtime, size, damaged (why a resume refused
+    it, weights/layout.py). `known`: rows found
     before, by name; a checkpoint whose files are unchanged keeps its row."""
     folder, rows = Path(folder), []
     if not folder.is_dir():
@@ -91,7 +92,7 @@ def _known(p: Path, name: str, known: dict) -> dict | None:
 def _row(p: Path, name: str) -> dict:
     mtime, size = _mtime_size(p)
     row = {"name": name, "kind": None, "path": str(p), "step": None, "train_loss": None,
-           "eval_loss": None, "time": mtime, "mtime": mtime, "size": size}
+           "eval_loss": None, "time": mtime, "mtime": mtime, "size": size, "damaged": None}
     row.update(read_meta(p))
     if row["step"] is None:
         row["step"] = step_of(name, is_file=p.is_file())

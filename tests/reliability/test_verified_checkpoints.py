@@ -1,0 +1,200 @@
+"""Verified checkpoints: every file of a committed checkpoint has its size and CRC-32C in
+checksums.json (weights/checksums.py), written and fsync'd as part of the commit; a flipped or
+missing byte anywhere is refused by every load path with one line naming the checkpoint and the
+file, and a run (or a job) whose newest checkpoint is damaged resumes from the newest good one
+by itself, saying so."""
+
+import json
+import random
+import shutil
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.helpers import TINY, make_dataset, train
+from tests.integration.test_jobs import TRAIN, dataset, job, ok, wait_for  # noqa: F401 (fixture)
+
+RUN = [*TINY, "--train.batch_size=2", "--train.do_eval=false", "--train.precision=fp32", "--checkpoint.every=2"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny run with checkpoints at steps 2 and 4: (dataset dir, output dir)."""
+    tmp = tmp_path_factory.mktemp("verified")
+    data = make_dataset(tmp)
+    out = tmp / "run"
+    train(f"--data.path={data}", f"--train.output_dir={out}", "--train.max_steps=4", *RUN)
+    return data, out
+
+
+def flip(path, seed: int) -> int:
+    """Flip one bit at a seeded random offset of `path`; the offset."""
+    rng = random.Random(seed)
+    data = bytearray(path.read_bytes())
+    at = rng.randrange(len(data))
+    data[at] ^= 1 << rng.randrange(8)
+    path.write_bytes(bytes(data))
+    return at
+
+
+def one_line_refusal(r, *needles):
+    assert r.returncode == 2, (r.returncode, r.stdout[-1500:], r.stderr[-3000:])
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gptrain: error:"), r.stderr[-3000:]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_commit_lists_every_file_with_its_size_and_checksum(trained):
+    from gptrain.weights import checksums
+
+    _, out = trained
+    ckpt = out / "checkpoints" / "step-000004"
+    listed = checksums.read(ckpt)
+    on_disk = {p.name for p in ckpt.iterdir() if p.name != checksums.FILE}
+    assert set(listed) == on_disk and {".metadata", "__0_0.distcp", "trainer_state.json"} <= on_disk
+    for name, (size, crc) in listed.items():  # hashed while written == hashed from disk
+        assert checksums.hash_file(ckpt / name) == (size, crc), name
+    assert checksums.verify(ckpt) == checksums.VERIFIED
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_bit_flipped_anywhere_is_refused_by_every_reader(trained, tmp_path, seed):
+    """10 seeds over every file of the checkpoint (checksums.json itself included): the verifier
+    names the file, and the loaders used by generate/eval/export/init_from and by resume refuse."""
+    from gptrain.errors import UserError
+    from gptrain.models.load import load_for_inference
+    from gptrain.weights import checksums
+
+    _, out = trained
+    ckpt = shutil.copytree(out / "checkpoints" / "step-000004", tmp_path / "step-000004")
+    files = sorted(p.name for p in ckpt.iterdir())
+    victim = files[seed % len(files)]
+    flip(ckpt / victim, seed)
+    with pytest.raises(checksums.VerificationError) as e:
+        checksums.verify(ckpt)
+    assert victim in str(e.value) and str(ckpt) in str(e.value)
+    with pytest.raises(UserError, match="fails verification"):
+        load_for_inference(ckpt)
+
+
+LOAD_PATHS = {
+    "generate": lambda data, ck, tmp: ["generate", ck, "--prompt", "the", "--max-new-tokens", "2"],
+    "eval": lambda data, ck, tmp: ["eval", ck, "--dataset", data],
+    "export": lambda data, ck, tmp: ["export", ck, "--out", tmp / "exported"],
+    "resume_from_checkpoint": lambda data, ck, tmp: ["train", f"--data.path={data}", "--train.max_steps=6",
+                                                     f"--train.output_dir={tmp / 'new'}",
+                                                     f"--resume_from_checkpoint={ck}", *RUN],
+    "init_from": lambda data, ck, tmp: ["train", f"--data.path={data}", "--train.max_steps=2",
+                                        f"--train.output_dir={tmp / 'new'}", f"--model.init_from={ck}", *RUN],
+}
+
+
+@pytest.mark.parametrize("path", list(LOAD_PATHS))
+def test_each_command_refuses_a_damaged_checkpoint_in_one_line(trained, tmp_path, path):
+    data, out = trained
+    ckpt = shutil.copytree(out / "checkpoints" / "step-000004", tmp_path / "run" / "checkpoints" / "step-000004")
+    flip(ckpt / "__0_0.distcp", 7)
+    one_line_refusal(run_cli(*LOAD_PATHS[path](data, ckpt, tmp_path)), str(ckpt), "__0_0.distcp",
+                     "fails verification")
+    assert not (tmp_path / "exported").exists() and not (tmp_path / "new" / "checkpoints").exists()
+
+
+def test_a_damaged_remote_copy_is_refused_and_not_kept(trained, tmp_path):
+    data, out = trained
+    bucket = tmp_path / "bucket"
+    shutil.copytree(out / "checkpoints" / "step-000004", bucket / "step-000004")
+    (bucket / "latest").write_text("step-000004")
+    flip(bucket / "step-000004" / "__0_0.distcp", 3)
+    new = tmp_path / "elsewhere"
+    r = run_cli("train", f"--data.path={data}", f"--train.output_dir={new}", "--train.max_steps=6",
+                f"--checkpoint.remote=file://{bucket}", *RUN)
+    one_line_refusal(r, "was refused and not kept", "__0_0.distcp", "fails verification")
+    assert not list((new / "checkpoints").glob("*step-*"))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_an_exported_hf_model_is_verified_when_loaded(trained, tmp_path, seed):
+    from gptrain.weights import checksums
+
+    data, out = trained
+    hf = tmp_path / "hf"
+    ok("export", out / "checkpoints" / "step-000004", "--out", hf)
+    assert checksums.verify(hf, what="model") == checksums.VERIFIED and "model.safetensors" in checksums.read(hf)
+    flip(hf / "model.safetensors", seed)
+    for args in (["generate", hf, "--prompt", "the"],
+                 ["train", f"--data.path={data}", f"--train.output_dir={tmp_path / 'n'}",
+                  "--train.max_steps=2", f"--model.init_from={hf}", *RUN]):
+        one_line_refusal(run_cli(*args), str(hf), "model.safetensors", "fails verification")
+
+
+@pytest.mark.parametrize("damage", ["flipped", "truncated"])
+def test_a_run_whose_newest_checkpoint_is_damaged_resumes_from_the_one_before(trained, tmp_path, damage):
+    """...and ends with the weights of a run of 6 steps never interrupted (fp32, same data: the
+    damaged run was made with max_steps=4, so only a resume from step 2 retrains steps 3-4 on the
+    6-step schedule)."""
+    import torch
+
+    from tests.helpers import model_tensors
+
+    data, out = trained
+    run = shutil.copytree(out, tmp_path / "run")
+    newest = run / "checkpoints" / "step-000004" / "__0_0.distcp"
+    if damage == "flipped":
+        flip(newest, 11)
+    else:
+        newest.write_bytes(newest.read_bytes()[:1000])
+    r = train(f"--data.path={data}", f"--train.output_dir={run}", "--train.max_steps=6", *RUN)
+    said = r.stdout + r.stderr
+    assert "fails verification: __0_0.distcp" in said and \
+        "checkpoint step-000004 failed verification: resumed from step-000002 instead" in said, said
+    clean = tmp_path / "clean"
+    train(f"--data.path={data}", f"--train.output_dir={clean}", "--train.max_steps=6", *RUN)
+    got, want = (model_tensors(d / "checkpoints" / "step-000006") for d in (run, clean))
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_no_good_checkpoint_left_is_one_line(trained, tmp_path):
+    data, out = trained
+    run = shutil.copytree(out, tmp_path / "run")
+    for step in ("step-000002", "step-000004"):
+        flip(run / "checkpoints" / step / ".metadata", 5)
+    r = run_cli("train", f"--data.path={data}", f"--train.output_dir={run}", "--train.max_steps=6", *RUN)
+    assert r.returncode == 2 and "no checkpoint of" in r.stderr and "passes verification" in r.stderr, r.stderr
+    assert (run / "checkpoints" / "step-000004" / "damaged.txt").is_file()
+
+
+def test_a_job_heals_itself_lists_the_damage_and_resumes_from_a_chosen_checkpoint(dataset):
+    """A stopped job whose newest checkpoint was damaged: `checkpoints --verify` marks it,
+    `resume` continues from the good one before it (events say why), `resume --from ID` takes
+    the checkpoint named."""
+    from gptrain.jobs import store
+    from gptrain.jobs.folder import job_dir
+
+    args = ["--train.max_steps=6", "--checkpoint.every=2", "--train.precision=fp32", "--train.do_eval=false", *TRAIN]
+    ok("run", "heal", "--dataset", dataset, "--", *args)
+    assert wait_for("heal")["state"] == "succeeded"
+    ckpts = job_dir("heal") / "checkpoints"
+    store.update("heal", state="stopped")  # (as if stopped after step 6, before max_steps=8 below)
+    flip(ckpts / "step-000006" / "__0_0.distcp", 1)
+    listing = ok("checkpoints", "heal", "--verify")
+    row6 = next(line for line in listing.splitlines() if "step-000006" in line)
+    row4 = next(line for line in listing.splitlines() if "step-000004" in line)
+    assert "FAILED: __0_0.distcp does not match its checksum" in row6 and row4.rstrip().endswith("ok"), listing
+
+    spec = json.loads((job_dir("heal") / "job.json").read_text())
+    assert spec  # the job runs again with the same spec: 6 steps, so it ends once step 6 is rewritten
+    ok("resume", "heal")
+    assert wait_for("heal")["state"] == "succeeded"
+    log = ok("logs", "heal")
+    assert "resumed from" in log and "step-000004 at step 4" in log, log[-3000:]
+    events = [e["message"] for e in store.events("heal") if e["kind"] == "warning"]
+    assert any("step-000006" in m and "failed verification" in m for m in events), events
+
+    store.update("heal", state="stopped")
+    ids = {c["name"]: c["id"] for c in store.checkpoints("heal")}
+    r = run_cli("resume", "heal", "--from", "nope00000000")
+    assert r.returncode == 2 and job("heal")["state"] == "stopped", r.stderr
+    ok("resume", "heal", "--from", ids["step-000002"])
+    assert wait_for("heal")["state"] == "succeeded"
+    assert "step-000002 at step 2" in ok("logs", "heal")
