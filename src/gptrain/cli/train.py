@@ -22,8 +22,13 @@ def cmd_train(args, extra) -> int:
     resolve_refs(cfg)
     from gptrain.train.trainer import train
 
-    train(cfg)
-    return 0
+    result = train(cfg)
+    # a stop before the last step (a signal: `gptrain stop`, a preemption) has saved its checkpoint,
+    # and is not a success: 128 + SIGTERM, as for any program that SIGTERM ended (jobs/supervisor.py)
+    return STOPPED_EXIT if result["status"] == "stopped" else 0
+
+
+STOPPED_EXIT = 143
 
 
 def resolve_refs(cfg) -> None:

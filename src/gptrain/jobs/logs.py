@@ -154,6 +154,29 @@ def failed_rank(logs: Path, code: int) -> tuple[int | None, int]:
     return rank, exitcode
 
 
+SIGTERM_CODES = (-signal.SIGTERM, 128 + signal.SIGTERM)  # killed by it, or exited after saving (cli/train.py)
+_AGENT_SIGNALLED = re.compile(r"Received (?:Signals\.)?(SIG[A-Z]+|\d+) death signal")  # torchrun's agent
+
+
+def signal_ended(logs: Path, code: int) -> str | None:
+    """Who a SIGTERM ended this attempt through, when one did ('rank 1 got SIGTERM'...): the
+    program or agent itself (`code`), a torchrun agent that received it (its log says so), or
+    the worker torchrun names as the first failure. None when the attempt failed otherwise (a
+    crash, a SIGKILL, the OOM killer's kill)."""
+    if code in SIGTERM_CODES:
+        return "its process got SIGTERM"
+    for path in sorted(logs.glob(agent_log(logs, "*").name)):
+        m = _AGENT_SIGNALLED.search(last_attempt(path))
+        if m:
+            sig = m.group(1)
+            sig = signal.Signals(int(sig)).name if sig.isdigit() and int(sig) in signal.Signals._value2member_map_ else sig
+            return f"the torchrun agent of {path.stem.removeprefix('agent-')} got {sig}"
+    rank, worker_code = failed_rank(logs, code)
+    if rank is not None and worker_code in SIGTERM_CODES:
+        return f"rank {rank} got SIGTERM"
+    return None
+
+
 CHILD_FAILED = "ChildFailedError"  # what torchrun raises when one of its workers failed
 
 

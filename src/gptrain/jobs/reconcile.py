@@ -70,6 +70,10 @@ def _check(row: dict) -> None:
     elif full:
         store.end_orphan(name, row["supervisor"], JobState.FAILED, f"{how}; {full}: free some space, "
                          f"then `gptrain resume {name}` restarts it ({what})")
+    elif row["started"] and row["state"] == JobState.PREEMPTED:  # (what stopped it also ended its supervisor)
+        msg = f"{how} after the job was preempted; continued by a new supervisor (no restart spent): {what}"
+        if store.requeue_orphan(name, row["supervisor"], restarts, msg):
+            procs.start_supervisor(name)
     elif row["started"] and row["state"] != JobState.STOPPING and restarts < max_restarts:
         msg = f"{how}; restart {restarts + 1} of {max_restarts} by a new supervisor: {what}"
         if store.requeue_orphan(name, row["supervisor"], restarts + 1, msg):

@@ -21,13 +21,16 @@ from gptrain.errors import NotFound, UserError
 
 
 class JobState(str, Enum):
-    """Where a job is: queued -> starting -> running (-> restarting -> running) -> stopping ->
-    one of the terminal states succeeded, failed, stopped."""
+    """Where a job is: queued -> starting -> running (-> restarting | preempted -> running) ->
+    stopping -> one of the terminal states succeeded, failed, stopped. `preempted`: a signal
+    nobody asked for with `gptrain stop` (an eviction, an admin, Slurm's preemption) ended an
+    attempt after its checkpoint; the job continues by itself, spending no restart."""
 
     QUEUED = "queued"
     STARTING = "starting"
     RUNNING = "running"
     RESTARTING = "restarting"
+    PREEMPTED = "preempted"
     STOPPING = "stopping"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -42,7 +45,8 @@ class JobState(str, Enum):
     __format__ = str.__format__
 
 
-ACTIVE = (JobState.QUEUED, JobState.STARTING, JobState.RUNNING, JobState.RESTARTING, JobState.STOPPING)
+ACTIVE = (JobState.QUEUED, JobState.STARTING, JobState.RUNNING, JobState.RESTARTING, JobState.PREEMPTED,
+          JobState.STOPPING)
 TERMINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED)
 _ACTIVE_SQL = f"({', '.join(repr(s.value) for s in ACTIVE)})"
 

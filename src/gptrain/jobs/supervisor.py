@@ -6,7 +6,14 @@ queued -> (slots free, first in submission order) starting -> running -> succeed
 stopped, with restarting in between when an attempt fails and restarts are left. nodes > 1
 runs one torchrun agent per node on this machine, joined by c10d rendezvous, to exercise the
 multi-node path. SIGTERM (from `gptrain stop`) is passed to the workers, which save a
-checkpoint and exit; after the stop timeout the whole process tree is killed. A Ray job's
+checkpoint and exit; after the stop timeout the whole process tree is killed.
+
+A SIGTERM nobody asked for with `gptrain stop` (no stop request in the job's folder) is a
+preemption, as torchrun, Slurm and Kubernetes mean it: to this supervisor, to a torchrun agent,
+or to a worker (an admin, a container runtime, an OOM killer that sends TERM). The workers save
+a checkpoint at the current step and exit 143; the job is `preempted` and continues from that
+checkpoint by itself, spending none of its --max-restarts (those are for crashes). A run that
+ended before its last step is never `succeeded`: the trainer exits 0 only when it completed. A Ray job's
 supervisor (jobs/ray_supervisor.py) lives the same life with its agents on the cluster: it
 overrides where the agents run (placement, launch, poll, signal, kill), nothing else.
 
@@ -29,13 +36,14 @@ import uuid
 
 from gptrain import db
 from gptrain.jobs import elastic, folder, found, launch, local, procs, resume, secrets, store
-from gptrain.jobs.logs import NO_SPACE, agent_log, failed_rank, failure_summary, mentions_no_space
+from gptrain.jobs.logs import NO_SPACE, agent_log, failed_rank, failure_summary, mentions_no_space, signal_ended
 from gptrain.jobs.reconcile import reconcile
 from gptrain.jobs.spec import JobSpec
 from gptrain.jobs.store import JobState
 
 POLL_S = 0.5
 SYNC_EVERY_S = 2.0
+MAX_PREEMPTIONS = 100  # a job SIGTERMed this often in a row is failed (something keeps killing it)
 
 
 def free_port() -> int:
@@ -55,7 +63,8 @@ class Supervisor:
         self.job = store.get_job(name)
         self.spec = JobSpec.from_dict(self.job["spec"])
         self.dir = folder.job_dir(name)
-        self.stop_requested = False
+        self.stop_requested = False  # the user's `gptrain stop` (its request is in the job's folder)
+        self.signalled = False  # a SIGTERM to this supervisor: the user's stop, else a preemption
         self.agents: list[subprocess.Popen] = []
         self.signaled: set[int] = set()  # workers already asked to stop (once each)
         self.last_sync = 0.0
@@ -84,7 +93,8 @@ class Supervisor:
         return None
 
     def _stop_asked(self) -> bool:
-        """A SIGTERM, or a stop request written before this supervisor could be signalled."""
+        """The user's stop: its request is in the job's folder (`gptrain stop` writes it, then
+        signals this supervisor; a request written before this supervisor started counts too)."""
         if not self.stop_requested and folder.stop_request(self.dir).exists():
             self.stop_requested = True
         return self.stop_requested
@@ -189,9 +199,10 @@ class Supervisor:
                 return next((c for c in codes if c != 0), 0)
             if any(c not in (None, 0) for c in codes) and stop_deadline is None:
                 stop_deadline = time.time() + 30  # a failed node: give the others 30 s to notice
-            if self._stop_asked():
+            if self._stop_asked() or self.signalled:
                 if stop_deadline is None:
-                    self._set(JobState.STOPPING, "stop requested: workers save a checkpoint and exit")
+                    if self.stop_requested:
+                        self._set(JobState.STOPPING, "stop requested: workers save a checkpoint and exit")
                     stop_deadline = time.time() + self._stop_timeout()
                 self._signal_workers(signal.SIGTERM)  # each poll: a worker may just be starting
             if stop_deadline is not None and time.time() > stop_deadline:
@@ -261,6 +272,7 @@ class Supervisor:
             store.set_state(self.name, JobState.STOPPED, "stopped while queued", owner=self.run_id)
             return
         attempt = self.job["restarts"]  # > 0 when this supervisor took over from a dead one
+        restarts, preemptions = attempt, 0  # crashes restarted (--max-restarts), signals survived
         while True:
             self.before, self.warned = resume.baseline(found.scan_job(self.name)), set()
             self.launch(attempt, slots)
@@ -275,18 +287,33 @@ class Supervisor:
             if code == 0:
                 self._set(JobState.SUCCEEDED, elastic.finished_line(self.spec, self.lost), exit_code=0)
                 return
+            preempted = self.preempted_by(code)
+            if preempted and preemptions < MAX_PREEMPTIONS:
+                attempt, preemptions, self.signalled = attempt + 1, preemptions + 1, False
+                self._set(JobState.PREEMPTED, f"attempt {attempt - 1} preempted: {preempted}, and no "
+                          f"`gptrain stop` asked for it; continuing by itself (no restart spent): "
+                          f"{resume.restart_line(self.spec, self.dir)}")
+                continue
             error = failure_summary(folder.logs_dir(self.dir), code, self.failed_node)
+            if preempted:
+                error = f"preempted {preemptions} times ({preempted}): something keeps stopping it"
             final = self.no_restart_reason(code, error)
-            if final is None and attempt < self.spec.max_restarts:
-                attempt += 1
+            if final is None and restarts < self.spec.max_restarts and not preempted:
+                attempt, restarts = attempt + 1, restarts + 1
                 self._set(JobState.RESTARTING, f"attempt {attempt - 1} failed ({error}); "
-                          f"restart {attempt} of {self.spec.max_restarts}: "
-                          f"{resume.restart_line(self.spec, self.dir)}", restarts=attempt)
+                          f"restart {restarts} of {self.spec.max_restarts}: "
+                          f"{resume.restart_line(self.spec, self.dir)}", restarts=restarts)
                 continue
             # the exit code shown is the failing program's (torchrun's own is 1 for any failed worker)
             worker_code = failed_rank(folder.logs_dir(self.dir), code)[1]
             self._set(JobState.FAILED, final or error, exit_code=worker_code, error=final or error)
             return
+
+    def preempted_by(self, code: int) -> str | None:
+        """How a SIGTERM nobody asked for ended this attempt (logs.signal_ended), or None."""
+        if self.signalled:
+            return "SIGTERM to the job's supervisor"
+        return signal_ended(folder.logs_dir(self.dir), code)
 
     def no_restart_reason(self, code: int, error: str) -> str | None:
         """Why a restart would fail the same way (a full disk, a user error), or None."""
@@ -301,7 +328,7 @@ class Supervisor:
         return None
 
     def _on_sigterm(self, signum, frame) -> None:
-        self.stop_requested = True  # acted on (and recorded) by the polling loops
+        self.signalled = True  # acted on (and recorded) by the polling loops: see _stop_asked
 
 
 def _killpg(pid: int, sig) -> None:

@@ -4,7 +4,7 @@
 (async function () {
   const name = decodeURIComponent(location.pathname.split("/").pop());
   const api = "/api/jobs/" + encodeURIComponent(name);
-  const ACTIVE = ["queued", "starting", "running", "restarting", "stopping"];
+  const ACTIVE = ["queued", "starting", "running", "restarting", "preempted", "stopping"];
   const main = document.getElementById("main");
   const $ = (tag, id, ...kids) => gp.el(tag, { id }, ...kids);
   const state = $("span", "state"), error = $("p", "error"), info = $("p", "info");

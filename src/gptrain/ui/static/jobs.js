@@ -1,7 +1,7 @@
 // The jobs table, kept current by the /api/jobs/stream event stream (no reloads).
 "use strict";
 (function () {
-  const STATES = ["", "queued", "starting", "running", "restarting", "stopping", "succeeded", "failed", "stopped"];
+  const STATES = ["", "queued", "starting", "running", "restarting", "preempted", "stopping", "succeeded", "failed", "stopped"];
   const params = new URLSearchParams(location.search);
   const main = document.getElementById("main");
   const filter = gp.el("select", { id: "state-filter" }, STATES.map((s) => gp.el("option", { value: s }, s || "all states")));
