@@ -76,6 +76,12 @@ def kube_manifests(jdir: Path) -> Path:
     return jdir / "kubernetes.yaml"
 
 
+def slurm_preempted(jdir: Path) -> Path:
+    """Written by a Slurm job's batch script when a SIGTERM before the time limit (or a
+    preemption) made it requeue the job; removed when the job starts again."""
+    return jdir / "slurm-preempted"
+
+
 def slurm_exit(jdir: Path) -> Path:
     """Where a Slurm job's batch script writes its exit code (read when Slurm forgot the job)."""
     return jdir / "slurm-exit"

@@ -8,6 +8,15 @@ rendezvous on the first node of the allocation, with a rendezvous id unique to t
 restart count. $GPTRAIN_HOME (job files, checkpoints) must be on a filesystem every node sees.
 There is no supervisor: the CLI reads the job's state from Slurm (scontrol, or sacct when
 accounting exists, or the exit code the script leaves behind) and records each transition it sees.
+
+Preemption and time limits: the script asks for SIGUSR1 SIGNAL_GRACE_S before the time limit
+(`--signal=B:USR1@120`; not TERM, which a `scancel` also sends) and traps it (srun runs in the
+background so the trap runs at once): every task is sent SIGTERM, the trainer saves a checkpoint
+at the step it reached and exits, and the script requeues the job (`--requeue`), which continues
+from that checkpoint. Slurm's own preemption (PreemptMode=REQUEUE) signals the tasks and
+requeues the job itself. Either is
+`preempted`, never `failed` or `succeeded`; `gptrain stop` (a stop request, then SIGTERM to the
+tasks) and a user's `scancel` end `stopped`.
 """
 
 from __future__ import annotations
@@ -29,13 +38,14 @@ STATES = {
     "PENDING": "queued", "REQUEUE_HOLD": "queued", "SUSPENDED": "queued", "CONFIGURING": "starting",
     "RUNNING": "running", "COMPLETING": "running", "RESIZING": "running", "SIGNALING": "running",
     "STAGE_OUT": "running", "REQUEUED": "restarting", "REQUEUE_FED": "restarting",
-    "PREEMPTED": "restarting", "COMPLETED": "succeeded", "CANCELLED": "stopped", "STOPPED": "stopped",
+    "PREEMPTED": "preempted", "COMPLETED": "succeeded", "CANCELLED": "stopped", "STOPPED": "stopped",
     "FAILED": "failed", "TIMEOUT": "failed", "NODE_FAIL": "failed", "OUT_OF_MEMORY": "failed",
     "BOOT_FAIL": "failed", "DEADLINE": "failed", "SPECIAL_EXIT": "failed", "REVOKED": "failed",
 }
 PASS_THROUGH = ("NCCL_", "UCX_", "FI_", "GLOO_", "TORCH_", "CUDA_", "HF_", "WANDB_")
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")  # such pass-through variables are secrets
 DEFAULT_PORT = 29500
+SIGNAL_GRACE_S = 120  # SIGUSR1 this long before the time limit (--sbatch-arg=--signal=B:USR1@S overrides)
 
 # What may go into the script's #SBATCH lines (which Slurm parses, but no shell runs)
 _NAME = r"[A-Za-z0-9_.-]+"
@@ -121,7 +131,7 @@ def build_script(spec: JobSpec) -> str:
         if s.get(key):
             lines.append(f"#SBATCH --{key}={_sbatch_value(s[key])}")
     lines += [f"#SBATCH --output={_sbatch_value(f'{logs}/slurm-%j.out')}", "#SBATCH --open-mode=append",
-              "#SBATCH --requeue"]
+              "#SBATCH --requeue", f"#SBATCH --signal=B:USR1@{SIGNAL_GRACE_S}"]
     lines += [f"#SBATCH {arg}" for arg in s.get("sbatch_args", [])]
     env = launch.job_env(spec, jdir)
     if kind == "cpu":
@@ -157,9 +167,25 @@ def build_script(spec: JobSpec) -> str:
     cut = len(node) - len(launch.entry_command(spec, jdir))
     words = [shlex.quote(w) if i < 1 or i >= cut or w == str(logs) else w for i, w in enumerate(node)]
     agent = f"{prefix}cd {shlex.quote(str(launch.workdir(spec, jdir)))} && exec {' '.join(words)}"
-    lines += [f"srun --kill-on-bad-exit=1 --output={shlex.quote(str(agent_log(logs, '%n')))} "
-              f"--open-mode=append bash -c {shlex.quote(agent)}",
-              "rc=$?", f"echo $rc > {shlex.quote(str(folder.slurm_exit(jdir)))}", "exit $rc", ""]
+    marker, stop_file = (shlex.quote(str(p)) for p in (folder.slurm_preempted(jdir), folder.stop_request(jdir)))
+    lines += [
+        f"rm -f {marker}",
+        "# SIGUSR1: the time limit is near (--signal). Every task gets SIGTERM and saves a checkpoint;",
+        "# then, unless the user asked for a stop meanwhile, the job is requeued and continues from it",
+        'near_limit=""',
+        'trap \'near_limit=1; scancel --signal=TERM "$SLURM_JOB_ID"\' USR1',
+        f"srun --kill-on-bad-exit=1 --output={shlex.quote(str(agent_log(logs, '%n')))} "
+        f"--open-mode=append bash -c {shlex.quote(agent)} &",
+        "tasks=$!",
+        'wait "$tasks"; rc=$?',
+        'while kill -0 "$tasks" 2>/dev/null; do wait "$tasks"; rc=$?; done  # (a trap cut the wait short)',
+        f"echo $rc > {shlex.quote(str(folder.slurm_exit(jdir)))}",
+        f'if [ -n "$near_limit" ] && [ ! -e {stop_file} ]; then',
+        f'  echo "its time limit was near ($(date -u +%FT%TZ)): checkpoint saved, requeued" > {marker}',
+        '  echo "--- gptrain: the time limit is near: checkpoint saved, job requeued"',
+        '  scontrol requeue "$SLURM_JOB_ID"',
+        "fi",
+        "exit $rc", ""]
     return "\n".join(lines)
 
 
@@ -276,6 +302,8 @@ def refresh(name: str) -> dict:
         code = int(exit_file.read_text().strip() or 1)
         info = {"state": "COMPLETED" if code == 0 else "FAILED", "reason": "None", "exit_code": code}
     state, said = seen_state(info, job["state"])
+    if state == "restarting" and folder.slurm_preempted(jdir).is_file():  # the script requeued it
+        state, said = "preempted", f"{said}: {folder.slurm_preempted(jdir).read_text(errors='replace').strip()[:200]}"
     if folder.stop_request(jdir).is_file():
         state = "stopped" if state in store.TERMINAL else ("stopping" if state == "running" else state)
     if state == job["state"]:
@@ -288,7 +316,7 @@ def refresh(name: str) -> dict:
         note = f"{note}: {fields['error']}"
     elif state in ("succeeded", "stopped"):
         fields = {"exit_code": info["exit_code"]}
-    elif state == "restarting":  # a requeue: what the program is given when it starts again
+    elif state in ("restarting", "preempted"):  # a requeue: what the program is given when it starts again
         note = f"{note}: {resume_mod.restart_line(JobSpec.from_dict(job['spec']), jdir)}"
     if not store.set_state(name, state, note, engine_job=job["external_id"], **fields):
         return store.get_job(name)  # resumed (another Slurm job) or ended meanwhile: not ours to write

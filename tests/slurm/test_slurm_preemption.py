@@ -1,0 +1,85 @@
+"""On a real Slurm: a time limit shorter than the training, and Slurm's pre-timeout signal, end
+in a checkpoint at the step reached (0 steps lost), a requeue, and `succeeded`; a user's
+`scancel` ends `stopped`, its checkpoint at the step reached."""
+
+import json
+import re
+import time
+
+import pytest
+
+from tests.slurm.test_slurm import TRAIN, _job_dir, _logs, dataset, ok, states_until_done  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def steps_lost(name) -> list[int]:
+    """Per attempt of rank 0 that stopped before its end: last step trained - step saved."""
+    text = (_job_dir(name) / "logs" / "rank-0.log").read_text(errors="replace")
+    lost = []
+    for attempt in re.split(r"--- gptrain: attempt", text)[1:]:
+        if "stopped at step" in attempt:
+            trained = max(int(s) for s in re.findall(r"step\s+(\d+)/", attempt))
+            lost.append(trained - int(re.findall(r"saved checkpoint \S*step-(\d+)", attempt)[-1]))
+    return lost
+
+
+def _wait_for_a_step(name, timeout=300):
+    deadline = time.time() + timeout
+    path = _job_dir(name) / "logs" / "rank-0.log"
+    while not (path.is_file() and re.search(r"step\s+\d+/", path.read_text(errors="replace"))):
+        assert time.time() < deadline, _logs(name)
+        time.sleep(0.2)
+
+
+def _external_id(name):
+    return json.loads(ok("inspect", name, "--json"))["job"]["external_id"]
+
+
+def test_the_pre_timeout_signal_checkpoints_requeues_and_the_job_succeeds(dataset, slurm):
+    """What Slurm sends SIGNAL_GRACE_S before the time limit (`--signal=B:USR1@120`), sent now."""
+    ok("run", "stime", "--scheduler", "slurm", "--nodes", "1", "--accels", "1", "--dataset", dataset,
+       "--", "--train.max_steps=3000", "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)
+    _wait_for_a_step("stime")
+    slurm.run("scancel", "--batch", "--signal=USR1", _external_id("stime"))
+    seen = states_until_done("stime")
+    report = json.loads(ok("inspect", "stime", "--json"))
+    assert seen[-1] == "succeeded", (seen, report["events"], _logs("stime"))
+    assert any(e["kind"] == "preempted" and "time limit was near" in e["message"] for e in report["events"]), \
+        report["events"]
+    assert steps_lost("stime") == [0], _logs("stime")
+    assert re.search(r"resumed from .*step-\d+ at step", ok("logs", "stime"))
+    assert json.loads(ok("checkpoints", "stime", "--json"))[-1]["step"] == 3000
+
+
+def test_a_real_time_limit_shorter_than_the_training(dataset, slurm):
+    """--time 2 with the signal 100 s before it: Slurm signals 0-60 s before that, the job saves,
+    requeues and runs again (then the test stops it: each attempt has its own 2 minutes)."""
+    ok("run", "slimit", "--scheduler", "slurm", "--nodes", "1", "--accels", "1", "--time", "2",
+       "--sbatch-arg=--signal=B:USR1@100", "--dataset", dataset,
+       "--", "--train.max_steps=10000000", "--checkpoint.every=100000000", "--train.do_eval=false", *TRAIN)
+    deadline, seen = time.time() + 400, []
+    while time.time() < deadline:
+        report = json.loads(ok("inspect", "slimit", "--json"))
+        seen.append(report["job"]["state"])
+        log = _job_dir("slimit") / "logs" / "rank-0.log"
+        if log.is_file() and "resumed from" in log.read_text(errors="replace"):
+            break
+        assert report["job"]["state"] not in ("failed", "succeeded", "stopped"), (report, _logs("slimit"))
+        time.sleep(1)
+    else:
+        raise AssertionError(f"never resumed after its time limit: {seen[-5:]} {_logs('slimit')}")
+    events = json.loads(ok("inspect", "slimit", "--json"))["events"]
+    assert any(e["kind"] == "preempted" for e in events), events
+    assert steps_lost("slimit") == [0], _logs("slimit")
+    ok("stop", "slimit", "--wait", "--timeout", "120")
+    assert json.loads(ok("inspect", "slimit", "--json"))["job"]["state"] == "stopped"
+
+
+def test_a_users_scancel_is_stopped_with_its_checkpoint(dataset, slurm):
+    ok("run", "scan", "--scheduler", "slurm", "--nodes", "1", "--accels", "1", "--dataset", dataset,
+       "--", "--train.max_steps=1000000", "--checkpoint.every=100000000", "--train.do_eval=false", *TRAIN)
+    _wait_for_a_step("scan")
+    slurm.run("scancel", _external_id("scan"))
+    assert states_until_done("scan")[-1] == "stopped", _logs("scan")
+    assert steps_lost("scan") == [0], _logs("scan")
