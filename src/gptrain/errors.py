@@ -7,6 +7,12 @@ anything else and keep their traceback.
 
 import re
 
+
+class InfraError(Exception):
+    """Storage, network or another machine failed, not the user: one line, exit 1, and a job's
+    --max-restarts applies (a restart may well succeed). The message names what failed, with
+    any credential masked."""
+
 _URL = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)([^\s'\"<>]*)")
 
 

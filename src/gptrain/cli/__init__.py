@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     code = _run(argv)
-    if code == 2 and os.environ.get("TORCHELASTIC_RUN_ID"):
+    if code in (1, 2) and os.environ.get("TORCHELASTIC_RUN_ID"):
         # a torchrun worker that said why it failed leaves at once: tearing down torch's
         # distributed objects at interpreter exit can abort ("terminate called without an active
         # exception"), and torchrun would then report a SIGABRT instead of exit 2
@@ -107,8 +107,9 @@ def _quiet_full_disk_in_threads() -> None:
 def _run(argv: list[str] | None) -> int:
     import sqlite3
 
+    from gptrain import stop
     from gptrain.db import corrupt
-    from gptrain.errors import UserError, disk_full
+    from gptrain.errors import InfraError, UserError, disk_full
 
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
@@ -128,6 +129,12 @@ def _run(argv: list[str] | None) -> int:
     except UserError as e:
         _error_line(e)
         return 2
+    except InfraError as e:  # not the user's: a restart may succeed (jobs/supervisor.py restarts on 1)
+        _error_line(e)
+        return 1
+    except stop.Interrupted as e:  # a stop before anything was trained (nothing to save)
+        print(f"gptrain: {e}", file=sys.stderr, flush=True)
+        return 143
     except sqlite3.DatabaseError as e:  # gptrain.db unreadable past its header: one line too
         bad = corrupt(e)
         if bad is None:

@@ -10,7 +10,7 @@ def register(sub) -> None:
 
 
 def cmd_train(args, extra) -> int:
-    from gptrain.train import stop
+    from gptrain import stop
 
     stop.install()
     from gptrain import config

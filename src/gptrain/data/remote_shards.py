@@ -20,6 +20,14 @@ shards, and within each a seeded permutation of the blocks that start in it. It 
 stream like data/loader.py's, so state = epoch + offset and resume on any world size hold.
 `ShardedLoader` holds the shards of the batch it reads and has a thread fetch the next
 shard of the stream meanwhile, so steps do not wait on the network in steady state.
+
+Every remote read (meta.json, a shard) runs in a thread of its own that the caller watches
+(`_patiently`): a read that receives nothing for data.fetch_timeout seconds (a server that sent
+its headers and went silent, a connection dropped mid-body, any network error) is abandoned and
+tried again, TRIES times in all with a backoff between; then the attempt fails with FetchFailed,
+an infrastructure error (not a user's: a restart may well succeed, so --max-restarts covers it)
+naming the URL with its credentials masked. A stop request (SIGTERM) cuts the wait short at once
+(gptrain/stop.py), so the trainer can save its last step within a scheduler's grace period.
 """
 
 from __future__ import annotations
@@ -29,14 +37,65 @@ import json
 import os
 import queue
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 
-from gptrain.errors import UserError, scrub_credentials
+from gptrain import stop
+from gptrain.errors import InfraError, UserError, redact, scrub_credentials
 
 TEXT_SUFFIXES = (".txt", ".md", ".jsonl", ".json", ".parquet")
 MARK = "remote.json"
+TRIES = 4  # each remote read, in all; the waits between them grow: 1, 2, 4 s
+DEFAULT_FETCH_TIMEOUT_S = 60.0  # data.fetch_timeout: seconds a read may receive nothing
+
+
+class FetchFailed(InfraError):
+    """A remote read that failed every try: an infrastructure error (restarts cover it)."""
+
+
+def _patiently(url: str, work, timeout_s: float):
+    """work(alive) run in a thread, watched: `alive()` is called by the work each time data
+    arrives, and returns False once the try was abandoned (the work then stops and cleans up).
+    Tries again (module doc) after a stall or an error that is not the user's; FetchFailed after
+    TRIES; stop.Interrupted when a stop is requested meanwhile."""
+    last = ""
+    for attempt in range(TRIES):
+        if attempt:
+            stop.sleep(2 ** (attempt - 1), f"waiting to read {redact(url)} again")
+        box, heard, abandoned = {}, [time.monotonic()], threading.Event()
+
+        def alive() -> bool:
+            heard[0] = time.monotonic()
+            return not abandoned.is_set()
+
+        def run():
+            try:
+                box["result"] = work(alive)
+            except BaseException as e:  # handed to the watcher
+                box["error"] = e
+
+        t = threading.Thread(target=run, daemon=True, name=f"read {redact(url)}")
+        t.start()
+        try:
+            stop.wait(lambda: not t.is_alive() or time.monotonic() - heard[0] > timeout_s,
+                      f"reading {redact(url)}")
+        except stop.Interrupted:
+            abandoned.set()
+            raise
+        if t.is_alive():
+            abandoned.set()  # (its socket is left to fsspec's own timeout; this try is over)
+            last = f"no data for {timeout_s:g} s (the server stalled)"
+            continue
+        error = box.get("error")
+        if error is None:
+            return box["result"]
+        if isinstance(error, (UserError, FileNotFoundError, PermissionError, stop.Interrupted)):
+            raise error
+        last = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200] if str(error).strip() else ''}"
+    raise FetchFailed(scrub_credentials(f"cannot read {redact(url)} after {TRIES} tries: {last}; "
+                                        "the storage or the network failed (an attempt restarts on --max-restarts)"))
 
 
 def is_remote_dataset(path: str) -> bool:
@@ -44,15 +103,18 @@ def is_remote_dataset(path: str) -> bool:
     return "://" in path and not path.rstrip("/").lower().endswith(TEXT_SUFFIXES)
 
 
-def _read_url(url: str, limit: int) -> bytes:
+def _read_url(url: str, limit: int, timeout_s: float = DEFAULT_FETCH_TIMEOUT_S) -> bytes:
     import fsspec
 
-    try:
+    def work(alive):
         with fsspec.open(url, "rb") as f:
-            data = f.read(limit + 1)
-    except FileNotFoundError:
+            return f.read(limit + 1)
+
+    try:
+        data = _patiently(url, work, timeout_s)
+    except (FileNotFoundError, FetchFailed, stop.Interrupted):
         raise
-    except Exception as e:  # a missing package, refused credentials, a network error
+    except Exception as e:  # a missing package, refused credentials
         raise _cannot_read(url, e) from None
     if len(data) > limit:
         raise UserError(f"{url} is larger than {limit} bytes; it is not a dataset description")
@@ -65,7 +127,7 @@ def _cannot_read(url: str, e: Exception) -> UserError:
     return UserError(f"cannot read {url}: {type(e).__name__}: {why}".splitlines()[0] + hint)
 
 
-def open_remote(url: str, cache_bytes: int) -> Path:
+def open_remote(url: str, cache_bytes: int, fetch_timeout: float = DEFAULT_FETCH_TIMEOUT_S) -> Path:
     """The local folder that stands for the prepared dataset at `url` (module doc)."""
     from gptrain.atomic import write_text_atomic
     from gptrain.data.formats import check_meta
@@ -73,7 +135,7 @@ def open_remote(url: str, cache_bytes: int) -> Path:
 
     url = url.rstrip("/")
     try:
-        raw = _read_url(f"{url}/meta.json", 64 << 20)
+        raw = _read_url(f"{url}/meta.json", 64 << 20, fetch_timeout)
     except FileNotFoundError as e:  # the store's reason, where it says more than the path (no such bucket)
         why = str(e).splitlines()[0].strip() if str(e).strip() else ""
         why = f": {why}" if why and "meta.json" not in why else ""
@@ -97,7 +159,8 @@ def open_remote(url: str, cache_bytes: int) -> Path:
     write_text_atomic(folder / "meta.json", json.dumps(meta, indent=2))
     # on disk, the URL without what can carry a credential (user part, query string); the URL
     # itself stays in this process's memory, for the downloads
-    write_text_atomic(folder / MARK, json.dumps({"url": scrub_credentials(url), "cache_bytes": cache_bytes}))
+    write_text_atomic(folder / MARK, json.dumps({"url": scrub_credentials(url), "cache_bytes": cache_bytes,
+                                                 "fetch_timeout": fetch_timeout}))
     _URLS[str(folder)] = url
     return folder
 
@@ -142,7 +205,8 @@ def open_remote_split(folder, split: str) -> "ShardTokens":
     meta, mark = read_meta(folder), read_json(folder / MARK, "remote dataset record")
     if split not in meta["splits"] or meta["splits"][split]["tokens"] == 0:
         raise UserError(f"dataset {mark['url']} has no {split!r} split")
-    cache = ShardCache(folder / "shards", _URLS.get(str(folder), mark["url"]), int(mark["cache_bytes"]))
+    cache = ShardCache(folder / "shards", _URLS.get(str(folder), mark["url"]), int(mark["cache_bytes"]),
+                       float(mark.get("fetch_timeout") or DEFAULT_FETCH_TIMEOUT_S))
     return ShardTokens(cache, meta["splits"][split]["files"], meta["dtype"])
 
 
@@ -153,8 +217,8 @@ _LOCKS_GUARD = threading.Lock()
 class ShardCache:
     """Whole shard files under `root`, at most `bound` bytes in all (module doc)."""
 
-    def __init__(self, root: Path, url: str, bound: int):
-        self.root, self.url, self.bound = Path(root), url, bound
+    def __init__(self, root: Path, url: str, bound: int, fetch_timeout: float = DEFAULT_FETCH_TIMEOUT_S):
+        self.root, self.url, self.bound, self.fetch_timeout = Path(root), url, bound, fetch_timeout
         with _LOCKS_GUARD:  # one lock per cache in this process (train, val, prefetch threads); the
             self.lock = _LOCKS.setdefault(self.root, threading.Lock())  # lock file: other processes
 
@@ -202,33 +266,42 @@ class ShardCache:
         return used + size <= self.bound
 
     def _download(self, f: dict, size: int, path: Path) -> None:
+        """Shard `f` into `path`, checked against meta.json, each try watched by _patiently."""
         import fsspec
 
         url = f"{self.url}/{f['name']}"
-        tmp = self.root / f".tmp-{f['name']}-{os.getpid()}-{threading.get_ident()}"
-        h, got = hashlib.sha256(), 0
+        tries = iter(range(TRIES))
+
+        def work(alive):
+            tmp = self.root / f".tmp-{f['name']}-{os.getpid()}-{threading.get_ident()}-{next(tries)}"
+            h, got = hashlib.sha256(), 0
+            try:
+                with fsspec.open(url, "rb") as src, open(tmp, "wb") as out:
+                    while got <= size:
+                        block = src.read(min(1 << 22, size + 1 - got))
+                        if not block or not alive():
+                            break
+                        h.update(block)
+                        out.write(block)
+                        got += len(block)
+                if not alive():
+                    return None
+                if got != size:  # (a connection dropped mid-body is an error of the read itself: tried again)
+                    raise UserError(f"shard {redact(url)} has {got}{'+' if got > size else ''} bytes, meta.json "
+                                    f"says {size}: it is truncated or corrupted; push or prepare the dataset again")
+                if h.hexdigest() != f["sha256"]:
+                    raise UserError(f"shard {redact(url)} fails its sha256 check against meta.json: it is "
+                                    "corrupted; push or prepare the dataset again")
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+
         try:
-            with fsspec.open(url, "rb") as src, open(tmp, "wb") as out:
-                while got <= size:
-                    block = src.read(min(1 << 22, size + 1 - got))
-                    if not block:
-                        break
-                    h.update(block)
-                    out.write(block)
-                    got += len(block)
-            if got != size:
-                raise UserError(f"shard {url} has {got}{'+' if got > size else ''} bytes, meta.json says "
-                                f"{size}: it is truncated or corrupted; push or prepare the dataset again")
-            if h.hexdigest() != f["sha256"]:
-                raise UserError(f"shard {url} fails its sha256 check against meta.json: it is corrupted; "
-                                "push or prepare the dataset again")
-            os.replace(tmp, path)
-        except UserError:
+            _patiently(url, work, self.fetch_timeout)
+        except (UserError, FetchFailed, stop.Interrupted):
             raise
-        except Exception as e:
+        except Exception as e:  # refused credentials, no such file
             raise _cannot_read(url, e) from None
-        finally:
-            tmp.unlink(missing_ok=True)
 
 
 class ShardTokens:

@@ -46,7 +46,7 @@ class Checkpointing:
         if (loss := self.mean_loss(self._step_loss)) is not None:  # of the step just taken
             self.last["train_loss"] = loss
         state = {
-            "step": self.step, "total_steps": self.total_steps, "loader": self.loader.state_dict(),
+            "step": self.step, "total_steps": self.total_steps, "loader": self.reader.position(),
             "train_loss": self.last["train_loss"], "eval_loss": self.last["eval_loss"],
             "model_config": self.model_cfg.to_dict(), "tokenizer": self.tokenizer_spec,
             "config": self.cfg.to_dict(), "dataset": str(self.data_dir), "world_size": self.env.world,

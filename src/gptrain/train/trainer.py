@@ -25,7 +25,7 @@ from gptrain.config import Config, dump_toml
 from gptrain.data.formats import open_examples, read_meta
 from gptrain.data import mixture
 from gptrain.data.loader import count_blocks, eval_batches, open_train_loader
-from gptrain.data.remote_shards import open_tokens
+from gptrain.data.remote_shards import is_remote_folder, open_tokens
 from gptrain.distributed import pipeline
 from gptrain.distributed.mesh import init_distributed
 from gptrain.distributed.parallelize import check_layout, parallelize
@@ -33,12 +33,14 @@ from gptrain.errors import UserError, disk_full
 from gptrain.models.base import cross_entropy
 from gptrain.train.checkpointing import Checkpointing, make_output_dir
 from gptrain.train import plan as run_plan
-from gptrain.train import finite, stop
+from gptrain import stop
+from gptrain.train import finite
 from gptrain.train.evaluate import evaluate, reshard
 from gptrain.train.loss_scale import LossScaler
 from gptrain.train.metrics import MetricsLogger, console_line, flops_per_token, peak_flops
 from gptrain.train.model_init import build_model, resolve_sources
 from gptrain.train.optim import build_optimizer, clip_grads, lr_at
+from gptrain.train.step_reader import StepReader
 
 
 def train(cfg: Config) -> dict:
@@ -108,6 +110,8 @@ class Trainer(Checkpointing):
         self.step, self.skipped = 0, 0
         self.last = {"train_loss": None, "eval_loss": None}
         self._step_loss = None
+        self.reader = StepReader(self.loader, 1 if self.schedule is not None else self.plan.grad_accum_steps,
+                                 remote=any(is_remote_folder(path) for _, _, path in self.sources))
         self.pending_save = None
         self._async_pg = None
         make_output_dir(self.out, dump_toml(cfg), env.is_main)  # after every check: none wrote anything
@@ -177,11 +181,11 @@ class Trainer(Checkpointing):
             return model.no_sync()
         return contextlib.nullcontext()
 
-    def _forward_backward(self) -> torch.Tensor:
-        """Gradients of one optimizer step; returns the mean loss (on every rank)."""
+    def _forward_backward(self, batches: list) -> torch.Tensor:
+        """Gradients of one optimizer step on its `batches`; returns the mean loss (on every rank)."""
         device = self.env.device
         if self.schedule is not None:
-            x, y = (t.to(device) for t in self.loader.next_batch())
+            x, y = (t.to(device) for t in batches[0])
             losses: list = []
             inputs = (x,) if self.has_first else ()
             self.schedule.step(*inputs, target=y if self.has_last else None, losses=losses)
@@ -192,8 +196,8 @@ class Trainer(Checkpointing):
             return pipeline.share_from_last(loss, self.parts, self.pp_group)
         loss_sum = torch.zeros((), device=device)
         accum = self.plan.grad_accum_steps
-        for micro in range(accum):
-            x, y = (self._to_device(t) for t in self.loader.next_batch())
+        for micro, batch in enumerate(batches):
+            x, y = (self._to_device(t) for t in batch)
             with self._grad_sync(micro == accum - 1), self.autocast():
                 _, loss = self.parts[0](x, y)
             scaled = loss / accum
@@ -207,14 +211,16 @@ class Trainer(Checkpointing):
             t = t.pin_memory()
         return t.to(self.env.device, non_blocking=True)
 
-    def train_step(self):
-        """One optimizer step; returns (mean loss or None when skipped, lr)."""
+    def train_step(self, batches: list):
+        """One optimizer step on `batches` (train/step_reader.py); returns (mean loss or None when
+        skipped, lr)."""
         tc = self.cfg.train
         lr = lr_at(self.step, tc, self.total_steps)
         for opt in self.optims:
             for group in opt.param_groups:
                 group["lr"] = lr
-        mean_loss = self._forward_backward()
+        self.reader.consume()
+        mean_loss = self._forward_backward(batches)
         if self.scaler:
             self.scaler.unscale_(self.parts)
         norm = clip_grads(self.parts, tc.grad_clip, self.pp_group if self.schedule else None)
@@ -325,10 +331,11 @@ class Trainer(Checkpointing):
 
     # ---- the loop ----------------------------------------------------------------------------
 
-    def _stop_agreed(self) -> bool:
+    def _stop_agreed(self, cut_short: bool = False) -> bool:
+        """Whether every rank stops now: any rank's stop request, or a read it cut short."""
         if not dist.is_initialized():  # no device round trip (a host sync) for one process
-            return stop.requested()
-        flag = torch.tensor(float(stop.requested()), device=self.env.device)
+            return stop.requested() or cut_short
+        flag = torch.tensor(float(stop.requested() or cut_short), device=self.env.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag)
 
@@ -359,12 +366,21 @@ class Trainer(Checkpointing):
             self.log_main(f"mfu basis: {env.world} x ({basis})")
         window_start, window_steps, run_start = time.perf_counter(), 0, time.perf_counter()
         status = "completed"
+        training = tc.do_train and self.step < self.total_steps
+        batches = self.reader.read() if training else []
         try:
-            while tc.do_train and self.step < self.total_steps:
-                loss, lr = self.train_step()
+            if training and self._stop_agreed(batches is None):  # before the first step
+                self.reader.unread()
+                status, training = "stopped", False
+            while training and self.step < self.total_steps:
+                loss, lr = self.train_step(batches)
                 self._step_loss = loss
                 window_steps += 1
-                stopping = self._stop_agreed()  # the step a stop ends on is logged: it is the checkpoint's
+                more = self.step < self.total_steps
+                batches = self.reader.read() if more else []  # before anything collective of the next step
+                stopping = self._stop_agreed(batches is None)  # the step a stop ends on is logged: it is the checkpoint's
+                if stopping:
+                    self.reader.unread()
                 logging = self.step % self.cfg.metrics.log_every == 0 or self.step == self.total_steps or stopping
                 if logging and not self.report_skipped() and (value := self.mean_loss(loss)) is not None:
                     elapsed = time.perf_counter() - window_start
@@ -376,7 +392,7 @@ class Trainer(Checkpointing):
                     eta = (self.total_steps - self.step) * elapsed / window_steps
                     self.log_main(console_line(self.step, self.total_steps, value, lr, tok_s, mfu, eta))
                     window_start, window_steps = time.perf_counter(), 0
-                if self._should_eval() and self.step < self.total_steps:
+                if self._should_eval() and self.step < self.total_steps and not stopping:
                     self._eval()
                 every = self.cfg.checkpoint.every
                 if every > 0 and self.step % every == 0 and self.step < self.total_steps:
@@ -384,7 +400,7 @@ class Trainer(Checkpointing):
                 if stopping:
                     status = "stopped"
                     break
-            if tc.do_eval and tc.eval_strategy != "no":
+            if tc.do_eval and tc.eval_strategy != "no" and status != "stopped":  # (a stop's grace is short)
                 self._eval()
             if tc.do_train and self.step > 0:
                 self.save(final=True)
