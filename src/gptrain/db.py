@@ -105,12 +105,18 @@ def identity() -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def corrupt(e: BaseException) -> UserError | None:
-    """The UserError for a database file SQLite cannot read (not a database, malformed), else None."""
+class CorruptDatabase(UserError):
+    """gptrain.db is not a database SQLite can read (any more): not a database, malformed."""
+
+
+def corrupt(e: BaseException) -> CorruptDatabase | None:
+    """The CorruptDatabase for a database file SQLite cannot read (not a database, malformed), else None."""
+    if isinstance(e, CorruptDatabase):
+        return e
     if type(e) is not sqlite3.DatabaseError:  # Operational/Integrity/...: not about the file itself
         return None
     path = db_path()
-    return UserError(f"{path} is not a usable gptrain database ({e}); move it aside "
+    return CorruptDatabase(f"{path} is not a usable gptrain database ({e}); move it aside "
                      f"(mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.corrupt')}) and run "
                      "again: a new, empty one is made")
 

@@ -154,3 +154,46 @@ def test_a_failed_submit_records_nothing(slots, isolated_home, tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (r.stdout, r.stderr)
     assert "nothing was recorded" in r.stderr
     assert raw("SELECT name FROM jobs") == [] and raw("SELECT job FROM events") == []
+
+
+@pytest.mark.slow
+def test_a_database_corrupted_under_a_running_job_costs_no_step(slots, tmp_path):
+    """gptrain.db overwritten with garbage past its header while the trainer runs: the supervisor
+    says why in one line and stops the job's processes after their checkpoint of the step they
+    reached (was: it died on DatabaseError, the workers with it, no checkpoint); `gptrain stop`
+    still answers, through the job's folder."""
+    import re
+
+    from tests.integration.test_jobs import TRAIN
+    from tests.helpers import make_dataset
+
+    data = make_dataset(tmp_path)
+    ok("run", "rot", "--", f"--data.path={data}", "--train.max_steps=100000", "--checkpoint.every=100000",
+       "--train.precision=fp32", "--train.do_eval=false", *TRAIN)
+    wait_for("rot", ("running",), timeout=300)
+    j = job("rot")
+    sup, run_id = j["supervisor_pid"], j["run_id"]
+    jdir = tmp_path / "gptrain-home" / "jobs" / "rot"
+    log0 = jdir / "logs" / "rank-0.log"
+    wait_until(lambda: log0.is_file() and re.search(r"step\s+\d+/", log0.read_text(errors="replace")),
+               120, "no step logged")
+    for suffix, keep in (("", 100), ("-wal", 32)):
+        path = f"{db_file()}{suffix}"
+        if os.path.exists(path):
+            size = os.path.getsize(path)
+            with open(path, "r+b") as f:
+                f.seek(keep)
+                f.write(b"\x5a" * max(size - keep, 4096))
+    r = run_cli("stop", "rot")
+    assert r.returncode == 0 and "stopping" in r.stdout and len(r.stdout.strip().splitlines()) == 1, (r.stdout, r.stderr)
+    wait_until(lambda: not alive(sup) and not tagged(run_id), 120, "the job ran on past its corrupt database")
+    log = (jdir / "supervisor.log").read_text()
+    assert "became unreadable while the job ran" in log and "Traceback" not in log, log
+    rank0 = (jdir / "logs" / "rank-0.log").read_text(errors="replace")
+    trained = max(int(s) for s in re.findall(r"step\s+(\d+)/", rank0))
+    saved = int(re.findall(r"saved checkpoint \S*step-(\d+)", rank0)[-1])
+    assert saved == trained, rank0[-3000:]
+    for suffix in ("", "-wal", "-shm"):  # as the one line says: moved aside, a new one is made
+        if os.path.exists(f"{db_file()}{suffix}"):
+            os.rename(f"{db_file()}{suffix}", f"{db_file()}{suffix}.corrupt")
+    assert run_cli("jobs").returncode == 0

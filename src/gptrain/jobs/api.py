@@ -45,8 +45,21 @@ def submit(spec, dry_run: bool = False) -> None:
 
 
 def stop(name: str, timeout: float = 120.0, wait: bool = False) -> str:
-    """Ask the job to save a checkpoint and exit (forced after `timeout` s); its state after."""
-    state = scheduler(known(name)["scheduler"]).stop(name, timeout)
+    """Ask the job to save a checkpoint and exit (forced after `timeout` s); its state after.
+    With gptrain.db unreadable, a local job is asked through its folder (its supervisor reads
+    the request there, and stops its workers by itself when it meets the damage)."""
+    from gptrain.db import CorruptDatabase
+
+    check_name(name, "job")
+    try:
+        record = known(name)
+    except CorruptDatabase as e:
+        if not folder.job_dir(name).is_dir():
+            raise
+        folder.write_stop_request(folder.job_dir(name), timeout)
+        return (f"stopping, asked through {folder.stop_request(folder.job_dir(name))}: {str(e).split(' (')[0]} "
+                "(a local job's supervisor saves a checkpoint and stops it; nothing more is recorded)")
+    state = scheduler(record["scheduler"]).stop(name, timeout)
     while wait and (state := records.refresh(name)["state"]) not in store.TERMINAL:
         time.sleep(0.5)
     return state

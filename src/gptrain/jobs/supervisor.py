@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -265,6 +266,11 @@ class Supervisor:
             self._run()
         except LostJob as e:
             self.abandon(str(e))
+        except (sqlite3.DatabaseError, db.CorruptDatabase) as e:  # gptrain.db damaged under the job
+            if db.corrupt(e) is None:
+                raise
+            self.abandon(f"{db.db_path()} became unreadable while the job ran; its workers save a "
+                         f"checkpoint in {folder.checkpoints_dir(self.dir)} first")
 
     def _run(self) -> None:
         slots = self.wait_for_slots()
