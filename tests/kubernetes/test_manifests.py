@@ -255,3 +255,21 @@ def test_the_dry_run_in_docs_kubernetes_md_is_what_the_command_prints(isolated_h
                 "--model.preset=gpt2", "--train.max_steps=5000", env={"WANDB_API_KEY": SECRET})
     assert r.returncode == 0, r.stderr
     assert r.stdout.replace(str(isolated_home), "/mnt/gptrain") == "# gptrain job gpt2-small" + pasted
+
+
+def test_the_grace_period_is_sized_from_the_checkpoint_the_model_writes(isolated_home, monkeypatch):
+    """terminationGracePeriodSeconds: a minute for the step, then the checkpoint (12 bytes a
+    parameter, shared by the nodes) twice at SAVE_BYTES_PER_S; at least 120 s."""
+    import math
+
+    from gptrain.jobs import kube_manifest as km
+
+    monkeypatch.setenv("GPTRAIN_ALLOW_LARGE_MODEL", "1")
+    small = yaml.safe_load_all(run_cli("run", "small", *BASE, "--", "--model.preset=gpt2").stdout)
+    big = run_cli("run", "big", *BASE, "--nodes", "2", "--", "--model.preset=gpt2-xl")
+    assert big.returncode == 0, big.stderr
+    grace = {name: pod_spec(next(d for d in docs if d["kind"] == "JobSet"))[1]["terminationGracePeriodSeconds"]
+             for name, docs in (("small", small), ("big", yaml.safe_load_all(big.stdout)))}
+    assert grace["small"] == km.STOP_GRACE_S
+    params = 1_556_684_800  # gpt2-xl's param_estimate
+    assert grace["big"] == math.ceil(60 + 2 * params * 12 / 2 / km.SAVE_BYTES_PER_S) > km.STOP_GRACE_S

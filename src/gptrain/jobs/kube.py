@@ -277,7 +277,7 @@ def describe(job: dict) -> str | None:
 
 def stop(name: str, timeout: float) -> str:
     """Delete the JobSet (foreground: it goes once its pods have; each pod gets SIGTERM, the
-    trainer saves a checkpoint, SIGKILL after the pod's grace period of STOP_GRACE_S)."""
+    trainer saves a checkpoint, SIGKILL after the pod's grace period: kube_manifest.grace_seconds)."""
     job = refresh(name)
     if job["state"] in store.TERMINAL:
         return job["state"]
@@ -289,7 +289,8 @@ def stop(name: str, timeout: float) -> str:
     except BaseException:
         folder.stop_request(jdir).unlink(missing_ok=True)
         raise
-    store.set_state(name, "stopping", f"JobSet deleted: pods get SIGTERM (SIGKILL after {km.STOP_GRACE_S}s)",
+    grace = km.grace_seconds(JobSpec.from_dict(job["spec"]))
+    store.set_state(name, "stopping", f"JobSet deleted: pods get SIGTERM (SIGKILL after {grace}s)",
                     engine_job=job["external_id"])
     return "stopping"
 

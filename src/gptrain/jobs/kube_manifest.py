@@ -29,7 +29,9 @@ NODE_JOB = "node"  # the replicatedJob's name: pods NAME-node-0-RANK
 DEFAULT_IMAGE = "gptrain:0.1.0"
 DEFAULT_PYTHON = "python3"
 DEFAULT_PORT = 29500
-STOP_GRACE_S = 120  # SIGTERM to SIGKILL on stop/suspend: the trainer's checkpoint fits in it
+STOP_GRACE_S = 120  # SIGTERM to SIGKILL on stop/suspend/eviction, at least (grace_seconds)
+CHECKPOINT_BYTES_PER_PARAM = 12  # fp32 weights and AdamW's two moments (train/checkpoint.py)
+SAVE_BYTES_PER_S = 0.18e9  # half the slowest save measured (bench/checkpoint_verify.py: 0.36 GB/s)
 MAX_NAME = 40  # pod hostnames NAME-node-0-RANK (and the Job controller's suffix) stay <= 63
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 MANAGED = {"app.kubernetes.io/managed-by": "gptrain"}
@@ -149,13 +151,32 @@ def container(spec) -> dict:
     return c
 
 
+def grace_seconds(spec) -> int:
+    """SIGTERM to SIGKILL for the job's pods: a minute for the step under way, then its
+    checkpoint written twice over at SAVE_BYTES_PER_S, each node writing its share (DCP spreads
+    the writes over the ranks); never below STOP_GRACE_S. The trainer's model size is what its
+    config builds; a program of the user's gets STOP_GRACE_S."""
+    import math
+
+    if spec.entry != "trainer":
+        return STOP_GRACE_S
+    try:
+        from gptrain.models.registry import build_model_config
+
+        params = build_model_config(spec.trainer_config().model).param_estimate()
+    except Exception:  # (a config that submit refuses anyway, a model named by weights only)
+        return STOP_GRACE_S
+    per_node = params * CHECKPOINT_BYTES_PER_PARAM / max(spec.nodes, 1)
+    return max(STOP_GRACE_S, math.ceil(60 + 2 * per_node / SAVE_BYTES_PER_S))
+
+
 def jobset(spec) -> dict:
     opts, rn = spec.kubernetes, resource_name(spec.name)
     labels = dict(MANAGED)
     if opts.get("queue"):
         labels[QUEUE_LABEL] = opts["queue"]
     pod = {"metadata": {"labels": dict(MANAGED), "annotations": {JOB_ANNOTATION: spec.name}},
-           "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": STOP_GRACE_S,
+           "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": grace_seconds(spec),
                     "containers": [container(spec)],
                     "volumes": [{"name": "gptrain-home", "persistentVolumeClaim": {"claimName": opts["volume"]}},
                                 {"name": "dshm", "emptyDir": {"medium": "Memory"}}]}}
