@@ -198,3 +198,18 @@ def test_a_job_heals_itself_lists_the_damage_and_resumes_from_a_chosen_checkpoin
     ok("resume", "heal", "--from", ids["step-000002"])
     assert wait_for("heal")["state"] == "succeeded"
     assert "step-000002 at step 2" in ok("logs", "heal")
+
+
+def test_training_on_a_damaged_token_file_commits_no_checkpoint(tmp_path):
+    """A byte flipped in a prepared dataset's train.bin (its size unchanged): the run's data check
+    (train/data_check.py, beside training) fails it in one line naming the file before any
+    checkpoint is committed; the intact dataset trains."""
+    data = make_dataset(tmp_path)
+    ok_run = run_cli("train", f"--data.path={data}", f"--train.output_dir={tmp_path / 'good'}",
+                     "--train.max_steps=2", *RUN)
+    assert ok_run.returncode == 0, ok_run.stderr[-2000:]
+    token_file = data / "train.bin"
+    flip(token_file, 4)
+    r = run_cli("train", f"--data.path={data}", f"--train.output_dir={tmp_path / 'bad'}", "--train.max_steps=2", *RUN)
+    one_line_refusal(r, str(token_file), "fails its sha256 check")
+    assert not list((tmp_path / "bad" / "checkpoints").glob("step-*"))

@@ -234,6 +234,17 @@ def check_token_ids(fp, largest: int, vocab_size: int) -> None:
                         "tokenizer; prepare the dataset again")
 
 
+def recorded_files(path) -> list[tuple[Path, str]]:
+    """(file, its recorded sha256) of every file a prepared dataset's meta.json names: the token
+    files of each split, and the mask and offsets of instruction data."""
+    path = Path(path)
+    meta = read_meta(path)
+    out = [(path / f["name"], f["sha256"]) for info in meta["splits"].values() for f in info["files"]]
+    for info in (meta.get("sft") or {}).get("splits", {}).values():
+        out += [(path / info[what]["name"], info[what]["sha256"]) for what in ("mask", "offsets")]
+    return out
+
+
 def verify(path, checksums: bool = True) -> None:
     """Check every token file's size against meta.json; with `checksums`, also its sha256 and
     that its token ids are below vocab_size. UserError on a mismatch."""

@@ -43,6 +43,7 @@ class Checkpointing:
 
     def save(self, final: bool = False) -> Path:
         self.report_skipped()  # nan_policy=stop ends the run here: no checkpoint after a NaN
+        self.data_check.wait()  # nothing trained on damaged data is committed (train/data_check.py)
         if (loss := self.mean_loss(self._step_loss)) is not None:  # of the step just taken
             self.last["train_loss"] = loss
         state = {

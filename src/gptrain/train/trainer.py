@@ -40,6 +40,7 @@ from gptrain.train.loss_scale import LossScaler
 from gptrain.train.metrics import MetricsLogger, console_line, flops_per_token, peak_flops
 from gptrain.train.model_init import build_model, resolve_sources
 from gptrain.train.optim import build_optimizer, clip_grads, lr_at
+from gptrain.train.data_check import DataCheck
 from gptrain.train.step_reader import StepReader
 
 
@@ -110,6 +111,7 @@ class Trainer(Checkpointing):
         self.step, self.skipped = 0, 0
         self.last = {"train_loss": None, "eval_loss": None}
         self._step_loss = None
+        self.data_check = DataCheck([path for _, _, path in self.sources], env.rank, env.world)
         self.reader = StepReader(self.loader, 1 if self.schedule is not None else self.plan.grad_accum_steps,
                                  remote=any(is_remote_folder(path) for _, _, path in self.sources))
         self.pending_save = None
