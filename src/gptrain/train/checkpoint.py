@@ -171,9 +171,14 @@ def save(output_dir, step: int, tensors: dict, trainer_state: dict, keep_last: i
 
 
 def _write_latest(root: Path, name: str) -> None:
-    from gptrain.atomic import write_text_atomic
-
-    write_text_atomic(root / "latest", name + "\n")
+    """Point `latest` at `name`: written beside, fsync'd, renamed over, the folder fsync'd."""
+    tmp = root / f".latest.tmp-{os.getpid()}"
+    try:
+        checksums.write_synced(tmp, (name + "\n").encode())
+        os.replace(tmp, root / "latest")
+    finally:
+        tmp.unlink(missing_ok=True)
+    checksums.fsync_dir(root)
 
 
 def _prune(root: Path, keep_last: int | None) -> None:

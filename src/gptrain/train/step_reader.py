@@ -1,7 +1,7 @@
 """The batches of one optimizer step, read before any collective of that step.
 
 The loop reads step N+1's batches right after step N and only then asks every rank whether to
-stop (trainer._stop_agreed): a rank whose read waits on a stalled server (data/remote_shards.py)
+stop (`stop_agreed`): a rank whose read waits on a stalled server (data/remote_shards.py)
 is never inside a collective the others wait in, and a stop request cuts its wait short
 (stop.Interrupted) so that every rank agrees, at once, to save step N and exit. The position a
 checkpoint records is the one before the batches read ahead (`position`): a resume reads them
@@ -60,3 +60,15 @@ class StepReader:
     def position(self) -> dict:
         """The loader state a checkpoint of the steps trained so far records."""
         return self.before if (self.held or self.abandoned) and self.before is not None else self.loader.state_dict()
+
+    @staticmethod
+    def stop_agreed(device, cut_short: bool = False) -> bool:
+        """Whether every rank stops now: any rank's stop request, or a read it cut short."""
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_initialized():  # no device round trip (a host sync) for one process
+            return stop.requested() or cut_short
+        flag = torch.tensor(float(stop.requested() or cut_short), device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag)

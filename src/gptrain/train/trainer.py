@@ -333,14 +333,6 @@ class Trainer(Checkpointing):
 
     # ---- the loop ----------------------------------------------------------------------------
 
-    def _stop_agreed(self, cut_short: bool = False) -> bool:
-        """Whether every rank stops now: any rank's stop request, or a read it cut short."""
-        if not dist.is_initialized():  # no device round trip (a host sync) for one process
-            return stop.requested() or cut_short
-        flag = torch.tensor(float(stop.requested() or cut_short), device=self.env.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag)
-
     def run(self) -> dict:
         tc, env = self.cfg.train, self.env
         # dropout draws: seeded per rank here, restored from the checkpoint when resuming
@@ -351,12 +343,10 @@ class Trainer(Checkpointing):
         stop.install()
         tokens_per_step = self.plan.rows_per_step * self.model_cfg.block_size
         flops_tok = flops_per_token(self.model_cfg, self.n_params)
-        base = " in NF4" if self.model_cfg.lora_quant else ""
-        lora = (f" (LoRA r={self.model_cfg.lora_r}: {self.n_trained:,} trained, the rest frozen{base})"
-                if self.model_cfg.lora_r else "")
-        self.log_main(f"training {self.n_params / 1e6:.2f}M parameters{lora} on {env.world} x "
-                      f"{env.device.type} ({self.plan.precision}), {self.total_steps} steps, "
-                      f"{tokens_per_step:,} tokens/step")
+        lora = (f" (LoRA r={self.model_cfg.lora_r}: {self.n_trained:,} trained, the rest frozen"
+                f"{' in NF4' if self.model_cfg.lora_quant else ''})" if self.model_cfg.lora_r else "")
+        self.log_main(f"training {self.n_params / 1e6:.2f}M parameters{lora} on {env.world} x {env.device.type} "
+                      f"({self.plan.precision}), {self.total_steps} steps, {tokens_per_step:,} tokens/step")
         self.log_main(f"precision {self.plan.precision_why}")
         mode = "compiled" if self.plan.compile else "eager"
         loss = "fused chunked" if self.plan.fused_loss else f"{mode} plain"
@@ -371,7 +361,7 @@ class Trainer(Checkpointing):
         training = tc.do_train and self.step < self.total_steps
         batches = self.reader.read() if training else []
         try:
-            if training and self._stop_agreed(batches is None):  # before the first step
+            if training and self.reader.stop_agreed(self.env.device, batches is None):  # before the first step
                 self.reader.unread()
                 status, training = "stopped", False
             while training and self.step < self.total_steps:
@@ -380,7 +370,8 @@ class Trainer(Checkpointing):
                 window_steps += 1
                 more = self.step < self.total_steps
                 batches = self.reader.read() if more else []  # before anything collective of the next step
-                stopping = self._stop_agreed(batches is None)  # the step a stop ends on is logged: it is the checkpoint's
+                # the step a stop ends on is logged: it is the checkpoint's
+                stopping = self.reader.stop_agreed(self.env.device, batches is None)
                 if stopping:
                     self.reader.unread()
                 logging = self.step % self.cfg.metrics.log_every == 0 or self.step == self.total_steps or stopping
