@@ -8,6 +8,10 @@ anything else and keep their traceback.
 import re
 
 
+class Interrupted(Exception):
+    """A wait cut short by a stop request (gptrain/stop.py): the caller saves what it has and exits."""
+
+
 class InfraError(Exception):
     """Storage, network or another machine failed, not the user: one line, exit 1, and a job's
     --max-restarts applies (a restart may well succeed). The message names what failed, with

@@ -21,3 +21,10 @@ def check_name(name: str, kind: str) -> str:
         raise BadName(f"invalid {kind} name {name!r}: use 1-64 characters from a-z 0-9 . _ - "
                         "starting with a letter or digit")
     return name
+
+
+def sweep_leftovers() -> None:
+    """What a killed `data push` / `data rm` / `run` left half-made is removed by the next command."""
+    from gptrain.atomic import sweep_leftovers as sweep
+
+    sweep(home() / "datasets", home() / "jobs")

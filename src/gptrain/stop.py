@@ -12,11 +12,9 @@ import sys
 import threading
 import time
 
+from gptrain.errors import Interrupted
+
 _requested = threading.Event()
-
-
-class Interrupted(Exception):
-    """A wait cut short by a stop request (the caller saves what it has and exits)."""
 
 
 def _handler(signum, frame):

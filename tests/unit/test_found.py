@@ -164,7 +164,7 @@ def test_nanogpt_checkpoint_matches_its_own_forward(tmp_path, vocab):
 
 
 def test_training_starts_from_a_nanogpt_checkpoint_named_by_job(tmp_path, isolated_home):
-    """--model.init_from JOB: the job's nanoGPT ckpt.pt, resolved at the CLI edge (gptrain/refs.py)
+    """--model.init_from JOB: the job's nanoGPT ckpt.pt, resolved at the CLI edge (jobs/api.model_source)
     and converted; the first loss is the converted model's own."""
     from gptrain.jobs import folder, store
     from tests.helpers import TINY, losses, make_dataset, train

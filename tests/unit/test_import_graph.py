@@ -1,13 +1,38 @@
-"""The layers of src/gptrain, read from the source with ast (every import, function-level ones
-included): models <- train <- jobs <- cli/ui, weights/ below them all, no import circle."""
+"""The shape of src/gptrain, read from the source with ast (every import, function-level ones
+included, and the module names held in `importlib` tables): each module in a layer, imports only
+downward, no circle between modules or between packages, the faces reaching the library only
+through its API modules, and docs/architecture.md naming every module. Each check is a function
+over a graph, and each is shown failing on a violation planted in a copy of the real graph."""
 
 import ast
+import re
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[2] / "src"
-# Another part of issue #20 (the scheduler seam) owns jobs/local.py and jobs/reconcile.py: their
-# circle is known and goes when reconcile stops calling back into local. Nothing else may join it.
-CONSOLE_STARTER = "gptrain.cli.ui"  # the one cli/ module that may import ui/: it starts the console
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
+DOCS = ROOT / "docs" / "architecture.md"
+
+# The layers, lowest first (docs/architecture.md shows the same table). A package is one entry;
+# a top-level module is a package of its own.
+LAYERS = [
+    {"errors", "gptrain"},
+    {"atomic", "files", "stop", "config_aliases"},
+    {"home", "tokenizers", "deepspeed_config"},
+    {"weights", "db"},
+    {"data"},
+    {"models"},
+    {"distributed"},
+    {"config_check"},
+    {"config"},
+    {"train"},
+    {"jobs"},
+    {"cli", "ui"},
+    {"__main__"},
+]
+RANK = {unit: i for i, units in enumerate(LAYERS) for unit in units}
+FACES = {"cli", "ui"}
+FACE_MAY_USE = {"gptrain.errors", "gptrain.home", "gptrain.config", "gptrain"}  # and every `*.api`
+CONSOLE_STARTER = ("gptrain.cli.ui", "gptrain.ui.app")  # the one face-to-face import: it starts the console
 
 
 def modules() -> dict[str, tuple[Path, list[str]]]:
@@ -22,44 +47,63 @@ def modules() -> dict[str, tuple[Path, list[str]]]:
     return out
 
 
+def edges_of(tree: ast.AST, package: list[str], known) -> set[str]:
+    """The modules a parsed module imports: import statements anywhere and, in a module that
+    calls importlib.import_module or __import__, the string constants that name a module (its
+    tables: "gptrain.jobs.local", "gptrain.models.gpt2:GPT"). A module named to be run as a
+    program (`-m gptrain.jobs.rank_log`) is not an import."""
+    dynamic = any(isinstance(n, (ast.Attribute, ast.Name)) and getattr(n, "attr", getattr(n, "id", None))
+                  in ("import_module", "__import__") for n in ast.walk(tree))
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and
+                   "TYPE_CHECKING" in ast.unparse(block.test) for n in ast.walk(block)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:  # `if TYPE_CHECKING:` imports are types for readers, not imports
+            continue
+        if isinstance(node, ast.Import):
+            wanted = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1] + [node.module or ""]).strip(".") \
+                if node.level else node.module
+            subs = [f"{base}.{a.name}" for a in node.names]
+            wanted = [s for s in subs if s in known] or [base]  # a submodule, else a name in base
+            if len(wanted) < len(subs):
+                wanted.append(base)
+        elif dynamic and isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                re.fullmatch(r"gptrain(\.\w+)+(:\w+)?", node.value):
+            wanted = [node.value.split(":")[0]]
+        else:
+            continue
+        for target in wanted:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target:
+                found.add(target)
+    return found
+
+
 def import_graph() -> dict[str, set[str]]:
     mods = modules()
-    graph = {}
-    for name, (f, package) in mods.items():
-        targets = set()
-        for node in ast.walk(ast.parse(f.read_text(), str(f))):
-            if isinstance(node, ast.Import):
-                wanted = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = ".".join(package[:len(package) - node.level + 1] + [node.module or ""]).strip(".") \
-                    if node.level else node.module
-                wanted = [base] + [f"{base}.{a.name}" for a in node.names]  # a submodule, or a name in base
-            else:
-                continue
-            for target in wanted:
-                while target and target not in mods:
-                    target = target.rpartition(".")[0]
-                if target and target != name:
-                    targets.add(target)
-        graph[name] = targets
-    return graph
+    return {name: edges_of(ast.parse(f.read_text(), str(f)), package, mods) - {name}
+            for name, (f, package) in mods.items()}
 
 
-def layer(module: str) -> str:
-    """The package right under gptrain (models, train, jobs, ...); "" for a top-level module."""
+def unit(module: str) -> str:
+    """The package a module belongs to for layering: the one right under gptrain, or the
+    top-level module itself ("gptrain" for the package's own __init__)."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and (SRC / "gptrain" / parts[1]).is_dir() else ""
+    return parts[1] if len(parts) > 1 else "gptrain"
 
 
 def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
-    """The strongly connected components of more than one module (Tarjan)."""
+    """The strongly connected components of more than one node (Tarjan)."""
     index, low, stack, on_stack, found = {}, {}, [], set(), []
 
     def visit(v):
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in graph.get(v, ()):
+        for w in sorted(graph.get(v, ())):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -82,36 +126,142 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
-def test_the_graph_is_read():  # the reader itself: a known edge of each kind is seen
-    graph = import_graph()
-    assert "gptrain.weights.layout" in graph["gptrain.train.checkpoint"]  # module level
-    assert "gptrain.models.load" in graph["gptrain.train.model_init"]  # inside a function
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for m, targets in graph.items():
+        out.setdefault(unit(m), set()).update(unit(t) for t in targets if unit(t) != unit(m))
+    return out
 
 
-def test_no_import_circle():
-    assert cycles(import_graph()) == []  # local <-> reconcile was the last (jobs/folder.py ended it)
+def unplaced(graph) -> list[str]:
+    return sorted({unit(m) for m in graph} - set(RANK))
+
+
+def layer_breaks(graph) -> list[str]:
+    """Imports of a module in the same or a higher layer than its own (its own package aside)."""
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
+                  if unit(t) != unit(m) and RANK.get(unit(t), 99) >= RANK.get(unit(m), -1)
+                  and (m, t) != CONSOLE_STARTER)
+
+
+def face_breaks(graph) -> list[str]:
+    """What cli/ and ui/ import of gptrain besides API modules, errors, home, config, their own."""
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() if unit(m) in FACES for t in targets
+                  if unit(t) != unit(m) and t not in FACE_MAY_USE and not t.endswith(".api")
+                  and (m, t) != CONSOLE_STARTER)
+
+
+def undocumented(mods, doc: str) -> list[str]:
+    """Modules docs/architecture.md does not name: `file.py` on a line of its package's section
+    (`### pkg/`, or `### top level` for a top-level module)."""
+    sections, current = {}, None
+    for line in doc.splitlines():
+        if line.startswith("### "):
+            current = "top" if "top level" in line else line[4:].split("/")[0].strip()
+            sections.setdefault(current, "")
+        elif current is not None:
+            sections[current] += line + "\n"
+    missing = []
+    for name in mods:
+        parts = name.split(".")
+        f, _ = mods[name]
+        if f.name == "__init__.py" and (len(parts) == 1 or len(f.read_text().splitlines()) < 10):
+            continue  # a package's own small face: its docstring says what it is
+        section = "top" if len(parts) == 2 and f.parent.name == "gptrain" else parts[1]
+        if f"`{f.name}`" not in sections.get(section, ""):
+            missing.append(name)
+    return sorted(missing)
+
+
+# ---- the project as it is ----------------------------------------------------------------------
+
+def test_every_module_has_a_layer():
+    assert unplaced(import_graph()) == []
+
+
+def test_no_import_circle_between_modules():
+    assert cycles(import_graph()) == []
+
+
+def test_no_import_circle_between_packages():
+    assert cycles(package_graph(import_graph())) == []
 
 
 def test_layers_import_only_below():
-    forbidden = {"models": {"train", "jobs", "cli", "ui"}, "train": {"jobs", "cli", "ui"},
-                 "jobs": {"train", "cli", "ui"}, "weights": {"models", "train", "jobs", "cli", "ui"},
-                 "cli": {"ui"}, "ui": {"cli"}}
-    breaks = [f"{m} -> {t}" for m, targets in import_graph().items() for t in sorted(targets)
-              if layer(t) in forbidden.get(layer(m), ()) and not (m == CONSOLE_STARTER and layer(t) == "ui")]
-    assert breaks == []
+    assert layer_breaks(import_graph()) == []
 
 
-# The faces' job commands and pages reach jobs only through jobs/api.py (and the job spec, to read
-# what a job runs): nobody else's store, scheduler, folder or log reader.
-JOB_FACES = {"gptrain.cli.jobs": {"gptrain.jobs.api", "gptrain.jobs.spec"},
-             "gptrain.cli.checkpoints": {"gptrain.jobs.api"},
-             "gptrain.ui.routes": {"gptrain.jobs.api"},
-             "gptrain.ui.views": {"gptrain.jobs.api"}}
+def test_the_faces_reach_the_library_only_through_its_api_modules():
+    assert face_breaks(import_graph()) == []
 
 
-def test_the_faces_reach_jobs_only_through_the_jobs_api():
+def test_architecture_md_names_every_module():
+    assert undocumented(modules(), DOCS.read_text()) == []
+
+
+# ---- each check fails on a planted violation ----------------------------------------------------
+
+def test_the_reader_sees_every_kind_of_import():
     graph = import_graph()
-    for face, allowed in JOB_FACES.items():
-        reached = {m for m in graph[face] if layer(m) == "jobs" and m != "gptrain.jobs"}
-        assert reached <= allowed, (face, sorted(reached - allowed))
+    assert "gptrain.weights.layout" in graph["gptrain.train.checkpoint"]  # module level
+    assert "gptrain.models.load" in graph["gptrain.train.model_init"]  # inside a function
+    assert "gptrain.jobs.local" in graph["gptrain.jobs.schedulers"]  # an importlib table
+    assert "gptrain.models.gpt2" in graph["gptrain.models.registry"]  # "module:Class"
+    assert "gptrain.cli.data" in graph["gptrain.cli"]  # the command groups' table
+    mods = modules()
+    planted = ast.parse("import importlib\nTABLE = {'x': 'gptrain.ui.app'}\nimportlib.import_module(TABLE['x'])\n"
+                        "from gptrain.jobs import api, store\nfrom . import render\n")
+    assert edges_of(planted, ["gptrain", "cli"], mods) >= {"gptrain.ui.app", "gptrain.jobs.api",
+                                                           "gptrain.jobs.store", "gptrain.cli.render"}
+
+
+def _planted(**extra):
+    graph = {m: set(t) for m, t in import_graph().items()}
+    for m, t in extra.items():
+        graph.setdefault(m.replace("__", "."), set()).add(t)
+    return graph
+
+
+def test_a_planted_module_circle_is_found():
+    graph = _planted(gptrain__weights__names="gptrain.weights.scan")  # scan imports names already
+    assert any({"gptrain.weights.names", "gptrain.weights.scan"} <= c for c in cycles(graph))
+
+
+def test_a_planted_package_circle_is_found():
+    # jobs/copy_out -> refs -> jobs.found: two modules, no module circle, but a package one
+    graph = _planted(gptrain__weights__hf="gptrain.db")
+    graph.setdefault("gptrain.db", set()).add("gptrain.weights.names")
+    assert cycles(graph) == []
+    assert any({"weights", "db"} <= c for c in cycles(package_graph(graph)))
+
+
+def test_a_planted_upward_import_is_found():
+    assert "gptrain.models.base -> gptrain.train.optim" in layer_breaks(_planted(gptrain__models__base="gptrain.train.optim"))
+    # a top-level module is layered too: config -> jobs
+    assert "gptrain.config -> gptrain.jobs.store" in layer_breaks(_planted(gptrain__config="gptrain.jobs.store"))
+    # two faces side by side: cli -> ui (other than the starter) is a break
+    assert "gptrain.cli.jobs -> gptrain.ui.views" in layer_breaks(_planted(gptrain__cli__jobs="gptrain.ui.views"))
+
+
+def test_a_module_without_a_layer_is_found():
+    graph = _planted()
+    graph["gptrain.newthing"] = {"gptrain.errors"}
+    assert unplaced(graph) == ["newthing"]
+
+
+def test_a_face_reaching_past_an_api_module_is_found():
+    graph = _planted(gptrain__cli__model="gptrain.train.evaluate", gptrain__ui__views="gptrain.data.store",
+                     gptrain__cli__sources="gptrain.jobs.store")
+    assert face_breaks(graph) == ["gptrain.cli.model -> gptrain.train.evaluate",
+                                  "gptrain.cli.sources -> gptrain.jobs.store",
+                                  "gptrain.ui.views -> gptrain.data.store"]
+    assert face_breaks(_planted(gptrain__cli__model="gptrain.models.api")) == []
+
+
+def test_a_module_the_docs_do_not_name_is_found():
+    mods = dict(modules())
+    mods["gptrain.jobs.newthing"] = (SRC / "gptrain" / "jobs" / "newthing.py", ["gptrain", "jobs"])
+    mods["gptrain.newtop"] = (SRC / "gptrain" / "newtop.py", ["gptrain"])
+    assert undocumented(mods, DOCS.read_text()) == ["gptrain.jobs.newthing", "gptrain.newtop"]
+    doc = DOCS.read_text().replace("- `submission.py`", "- `submitting.py`")
+    assert "gptrain.jobs.submission" in undocumented(modules(), doc)

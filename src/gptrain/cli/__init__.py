@@ -57,14 +57,6 @@ def private_home() -> None:
     os.chmod(home(), 0o700)
 
 
-def sweep_leftovers() -> None:
-    """What a killed `data push` / `data rm` / `run` left half-made is removed by the next command."""
-    from gptrain.atomic import sweep_leftovers
-    from gptrain.home import home
-
-    sweep_leftovers(home() / "datasets", home() / "jobs")
-
-
 def main(argv: list[str] | None = None) -> int:
     import os
 
@@ -107,9 +99,8 @@ def _quiet_full_disk_in_threads() -> None:
 def _run(argv: list[str] | None) -> int:
     import sqlite3
 
-    from gptrain import stop
-    from gptrain.db import corrupt
-    from gptrain.errors import InfraError, UserError, disk_full
+    from gptrain.errors import InfraError, Interrupted, UserError, disk_full
+    from gptrain.home import sweep_leftovers
 
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
@@ -132,11 +123,13 @@ def _run(argv: list[str] | None) -> int:
     except InfraError as e:  # not the user's: a restart may succeed (jobs/supervisor.py restarts on 1)
         _error_line(e)
         return 1
-    except stop.Interrupted as e:  # a stop before anything was trained (nothing to save)
+    except Interrupted as e:  # a stop before anything was trained (nothing to save)
         print(f"gptrain: {e}", file=sys.stderr, flush=True)
         return 143
     except sqlite3.DatabaseError as e:  # gptrain.db unreadable past its header: one line too
-        bad = corrupt(e)
+        from gptrain.jobs.api import database_error
+
+        bad = database_error(e)
         if bad is None:
             raise
         _error_line(bad)

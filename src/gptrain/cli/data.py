@@ -88,111 +88,79 @@ def _summary(meta: dict) -> str:
 
 
 def cmd_prepare(args, extra) -> int:
-    from gptrain.data.prepare import prepare
+    from gptrain.data import api
 
-    meta = prepare(args.sources, args.out, tokenizer=args.tokenizer, hf_config=args.hf_config,
-                   text_field=args.text_field, val_fraction=args.val_fraction,
-                   num_proc=args.num_proc, seed=args.seed, shard_tokens=args.shard_tokens)
+    meta = api.prepare(args.sources, args.out, tokenizer=args.tokenizer, hf_config=args.hf_config,
+                       text_field=args.text_field, val_fraction=args.val_fraction,
+                       num_proc=args.num_proc, seed=args.seed, shard_tokens=args.shard_tokens)
     print(f"prepared {args.out}: {_summary(meta)}")
     return 0
 
 
 def cmd_import(args, extra) -> int:
-    from gptrain.data.hf_import import import_hf
+    from gptrain.data import api
 
-    meta = import_hf(args.source, args.out, args.tokenizer)
+    meta = api.import_saved(args.source, args.out, args.tokenizer)
     print(f"imported {args.source} -> {args.out}: {_summary(meta)}")
     return 0
 
 
 def cmd_fetch(args, extra) -> int:
-    from gptrain.data.fetch import fetch
-    from gptrain.home import home
+    from gptrain.data import api
 
-    out = fetch(args.corpus, args.out or str(home() / "corpora" / args.corpus))
-    print(out)
+    print(api.fetch_corpus(args.corpus, args.out))
     return 0
 
 
 def cmd_push(args, extra) -> int:
-    from gptrain.data.store import kind_of, push
+    from gptrain.data import api
 
-    dest = push(args.name, args.dir, args.tokenizer)
-    print(f"pushed dataset {args.name} ({kind_of(dest)}, {dest})")
+    kind, dest = api.push(args.name, args.dir, args.tokenizer)
+    print(f"pushed dataset {args.name} ({kind}, {dest})")
     return 0
 
 
 def cmd_list(args, extra) -> int:
-    from gptrain.data.store import list_all
+    from gptrain.data import api
 
     rows = [("NAME", "KIND", "TOKENIZER", "TOKENS", "SIZE", "CREATED")]
-    for d in list_all():
-        kind = d["kind"] or "prepared"
-        rows.append((d["name"], kind, d["tokenizer"], render.count(d["tokens"]) if kind == "prepared" else "-",
+    for d in api.datasets():
+        rows.append((d["name"], d["kind"], d["tokenizer"], render.count(d["tokens"]) if d["kind"] == "prepared" else "-",
                      render.size(d["bytes"]), render.when(d["created"])))
     render.table(rows)
     return 0
 
 
 def cmd_inspect(args, extra) -> int:
-    from gptrain import tokenizers
-    from gptrain.data import nanogpt_dir
-    from gptrain.data.formats import is_prepared_dir, open_split, read_meta, verify
-    from gptrain.data.store import resolve
+    from gptrain.data import api
 
-    path = resolve(args.name)
-    if nanogpt_dir.is_nanogpt_dir(path):  # read as push, train and eval read it (a prepared copy, cached)
-        path = nanogpt_dir.cached(path)
-    if not is_prepared_dir(path):
-        return _inspect_files(args, path)
-    meta = read_meta(path)
-    verify(path, checksums=args.verify)
-    split = "train" if meta["splits"]["train"]["tokens"] else "val"
-    tokens = open_split(path, split)
-    sample = tokenizers.from_spec(meta["tokenizer"]).decode(tokens[:64].tolist())
+    info = api.inspect(args.name, verify=args.verify)
     if args.json:
-        print(json.dumps({"path": str(path), "meta": meta, "sample": sample,
-                          "verified": bool(args.verify)}, indent=2))
+        print(json.dumps(info, indent=2))
         return 0
-    print(f"dataset  {args.name}  ({path})")
-    print(f"         {_summary(meta)}")
-    for name, info in meta["splits"].items():
-        for f in info["files"]:
-            print(f"  {name:<6} {f['name']:<18} {f['tokens']:>14,} tokens  sha256 {f['sha256'][:16]}")
+    print(f"dataset  {args.name}  ({info['path']})")
+    if info["kind"] == "prepared":
+        meta = info["meta"]
+        print(f"         {_summary(meta)}")
+        for name, split in meta["splits"].items():
+            for f in split["files"]:
+                print(f"  {name:<6} {f['name']:<18} {f['tokens']:>14,} tokens  sha256 {f['sha256'][:16]}")
+    else:
+        total = sum(f["bytes"] for f in info["files"])
+        print(f"         kind {info['kind']}; {len(info['files'])} files, {render.size(total)}")
+        for f in info["files"][:20]:
+            print(f"  {f['name']:<40} {render.size(f['bytes']):>10}  sha256 {f['sha256'][:16]}")
+        if len(info["files"]) > 20:
+            print(f"  ... and {len(info['files']) - 20} more")
     print(f"checksums: {'verified' if args.verify else 'sizes checked (--verify for sha256)'}")
-    print(f"sample:  {sample!r}")
-    return 0
-
-
-def _inspect_files(args, path) -> int:
-    """A save_to_disk or files dataset: its kind and files (sizes, or sha256 with --verify)."""
-    from gptrain.data.store import MANIFEST, verify_any
-    from gptrain.errors import UserError
-
-    try:
-        info = verify_any(path, checksums=args.verify)
-    except UserError:
-        if (path / MANIFEST).exists():
-            raise
-        raise UserError(f"{path} is not a pushed dataset nor a prepared one (no meta.json); "
-                        f"push it first with `gptrain data push NAME {path}`") from None
-    if args.json:
-        print(json.dumps({"path": str(path), **info, "verified": bool(args.verify)}, indent=2))
-        return 0
-    total = sum(f["bytes"] for f in info["files"])
-    print(f"dataset  {args.name}  ({path})")
-    print(f"         kind {info['kind']}; {len(info['files'])} files, {render.size(total)}")
-    for f in info["files"][:20]:
-        print(f"  {f['name']:<40} {render.size(f['bytes']):>10}  sha256 {f['sha256'][:16]}")
-    if len(info["files"]) > 20:
-        print(f"  ... and {len(info['files']) - 20} more")
-    print(f"checksums: {'verified' if args.verify else 'sizes checked (--verify for sha256)'}")
+    if info["kind"] == "prepared":
+        print(f"sample:  {info['sample']!r}")
     return 0
 
 
 def cmd_rm(args, extra) -> int:
-    from gptrain.data.store import remove
+    from gptrain.data import api
 
-    remove(args.name)
+    api.remove(args.name)
     print(f"removed dataset {args.name}")
     return 0

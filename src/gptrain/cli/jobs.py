@@ -79,7 +79,7 @@ def cmd_inspect(args, extra) -> int:
     print(f"created    {render.when(job['created'])}   started {render.when(job['started'])}   "
           f"ended {render.when(job['ended'])}   restarts {job['restarts']}")
     spec = report["spec"]
-    print(f"runs       {_runs(spec)}".rstrip() + (f"   datasets {', '.join(spec['datasets'])}" if spec["datasets"] else ""))
+    print(f"runs       {_runs(spec, report['runs'])}".rstrip() + (f"   datasets {', '.join(spec['datasets'])}" if spec["datasets"] else ""))
     if spec.get("secrets"):
         print(f"secrets    {'  '.join(f'{k}={v}' for k, v in spec['secrets'].items())}")
     print("events")
@@ -100,16 +100,14 @@ def cmd_inspect(args, extra) -> int:
     return 0
 
 
-def _runs(spec: dict) -> str:
+def _runs(spec: dict, runs: dict) -> str:
     """What a job runs, as typed after `--` (and where its code came from)."""
-    from gptrain.jobs.spec import JobSpec
-
-    js = JobSpec.from_dict(spec)
-    what = f"{js.entry} {' '.join(js.argv)}" if js.entry != "trainer" else f"gptrain train {' '.join(js.args)}"
-    if js.repository_url:
-        what += f"   code {js.repository_url}" + (f" @ {js.commit[:12]}" if js.commit else "")
-    elif js.code:
-        what += f"   code {js.code}"
+    what = f"{runs['entry']} {' '.join(runs['argv'])}" if runs["entry"] != "trainer" \
+        else f"gptrain train {' '.join(runs['args'])}"
+    if spec.get("repository_url"):
+        what += f"   code {spec['repository_url']}" + (f" @ {runs['commit'][:12]}" if runs["commit"] else "")
+    elif spec.get("code"):
+        what += f"   code {spec['code']}"
     return what
 
 

@@ -1,22 +1,11 @@
-"""`gptrain run NAME [options] -- ENTRYPOINT`: submit a job (to the scheduler's module in
-jobs/schedulers.py). What may follow `--`:
-
-    --train.max_steps=100 ...        built-in trainer flags
-    train.py ARGS                    a Python script (torchrun, --accels processes per node)
-    -m package.module ARGS           a Python module (torchrun)
-    run.sh ARGS / ./tool ARGS        a shell script (bash) or any executable file, once per node
-    bash run.sh / accelerate launch  any command on PATH, once per node
-"""
+"""`gptrain run NAME [options] -- ENTRYPOINT`: submit a job. The flags become a jobs.api.Request
+(jobs/submission.py: what may follow `--`, how a job file, flags and defaults merge)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
-from pathlib import Path
 
-from gptrain.errors import UserError
-from gptrain.jobs.schedulers import SCHEDULERS
+from gptrain.jobs.api import SCHEDULERS
 
 
 def add_run_args(p) -> None:
@@ -89,53 +78,21 @@ def register(sub) -> None:
 
 def cmd_run(args, extra) -> int:
     from gptrain.jobs import api
-    from gptrain.jobs import job_file
-    from gptrain.jobs import spec as spec_mod
-    from gptrain.jobs.local import user_setting
 
-    fields: dict = job_file.from_yaml(args.job_file) if args.job_file else {}
+    fields: dict = api.read_job_file(args.job_file) if args.job_file else {}
     for note in fields.pop("notes", []):
         print(f"note: {args.job_file}: {note}", file=sys.stderr)
-    if args.name:
-        fields["name"] = args.name
-    if "name" not in fields:
-        raise UserError("give the job a NAME (gptrain run NAME ...) or `name:` in the job file")
-    for key in ("nodes", "accels", "scheduler", "max_restarts", "datasets", "repository_url", "ref", "source",
-                "resume_args"):
-        if getattr(args, key) is not None:
-            fields[key] = getattr(args, key)
-    if args.code:
-        fields["code"] = os.path.abspath(os.path.expanduser(args.code))
-    if args.requirements and (fields.get("repository_url") or fields.get("source")):
-        fields.pop("requirements", None)
-        fields["requirements_file"] = args.requirements  # a path in the repository, read from its clone
-    elif args.requirements:
-        fields.pop("requirements_file", None)
-        fields["requirements"] = job_file.read_config_file(args.requirements, "requirements file")
-    if args.config:
-        fields["config"] = job_file.read_config_file(args.config)
-        fields["config_path"] = os.path.abspath(os.path.expanduser(args.config))
-    fields["env"] = {**fields.get("env", {}), **spec_mod.parse_env(args.env)}
-    fields["secrets"] = {**fields.get("secrets", {}), **spec_mod.parse_env(args.secret, "--secret")}
-    entrypoint(args.passthrough, fields)
-    if getattr(args, "training_command", None) == "run":  # the hosted words: its /input, /output
-        from gptrain.jobs.hosted_paths import rewrite
-
-        fields["args"], notes = rewrite(fields.get("args", []), fields.get("datasets") or [])
-        for note in notes:
-            print(f"note: {note}", file=sys.stderr)
-    fields.setdefault("scheduler", user_setting("defaults", "scheduler") or "local")
-    slurm_opts = {k: user_setting("slurm", k) for k in ("partition", "account", "time")}
-    slurm_opts = {k: v for k, v in slurm_opts.items() if v}
-    slurm_opts.update(fields.get("slurm") or {})
-    for key in ("partition", "account", "time", "sbatch_args", "port", "accel_type"):
-        if getattr(args, key) is not None:
-            slurm_opts[key] = getattr(args, key)
-    fields["slurm"] = slurm_opts
-    if fields["scheduler"] == "kubernetes":
-        fields["kubernetes"] = kube_options(args, fields.get("kubernetes") or {})
-    spec = spec_mod.JobSpec(**fields)
-    api.submit(spec, dry_run=args.dry_run)
+    request = api.Request(
+        fields=fields, name=args.name, entry=args.passthrough, datasets=args.datasets, nodes=args.nodes,
+        accels=args.accels, scheduler=args.scheduler, max_restarts=args.max_restarts, config=args.config,
+        env=args.env, secrets=args.secret, code=args.code, repository_url=args.repository_url, ref=args.ref,
+        source=args.source, requirements=args.requirements, resume_args=args.resume_args,
+        slurm={k: getattr(args, k) for k in api.SLURM_OPTIONS},
+        kubernetes={k: getattr(args, a) for k, a in KUBE_FLAGS.items()},
+        hosted=getattr(args, "training_command", None) == "run")
+    spec, notes = api.submit(request, dry_run=args.dry_run)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if args.dry_run:
         return 0
     nodes = f"{spec.min_nodes}:{spec.nodes}" if spec.elastic else spec.nodes
@@ -148,54 +105,6 @@ def cmd_run(args, extra) -> int:
     return 0
 
 
-def kube_options(args, from_file: dict) -> dict:
-    """--scheduler kubernetes options: config.toml [kubernetes], then the job file, then flags."""
-    from gptrain.jobs.local import user_setting
-
-    keys = {"image": "image", "volume": "k8s_volume", "namespace": "k8s_namespace", "context": "k8s_context",
-            "secrets": "k8s_secrets", "queue": "queue", "port": "port", "accel_type": "accel_type"}
-    opts = {k: user_setting("kubernetes", k) for k in (*keys, "python")}
-    opts = {k: v for k, v in opts.items() if v is not None}
-    opts.update(from_file)
-    opts.update({k: getattr(args, a) for k, a in keys.items() if getattr(args, a) is not None})
-    return opts
-
-
-def entrypoint(rest: list[str], fields: dict) -> None:
-    """What follows `--`, as JobSpec fields (entry kind, script/module/command, args); the
-    submit directory becomes the job's code when the entrypoint names something in it."""
-    if not rest:
-        return
-    head, tail = rest[0], rest[1:]
-    remote = bool(fields.get("repository_url") or fields.get("source"))
-    base = Path(fields.get("code") or os.getcwd())
-    if head == "-m":
-        if not tail:
-            raise UserError("-m needs a module name: gptrain run NAME -- -m package.module ARGS")
-        fields.update(module=tail[0], args=tail[1:])
-        top = tail[0].split(".")[0]
-        local = (base / top).is_dir() or (base / f"{top}.py").is_file()
-    elif head.startswith("-"):
-        fields["args"] = [*fields.get("args", []), *rest]
-        return
-    elif head.endswith(".py"):
-        if not remote and not (base / head).is_file() and not (not fields.get("code") and Path(head).is_file()):
-            raise UserError(f"script {head} does not exist" + (f" in {base}" if fields.get("code") else ""))
-        fields.update(script=head, args=tail)
-        local = not os.path.isabs(head)
-    else:
-        found = base / head if (base / head).is_file() else Path(head)
-        if found.is_file() and not remote and not os.access(found, os.X_OK):
-            if not head.endswith(".sh"):
-                raise UserError(f"{head} is not executable: `chmod +x {head}`, or name its interpreter "
-                                f"(-- bash {head})")
-            head, tail = "bash", [head, *tail]
-        elif not found.is_file() and not remote and shutil.which(head) is None:
-            raise UserError(f"{head}: no such file, and no such program on PATH")
-        elif remote and head.endswith(".sh"):
-            head, tail = "bash", [head, *tail]
-        fields.update(command=head, args=tail)
-        local = any(not os.path.isabs(w) and not w.startswith("-") and (base / w).is_file()
-                    for w in [head, *tail])
-    if local and not remote and not fields.get("code"):
-        fields["code"] = os.getcwd()  # the submit directory: relative paths work as they do here
+# the --scheduler kubernetes flags, by the option each sets (jobs/submission.py)
+KUBE_FLAGS = {"image": "image", "volume": "k8s_volume", "namespace": "k8s_namespace", "context": "k8s_context",
+              "secrets": "k8s_secrets", "queue": "queue", "port": "port", "accel_type": "accel_type"}

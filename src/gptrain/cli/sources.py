@@ -20,32 +20,24 @@ def register(sub) -> None:
 
 
 def cmd_add(args, extra) -> int:
-    from gptrain.home import check_name
-    from gptrain.jobs import code, store
+    from gptrain.jobs import api
 
-    check_name(args.name, "source")
-    url = code.check_url(args.url)
-    if "://" not in url and ":" not in url.split("/", 1)[0]:  # a local path: kept absolute
-        import os
-
-        url = os.path.abspath(os.path.expanduser(url))
-    store.add_source(args.name, url, code.check_ref(args.ref))
+    url = api.add_source(args.name, args.url, args.ref)
     print(f"source {args.name}: {url}" + (f" @ {args.ref}" if args.ref else ""))
     return 0
 
 
 def cmd_list(args, extra) -> int:
     from gptrain.cli import render
-    from gptrain.jobs import store
-    from gptrain.errors import redact
+    from gptrain.jobs import api
 
-    render.table([("NAME", "URL", "REF"), *((s["name"], redact(s["url"]), s["ref"] or "-") for s in store.list_sources())])
+    render.table([("NAME", "URL", "REF"), *((s["name"], s["url"], s["ref"] or "-") for s in api.sources())])
     return 0
 
 
 def cmd_rm(args, extra) -> int:
-    from gptrain.jobs import store
+    from gptrain.jobs import api
 
-    store.remove_source(args.name)
+    api.remove_source(args.name)
     print(f"removed source {args.name}")
     return 0

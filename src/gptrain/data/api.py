@@ -108,3 +108,91 @@ class TokenBlocks:
                 return iter(blocks)
 
         return Blocks()
+
+
+# ---- named datasets, for both faces (`gptrain data ...`, the console's datasets page) ---------
+
+def prepare(sources: list[str], out: str, **options) -> dict:
+    """Sources (files, folders, URLs, hub ids) tokenized into the prepared folder `out`
+    (data/prepare.py; a rerun continues one cut short); its meta.json."""
+    from gptrain.data.prepare import prepare as run
+
+    return run(sources, out, **options)
+
+
+def import_saved(source: str, out: str, tokenizer: str = "") -> dict:
+    """A Hugging Face save_to_disk folder of input_ids as the prepared folder `out`; its meta.json."""
+    from gptrain.data.hf_import import import_hf
+
+    return import_hf(source, out, tokenizer)
+
+
+def fetch_corpus(corpus: str, out: str | None = None) -> str:
+    """A known corpus (data/fetch.py) downloaded into `out` ($GPTRAIN_HOME/corpora/NAME)."""
+    from gptrain.data.fetch import fetch
+    from gptrain.home import home
+
+    return fetch(corpus, out or str(home() / "corpora" / corpus))
+
+
+def push(name: str, folder: str, tokenizer: str = "") -> tuple[str, str]:
+    """The folder stored as the named dataset `name`; (its kind, where it is kept)."""
+    from gptrain.data.store import kind_of, push as store_push
+
+    dest = store_push(name, folder, tokenizer)
+    return kind_of(dest), str(dest)
+
+
+def datasets() -> list[dict]:
+    """The named datasets: name, kind, tokenizer, tokens, bytes, created, path."""
+    from gptrain.data.store import list_all
+
+    return [{**d, "kind": d.get("kind") or "prepared"} for d in list_all()]
+
+
+def remove(name: str) -> None:
+    from gptrain.data.store import remove as store_remove
+
+    store_remove(name)
+
+
+def inspect(ref: str, verify: bool = False) -> dict:
+    """What a dataset (a name or a folder) holds: {path, kind, verified} and, prepared, its
+    meta and a decoded sample; else its files (name, bytes, sha256). `verify`: every file's
+    sha256 checked (and token ids against vocab_size), else sizes only."""
+    from gptrain.data import nanogpt_dir
+    from gptrain.data.formats import is_prepared_dir, read_meta, verify as check
+    from gptrain.data.store import MANIFEST, resolve, verify_any
+
+    path = resolve(ref)
+    if nanogpt_dir.is_nanogpt_dir(path):  # read as push, train and eval read it (a prepared copy, cached)
+        path = nanogpt_dir.cached(path)
+    if is_prepared_dir(path):
+        check(path, checksums=verify)
+        return {"path": str(path), "kind": "prepared", "meta": read_meta(path), "sample": sample(path),
+                "verified": verify}
+    try:
+        info = verify_any(path, checksums=verify)
+    except UserError:
+        if (path / MANIFEST).exists():
+            raise
+        raise UserError(f"{path} is not a pushed dataset nor a prepared one (no meta.json); "
+                        f"push it first with `gptrain data push NAME {path}`") from None
+    return {"path": str(path), **info, "verified": verify}
+
+
+_samples: dict[tuple, str] = {}
+
+
+def sample(path, tokens: int = 64) -> str:
+    """The first `tokens` tokens of a prepared dataset's train split (its val split when train is
+    empty), decoded; cached per folder and size (the console shows one per dataset)."""
+    from gptrain import tokenizers
+    from gptrain.data.formats import open_split, read_meta
+
+    key = (str(path), tokens)
+    if key not in _samples:
+        meta = read_meta(path)
+        split = "train" if meta["splits"].get("train", {}).get("tokens") else "val"
+        _samples[key] = tokenizers.from_spec(meta["tokenizer"]).decode(open_split(path, split)[:tokens].tolist())
+    return _samples[key]

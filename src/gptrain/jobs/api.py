@@ -16,9 +16,12 @@ from pathlib import Path
 
 from gptrain.errors import BadName, NotFound, UserError
 from gptrain.home import check_name
-from gptrain.jobs import copy_out, folder, records, secrets, store
+from gptrain.jobs import copy_out, folder, records, secrets, store, submission
 from gptrain.jobs.procs import SUPERVISORS
-from gptrain.jobs.schedulers import scheduler
+from gptrain.jobs.schedulers import SCHEDULERS, refresh_job, resume_job, scheduler  # noqa: F401 (the faces' choices)
+from gptrain.jobs.found import model_source  # noqa: F401 (what a user names as MODEL: a path or hub id)
+from gptrain.jobs.metrics_file import MetricsFile  # noqa: F401 (the console's charts read through it)
+from gptrain.jobs.submission import SLURM_KEYS as SLURM_OPTIONS, Request  # noqa: F401 (for the faces)
 
 REFRESH_S = 2.0  # the whole table is brought up to date at most this often (refresh_all)
 ROWS_TTL_S = 0.5  # a table asked for again within this is the one computed
@@ -33,15 +36,41 @@ def known(name: str) -> dict:
 
 
 def job(name: str) -> dict:
-    """The job, its state first brought up to date by its scheduler (records.refresh)."""
+    """The job, its state first brought up to date by its scheduler (schedulers.refresh_job)."""
     known(name)
-    return records.refresh(name)
+    return refresh_job(name)
 
 
-def submit(spec, dry_run: bool = False) -> None:
-    """Hand the job to its scheduler (which validates it and records it through records.create,
-    all or nothing)."""
-    scheduler(spec.scheduler).submit(spec, dry_run=dry_run)
+def submit(request: Request, dry_run: bool = False) -> tuple:
+    """Submit what a user asked for (jobs/submission.py: a job file or an earlier job's fields,
+    flags or a form on top, the user's defaults); (spec, notes). The scheduler validates the
+    job and records it through records.create, all or nothing; dry_run prints it instead."""
+    return submission.submit(request, dry_run)
+
+
+def database_error(e: BaseException):
+    """The one-line UserError for a gptrain.db SQLite cannot read, else None (for a face's last catch)."""
+    from gptrain.db import corrupt
+
+    return corrupt(e)
+
+
+def rerun(old: str, name: str, args: list[str] | None = None, config: str | None = None) -> tuple:
+    """Submit job `old` again as `name` (jobs/submission.fields_of), with its trainer flags or
+    program arguments replaced by `args` and its config TOML by `config` when given; the same
+    checks and one-line errors as `gptrain run`. (spec, notes)."""
+    record = known(old)
+    fields = submission.fields_of(record["spec"], secrets.load(old), folder.code_dir(folder.job_dir(old)))
+    if args is not None:
+        fields["args"] = list(args)
+    return submit(Request(fields=fields, name=name, config_text=config))
+
+
+def read_job_file(path: str) -> dict:
+    """A job.yaml's fields (jobs/job_file.py), for a Request."""
+    from gptrain.jobs import job_file
+
+    return job_file.from_yaml(path)
 
 
 def stop(name: str, timeout: float = 120.0, wait: bool = False) -> str:
@@ -60,7 +89,7 @@ def stop(name: str, timeout: float = 120.0, wait: bool = False) -> str:
         return (f"stopping, asked through {folder.stop_request(folder.job_dir(name))}: {str(e).split(' (')[0]} "
                 "(a local job's supervisor saves a checkpoint and stops it; nothing more is recorded)")
     state = scheduler(record["scheduler"]).stop(name, timeout)
-    while wait and (state := records.refresh(name)["state"]) not in store.TERMINAL:
+    while wait and (state := refresh_job(name)["state"]) not in store.TERMINAL:
         time.sleep(0.5)
     return state
 
@@ -70,10 +99,22 @@ def resume(name: str, from_id: str | None = None) -> None:
     `from_id` names (verified first; jobs/records.py)."""
     known(name)
     if from_id is None:
-        records.resume(name)
+        resume_job(name)
         return
-    row = checkpoint(from_id, name)
-    records.resume_from(name, row)
+    _resume_from(name, checkpoint(from_id, name))
+
+
+def _resume_from(name: str, row: dict) -> None:
+    """resume() from the checkpoint `row` rather than the newest (jobs/found.choose: verified,
+    then named in the job's folder), undone when the scheduler refuses the resume."""
+    from gptrain.jobs import found
+
+    undo = found.choose(folder.job_dir(name), row)
+    try:
+        resume_job(name)
+    except BaseException:
+        undo()
+        raise
 
 
 def remove(name: str) -> None:
@@ -104,7 +145,11 @@ def report(name: str, fresh: bool = True) -> dict:
     row = shown(full, values)
     d = folder.job_dir(name)
     cfg = folder.trainer_config(d)
+    from gptrain.jobs.spec import JobSpec
+
+    runs = JobSpec.from_dict(spec)
     out = {"job": row, "spec": spec, "ranks": row["nodes"] * row["accels"],
+           "runs": {"entry": runs.entry, "argv": runs.argv, "args": runs.args, "commit": runs.commit},
            "events": [{**e, "message": secrets.mask(e["message"], values)} for e in store.events(name)],
            "checkpoints": [{k: c.get(k) for k in CHECKPOINT_SHOWN} for c in checkpoints(name)],
            "config": secrets.mask(cfg.read_text(), values) if cfg.is_file() else None}
@@ -250,7 +295,7 @@ def follow_log(name: str, rank):
     from gptrain.jobs import logs
 
     def ended() -> bool:
-        return records.refresh(name)["state"] in store.TERMINAL
+        return refresh_job(name)["state"] in store.TERMINAL
 
     return logs.follow(log_path(name, rank), secrets.load(name).values(), ended)
 
@@ -330,3 +375,24 @@ def zip_job(name: str, dest: Path) -> None:
     """The job's folder as the zip file `dest`, its logs masked (jobs/copy_out.py)."""
     known(name)
     copy_out.zip_job(folder.job_dir(name), Path(dest), secrets.load(name).values())
+
+
+# ---- named repositories (`gptrain source`, `run --source NAME`) --------------------------------
+
+def add_source(name: str, url: str, ref: str | None = None) -> str:
+    """Name a git repository (jobs/code.py checks its URL and ref); the URL as kept."""
+    from gptrain.jobs import code
+
+    check_name(name, "source")
+    return code.add_source(name, url, ref)
+
+
+def sources() -> list[dict]:
+    """The named repositories (name, url with any credential masked, ref)."""
+    from gptrain.errors import redact
+
+    return [{**s, "url": redact(s["url"])} for s in store.list_sources()]
+
+
+def remove_source(name: str) -> None:
+    store.remove_source(name)

@@ -319,3 +319,17 @@ def _build_venv(out: Path, requirements: str) -> None:
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
+
+
+def add_source(name: str, url: str, ref: str | None = None) -> str:
+    """Record a named repository (`gptrain source add`): its URL and default ref checked, a
+    local path made absolute; the URL as kept."""
+    import os
+
+    from gptrain.jobs import store
+
+    url = check_url(url)
+    if "://" not in url and ":" not in url.split("/", 1)[0]:  # a local path: kept absolute
+        url = os.path.abspath(os.path.expanduser(url))
+    store.add_source(name, url, check_ref(ref))
+    return url

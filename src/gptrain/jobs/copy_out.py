@@ -46,12 +46,10 @@ def export(ckpt: dict, job_dir: Path, dest: Path, fmt: str = "native") -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         if fmt == "hf":
-            from gptrain.models.hf import export_hf
-            from gptrain.models.load import load_model
-            from gptrain.refs import resolve
+            from gptrain.models.api import export as export_model
+            from gptrain.weights.scan import loadable_at
 
-            model, tok = load_model(resolve(str(ckpt["path"])))
-            export_hf(model, tok, tmp)
+            export_model(str(loadable_at(Path(ckpt["path"]), ckpt["name"])), tmp, "hf")
         else:
             from gptrain.weights import checksums
 

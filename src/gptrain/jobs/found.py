@@ -41,6 +41,32 @@ def newest(rows: list[dict]) -> dict | None:
     return weights_scan.newest([r for r in rows if not r.get("damaged")], ROOTS)
 
 
+def choose(job_dir, row: dict):
+    """Make checkpoint `row` the one the job's next start resumes from (`gptrain resume --from`):
+    it must pass verification; the job's folder then names it (the pin `pinned` reads and, for
+    the built-in trainer's own checkpoints, the `latest` it resumes from). Returns what undoes it."""
+    from gptrain.atomic import write_text_atomic
+    from gptrain.weights import checksums, layout
+
+    jdir, path = Path(job_dir), Path(row["path"])
+    if path.is_dir():
+        checksums.verify(path)
+    own = layout.root_of(jdir) / path.name == path and layout.is_checkpoint_dir(path)
+    pointer = layout.root_of(jdir) / "latest"
+    before = pointer.read_text() if own and pointer.is_file() else None
+    write_text_atomic(folder.resume_pin(jdir), row["name"] + "\n")
+    if own:
+        write_text_atomic(pointer, path.name + "\n")
+
+    def undo():
+        folder.resume_pin(jdir).unlink(missing_ok=True)
+        if own and before is not None:
+            write_text_atomic(pointer, before)
+        elif own:
+            pointer.unlink(missing_ok=True)
+    return undo
+
+
 def pinned(job_dir, rows: list[dict]) -> dict | None:
     """The row `gptrain resume --from` chose, while the program has written nothing since
     (a checkpoint newer than the choice makes it moot); None when there is none."""
@@ -81,3 +107,34 @@ def scan_job(job: str) -> list[dict]:
 
     known = {r["name"]: r for r in store.checkpoints(job)}
     return scan(folder.job_dir(job), known)
+
+
+def model_source(ref: str) -> str:
+    """What a user names as MODEL (generate, eval, export, model.init_from,
+    checkpoint.resume_from), as the path or hub id models/ and train/ load, in this order:
+    a path (weights/weights_scan.loadable_at: a checkpoint is itself, a folder its newest loadable
+    checkpoint), a checkpoint ID, a job name (its newest loadable checkpoint), else a hub id as
+    it is. A checkpoint ID or job name that cannot be loaded is one line."""
+    from gptrain.errors import NotFound, UserError
+    from gptrain.home import NAME_RE, home
+    from gptrain.jobs import store
+
+    path = Path(ref).expanduser()
+    if path.exists():
+        return str(weights_scan.loadable_at(path, ref))
+    if not NAME_RE.fullmatch(ref) or not (home() / "gptrain.db").is_file():
+        return ref
+    try:
+        row = store.checkpoint_by_id(ref)
+    except UserError:
+        row = None
+    if row is not None:
+        if not Path(row["path"]).exists():
+            raise NotFound(f"checkpoint {ref} ({row['job']}/{row['name']}) is no longer on disk "
+                           f"(pruned by keep_last?); see `gptrain checkpoints {row['job']}`")
+        return str(weights_scan.loadable_at(Path(row["path"]), ref))
+    try:
+        store.get_job(ref)
+    except UserError:
+        return ref
+    return weights_scan.newest_loadable(scan_job(ref), f"job {ref}", f"gptrain checkpoints {ref}", ROOTS)

@@ -53,51 +53,6 @@ def forget(name: str, made: Path | None) -> None:
         secrets.remove(name)
 
 
-def refresh(name: str) -> dict:
-    """The job, with its state first brought up to date by its scheduler (Slurm's view; for a
-    local job, reconciling: a dead supervisor's job is ended or handed to a new supervisor)."""
-    from gptrain.jobs import store
-    from gptrain.jobs.schedulers import scheduler
-
-    return scheduler(store.get_job(name)["scheduler"]).refresh(name)
-
-
-def resume(name: str) -> None:
-    """A failed or stopped job started again by the scheduler it ran on, from its newest checkpoint."""
-    from gptrain.jobs import store
-    from gptrain.jobs.schedulers import scheduler
-
-    scheduler(store.get_job(name)["scheduler"]).resume(name)
-
-
-def resume_from(name: str, row: dict) -> None:
-    """resume() from the checkpoint `row` rather than the newest: it must pass verification; the
-    job's folder then names it (jobs/found.py's pin, and for the built-in trainer's own
-    checkpoints the `latest` it resumes from), undone when the scheduler refuses the resume."""
-    from pathlib import Path
-
-    from gptrain.atomic import write_text_atomic
-    from gptrain.weights import checksums, layout
-
-    path = Path(row["path"])
-    if path.is_dir():
-        checksums.verify(path)
-    jdir = folder.job_dir(name)
-    own = layout.root_of(jdir) / path.name == path and layout.is_checkpoint_dir(path)
-    pointer = layout.root_of(jdir) / "latest"
-    before = pointer.read_text() if own and pointer.is_file() else None
-    write_text_atomic(folder.resume_pin(jdir), row["name"] + "\n")
-    if own:
-        write_text_atomic(pointer, path.name + "\n")
-    try:
-        resume(name)
-    except BaseException:
-        folder.resume_pin(jdir).unlink(missing_ok=True)
-        if own:
-            write_text_atomic(pointer, before) if before is not None else pointer.unlink(missing_ok=True)
-        raise
-
-
 def sync_checkpoints(name: str) -> None:
     """The job's checkpoint rows made to match its directory; on a full disk the rows recorded
     so far stand (reads keep answering)."""

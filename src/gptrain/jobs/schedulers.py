@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib
 from typing import Protocol
 
+from gptrain.jobs.spec import ENGINES
+
 
 class Scheduler(Protocol):
     def submit(self, spec, dry_run: bool = False) -> str | None:
@@ -33,6 +35,7 @@ class Scheduler(Protocol):
 
 SCHEDULERS = {"local": "gptrain.jobs.local", "slurm": "gptrain.jobs.slurm",
               "kubernetes": "gptrain.jobs.kube", "ray": "gptrain.jobs.ray_cluster"}
+assert tuple(SCHEDULERS) == ENGINES  # the names a job's spec may give (jobs/spec.py)
 OPERATIONS = tuple(n for n in vars(Scheduler) if not n.startswith("_"))
 
 
@@ -43,3 +46,18 @@ def scheduler(name: str) -> Scheduler:
 
         raise UserError(f"unknown scheduler {name!r}{closest(name, SCHEDULERS)}: use one of {', '.join(SCHEDULERS)}")
     return importlib.import_module(SCHEDULERS[name])
+
+
+def refresh_job(name: str) -> dict:
+    """The job, with its state first brought up to date by its scheduler (Slurm's view; for a
+    local job, reconciling: a dead supervisor's job is ended or handed to a new supervisor)."""
+    from gptrain.jobs import store
+
+    return scheduler(store.get_job(name)["scheduler"]).refresh(name)
+
+
+def resume_job(name: str) -> None:
+    """A failed or stopped job started again by the scheduler it ran on, from its newest checkpoint."""
+    from gptrain.jobs import store
+
+    scheduler(store.get_job(name)["scheduler"]).resume(name)

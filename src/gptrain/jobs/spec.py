@@ -32,7 +32,8 @@ from gptrain.config_check import PATH_KEYS
 from gptrain.errors import UserError, closest
 from gptrain.home import check_name
 from gptrain.jobs.launch import ENTRY_KINDS
-from gptrain.jobs.schedulers import SCHEDULERS
+
+ENGINES = ("local", "slurm", "kubernetes", "ray")  # jobs/schedulers.py maps each to its module
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NODES = re.compile(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?")  # N or MIN:MAX
@@ -100,8 +101,8 @@ class JobSpec:
             if getattr(self, key) < least:
                 raise UserError(f"--{key.replace('_', '-')} must be a whole number >= {least}, "
                                 f"got {getattr(self, key)!r}")
-        if self.scheduler not in SCHEDULERS:
-            raise UserError(f"unknown scheduler {self.scheduler!r}: use {' or '.join(SCHEDULERS)}")
+        if self.scheduler not in ENGINES:
+            raise UserError(f"unknown scheduler {self.scheduler!r}: use {' or '.join(ENGINES)}")
         check_env(self.env, "env")
         check_env(self.secrets, "secret")
         ours = sorted(k for k in self.secrets if k.startswith("GPTRAIN_"))

@@ -18,7 +18,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from gptrain.errors import UserError
-from gptrain.models.registry import GPTConfig  # the shape, torch-free for fast config checks
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the shape (models/registry.py, torch-free): a type here, never an import
+    from gptrain.models.registry import GPTConfig
 
 
 CAUSAL = "causal"
@@ -68,11 +71,7 @@ class CausalLM(nn.Module):
             self.lm_head.weight = self.transformer.wte.weight
         self.fused_loss = True  # False: the reference logits -> cross-entropy path
         self.loss_fn = cross_entropy  # that path's loss (compiled by parallelize when asked)
-        self.init_weights()
-        if cfg.lora_r:  # the adapters a LoRA run's checkpoint holds (models/lora.py)
-            from gptrain.models.lora import attach
-
-            attach(self)
+        self.init_weights()  # (adapters: models/lora.py attaches them to a built model)
 
     def embed(self, idx, start_pos: int):
         raise NotImplementedError

@@ -9,11 +9,16 @@ column split of c_attn hands every tensor-parallel rank whole heads (as in Megat
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gptrain.models.base import CAUSAL, CausalLM, GPTConfig, attention
+from gptrain.models.base import CAUSAL, CausalLM, attention
+
+if TYPE_CHECKING:  # a type only (models/registry.py)
+    from gptrain.models.registry import GPTConfig
 
 
 class CausalSelfAttention(nn.Module):

@@ -10,11 +10,16 @@ embeddings use HF's rotate-half convention, so q_proj/k_proj need no permutation
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gptrain.models.base import CAUSAL, CausalLM, GPTConfig, attention
+from gptrain.models.base import CAUSAL, CausalLM, attention
+
+if TYPE_CHECKING:  # a type only (models/registry.py)
+    from gptrain.models.registry import GPTConfig
 
 
 def rotary(q, k, start_pos: int, theta: float):

@@ -1,6 +1,6 @@
 """Resolve what a user names as MODEL into a (model, tokenizer) pair.
 
-Names (job names, checkpoint IDs) are resolved before, at the CLI edge, by gptrain/refs.py:
+Names (job names, checkpoint IDs) are resolved before, at the CLI edge, by jobs/api.model_source:
 this module sees only paths and hub ids, and never the job store.
 """
 
@@ -43,7 +43,7 @@ def tokenizer_of_dir(model_dir: Path):
 
 
 def load_model(source: str, device: str = "cpu", **overrides):
-    """(model in eval mode on device, tokenizer or None) from a source that gptrain/refs.py
+    """(model in eval mode on device, tokenizer or None) from a source that jobs/api.model_source
     resolved: a gptrain checkpoint or training output directory, a Hugging Face model directory
     (a Trainer's checkpoint-N included) or hub id, or a nanoGPT ckpt.pt file."""
     from gptrain.models import hf
@@ -123,6 +123,10 @@ def load_for_inference(path, device="cpu", **overrides):
         model.lora_base = base  # (what `export --format peft` names as the base)
     else:
         model = build(cfg)
+        if cfg.lora_r:  # a LoRA run from scratch: the adapters its checkpoint holds, on a new model
+            from gptrain.models.lora import attach
+
+            attach(model)
     sd = {"model": {k: v for k, v in model.state_dict().items() if base is None or ".lora_" in k}}
     if cfg.tie_embeddings:
         sd["model"].pop("lm_head.weight", None)  # it is wte

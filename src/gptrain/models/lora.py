@@ -200,12 +200,10 @@ def merged(model):
     config.lora_r = 0 (what `export --format hf` writes); the model itself is left as it is."""
     import copy
 
-    from gptrain.models.registry import build
-
     cfg = copy.deepcopy(model.config)
     cfg.lora_r, cfg.lora_quant = 0, ""
     with torch.device("meta"):
-        plain = build(cfg)
+        plain = type(model)(cfg)  # (its own architecture's class: models/registry.py built it)
     plain.to_empty(device="cpu")
     state = {}
     with torch.no_grad():

@@ -93,7 +93,7 @@ class Checkpointing:
         if where == "none":
             return
         if where != "auto":
-            self._resume(layout.resolve(where))  # a directory (names were resolved by gptrain/refs.py)
+            self._resume(layout.resolve(where))  # a directory (names were resolved by jobs/api.model_source)
             return
         if self.cfg.checkpoint.remote:
             self._fetch_remote(layout.find_latest(self.out))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from gptrain.jobs.metrics_file import MetricsFile
+from gptrain.jobs.api import MetricsFile
 
 CURVES = {"loss": ("train", "loss"), "eval_loss": ("eval", "loss"), "lr": ("train", "lr"),
           "tokens_per_s": ("train", "tokens_per_s"), "mfu": ("train", "mfu")}

@@ -1,8 +1,10 @@
-"""The console's URLs: four pages, their JSON API, the live streams and the two actions.
+"""The console's URLs: four pages, their JSON API, the live streams and the actions.
 
 Pages are one HTML shell (static/page.html) naming the page's script; the data comes from the
 API, then from an event stream. Actions are POST only (security.py checks origin and CSRF
-token before they get here) and call what `gptrain stop` and `gptrain rm` call.
+token before they get here) and call what the CLI calls: `gptrain stop`, `gptrain rm`,
+`gptrain run` (a new run, or a job run again with its flags and config edited: jobs/api.py's
+Request, the same checks and one-line errors), `gptrain generate` (models/api.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from starlette.staticfiles import StaticFiles
 
 from gptrain.errors import BadName, NotFound, UserError
 from gptrain.jobs import api
+from gptrain.models import api as models_api
 from gptrain.ui import sse, views
 from gptrain.ui.downsample import MAX_POINTS
 from gptrain.ui.metrics import CURVES, XS
@@ -157,6 +160,102 @@ def _remove(name: str) -> dict:
     return {"removed": name}
 
 
+MAX_BODY = 1 << 20  # an action's JSON: a form's fields, a config, a prompt
+
+
+async def _body(request) -> dict:
+    """The JSON object a form posted (UserError: too large, not JSON, not an object)."""
+    import json
+
+    raw = await request.body()
+    if len(raw) > MAX_BODY:
+        raise UserError(f"the request is larger than {MAX_BODY} bytes")
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        raise UserError("the request is not JSON") from None
+    if not isinstance(body, dict):
+        raise UserError("the request is not a JSON object")
+    return body
+
+
+def _text(body: dict, key: str, default: str | None = "") -> str | None:
+    value = body.get(key, default)
+    if value is not None and not isinstance(value, str):
+        raise UserError(f"{key} must be text")
+    return value
+
+
+def _flags(text: str | None) -> list[str] | None:
+    """Flags or arguments as typed (a shell's words, one line or many)."""
+    import shlex
+
+    if text is None:
+        return None
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        raise UserError(f"the flags: {e}") from None
+
+
+def _submitted(spec_notes) -> dict:
+    spec, notes = spec_notes
+    return {"name": spec.name, "notes": notes}
+
+
+def _launch(body: dict) -> dict:
+    """A new run: `gptrain run NAME --dataset DS [--config] -- FLAGS`."""
+    dataset = _text(body, "dataset")
+    request = api.Request(name=_text(body, "name") or None, datasets=[dataset] if dataset else None,
+                          entry=_flags(_text(body, "args")) or [], config_text=_text(body, "config", None) or None)
+    return _submitted(api.submit(request))
+
+
+def _rerun(old: str, body: dict) -> dict:
+    return _submitted(api.rerun(old, _text(body, "name"), _flags(_text(body, "args", None)),
+                                _text(body, "config", None)))
+
+
+def _generate(name: str, body: dict) -> dict:
+    """Text from the job's checkpoint `checkpoint` (an ID; default its newest): `gptrain generate`."""
+    def number(key, kind, default):
+        value = body.get(key, default)
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{key} must be a number")
+        return kind(value)
+
+    api.known(name)
+    ckpt = _text(body, "checkpoint") or None
+    source = api.model_source(api.checkpoint(ckpt, name)["id"] if ckpt else name)
+    sampling = models_api.Sampling(prompt=_text(body, "prompt"), max_new_tokens=number("max_new_tokens", int, 50),
+                                   temperature=number("temperature", float, 0.8))
+    return {"texts": models_api.generate(source, sampling, name=name)}
+
+
+async def action_launch(request):
+    try:
+        body = await _body(request)
+    except UserError as e:
+        return JSONResponse({"error": str(e)}, status_code=400)
+    return await _call(_launch, body)
+
+
+async def action_rerun(request):
+    try:
+        body = await _body(request)
+    except UserError as e:
+        return JSONResponse({"error": str(e)}, status_code=400)
+    return await _call(_rerun, request.path_params["name"], body)
+
+
+async def action_generate(request):
+    try:
+        body = await _body(request)
+    except UserError as e:
+        return JSONResponse({"error": str(e)}, status_code=400)
+    return await _call(_generate, request.path_params["name"], body)
+
+
 async def action_stop(request):
     return await _call(_stop, request.path_params["name"])
 
@@ -247,6 +346,9 @@ ROUTES = [
     Route("/api/jobs/{name}/checkpoints/{id}/hf.zip", download("hf")),
     Route("/api/jobs/{name}/stop", action_stop, methods=["POST"]),
     Route("/api/jobs/{name}/remove", action_remove, methods=["POST"]),
+    Route("/api/jobs/{name}/rerun", action_rerun, methods=["POST"]),
+    Route("/api/jobs/{name}/generate", action_generate, methods=["POST"]),
+    Route("/api/runs", action_launch, methods=["POST"]),
     Route("/api/datasets", api_datasets),
     Mount("/static", app=CachedStatic(directory=str(STATIC)), name="static"),
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from gptrain.data import api as data_api
 from gptrain.errors import UserError
 from gptrain.jobs import api
 from gptrain.ui import metrics
@@ -45,28 +46,15 @@ def forget(name: str) -> None:
 
 # ---- datasets ---------------------------------------------------------------------------------
 
-_samples: dict[tuple, str] = {}
-
-
 def datasets() -> list[dict]:
-    from gptrain.data import store as data_store
-
+    """The named datasets (data/api.py), each prepared one with a decoded sample of its first tokens."""
     return [{**{k: d.get(k) for k in ("name", "kind", "tokenizer", "tokens", "bytes", "created")},
-             "sample": sample(d["name"], d["path"]) if d.get("kind") in (None, "prepared") else None}
-            for d in data_store.list_all()]
+             "sample": sample(d["path"]) if d["kind"] == "prepared" else None}
+            for d in data_api.datasets()]
 
 
-def sample(name: str, path: str, tokens: int = 160) -> str:
-    """The first tokens of the dataset's train split, decoded (cached per dataset directory)."""
-    key = (name, path)
-    if key not in _samples:
-        try:
-            from gptrain.data.formats import open_split, read_meta
-            from gptrain.tokenizers import from_spec
-
-            split = "train" if "train" in read_meta(path)["splits"] else "val"
-            ids = open_split(path, split)[:tokens].tolist()
-            _samples[key] = from_spec(read_meta(path)["tokenizer"]).decode(ids)
-        except (UserError, OSError, KeyError, ValueError) as e:
-            return f"(no sample: {e})"
-    return _samples[key]
+def sample(path: str, tokens: int = 160) -> str:
+    try:
+        return data_api.sample(path, tokens)
+    except (UserError, OSError, KeyError, ValueError) as e:
+        return f"(no sample: {e})"

@@ -37,7 +37,7 @@ def kind_of(path) -> str | None:
 
 
 def source_kind(path) -> str | None:
-    """What a model is loaded from, for a path resolved at the CLI edge (gptrain/refs.py):
+    """What a model is loaded from, for a path resolved at the CLI edge (jobs/api.model_source):
     'nanogpt' for a file (models/nanogpt.py says when it is not one), 'gptrain' for a checkpoint
     or a training output directory holding one, 'hf' for a HF model directory (a Trainer's
     checkpoint-N included), None for a directory that is none of these or no local path (a hub id)."""

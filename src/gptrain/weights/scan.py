@@ -116,3 +116,42 @@ def _mtime_size(p: Path) -> tuple[float, int]:
             except OSError:
                 continue
     return mtime, size
+
+
+LOADABLE = ("gptrain", "hf-trainer", "hf-model", "nanogpt")
+KINDS_HINT = "gptrain loads gptrain, Hugging Face (model dirs, Trainer checkpoint-N) and nanoGPT checkpoints"
+
+
+def newest_loadable(rows: list[dict], what: str, see: str, tops: tuple = ()) -> str:
+    """The path of the newest row gptrain can load as a model (`newest`'s rule, other kinds
+    left out); one-line UserError saying why there is none."""
+    from gptrain.errors import UserError
+
+    if not rows:
+        raise UserError(f"{what} has no checkpoint yet; see `{see}`")
+    best = newest([r for r in rows if r["kind"] in LOADABLE and not r.get("damaged")], tops)
+    if best is None:
+        kinds = ", ".join(sorted({f"{r['name']} ({r['kind']})" for r in rows})[:3])
+        raise UserError(f"{what} has checkpoints gptrain cannot load as a model ({kinds}); {KINDS_HINT}")
+    return best["path"]
+
+
+def loadable_at(path: Path, ref: str) -> Path:
+    """What a model path a user gave stands for: a checkpoint of any kind is itself; a gptrain
+    training output directory stays itself (its newest checkpoint: weights/layout.py); any other
+    folder its newest loadable checkpoint. One-line UserError when it holds none."""
+    from gptrain.errors import UserError
+    from gptrain.weights.layout import find_latest
+    from gptrain.weights.names import WEIGHT_SUFFIXES
+
+    if path.is_file():
+        if path.suffix in (".pt", ".pth", ".ckpt"):
+            return path  # read as a nanoGPT checkpoint (models/nanogpt.py says if it is not one)
+        hint = " (pass the directory holding it and its config.json)" if path.name.endswith(WEIGHT_SUFFIXES) else ""
+        raise UserError(f"{ref} is a file, not a model{hint}; {KINDS_HINT}")
+    if kind_of(path) or find_latest(path) is not None:
+        return path
+    rows = scan_folder(path)
+    if not rows:
+        raise UserError(f"{ref} is not a model directory and holds no checkpoint; {KINDS_HINT}")
+    return Path(newest_loadable(rows, ref, f"ls {ref}"))

@@ -20,8 +20,10 @@ gp.get = async function (url) {
   return body;
 };
 
-gp.post = async function (url) {
-  const r = await fetch(url, { method: "POST", headers: { "X-CSRF-Token": gp.CSRF } });
+gp.post = async function (url, body) {
+  const headers = { "X-CSRF-Token": gp.CSRF };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const r = await fetch(url, { method: "POST", headers, body: body === undefined ? undefined : JSON.stringify(body) });
   const body = await r.json().catch(() => ({}));
   if (!r.ok) throw new Error(body.error || `HTTP ${r.status}`);
   return body;
@@ -77,3 +79,28 @@ gp.chart = function (parent, title, xLabel, series, data) {
 
 // Curves {x: [...], y: [...]} with different xs joined into one uPlot table (gaps as null).
 gp.join = (curves) => (curves.length ? uPlot.join(curves.map((c) => [c.x, c.y])) : [[]]);
+
+// A run's form (a new run, or a job run again with changes): name, flags, config; the server
+// checks it as `gptrain run` does and answers its one-line error, shown under the form.
+gp.runForm = function (id, fields, submit) {
+  const name = gp.el("input", { id: id + "-name", size: 30, value: fields.name || "" });
+  const extra = fields.dataset !== undefined ? gp.el("select", { id: id + "-dataset" }) : null;
+  const args = gp.el("textarea", { id: id + "-args", rows: 4, cols: 80 });
+  args.value = fields.args || "";
+  const config = gp.el("textarea", { id: id + "-config", rows: 8, cols: 80 });
+  config.value = fields.config || "";
+  const err = gp.el("p", { id: id + "-error", class: "error" });
+  const go = gp.el("button", { id: id + "-submit", onclick: async () => {
+    err.textContent = "";
+    go.disabled = true;
+    try {
+      const r = await gp.post(submit.url, { name: name.value, args: args.value, config: config.value || null,
+        ...(extra ? { dataset: extra.value } : {}) });
+      location.href = "/jobs/" + encodeURIComponent(r.name);
+    } catch (e) { err.textContent = e.message; } finally { go.disabled = false; }
+  } }, submit.label);
+  const form = gp.el("div", { class: "form", id }, gp.el("label", {}, "name ", name),
+    extra ? gp.el("label", {}, " dataset ", extra) : "", gp.el("div", {}, gp.el("label", { for: args.id }, fields.argsLabel)),
+    args, gp.el("div", {}, gp.el("label", { for: config.id }, "config (TOML)")), config, gp.el("div", {}, go), err);
+  return { form, name, args, config, dataset: extra };
+};

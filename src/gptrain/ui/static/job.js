@@ -15,12 +15,31 @@
   const events = gp.el("ul", { id: "events", class: "timeline" }), ckpts = $("tbody", "checkpoints");
   const config = $("pre", "config"), spec = $("pre", "spec");
   error.className = "error";
+  // ---- try a checkpoint: text from it, through what `gptrain generate` calls
+  const prompt = gp.el("textarea", { id: "prompt", rows: 3, cols: 80 });
+  const maxNew = gp.el("input", { id: "max-new-tokens", type: "number", value: 40, min: 1, max: 2000 });
+  const ckptSel = $("select", "try-checkpoint"), sampled = gp.el("pre", { id: "sampled" }), tryErr = gp.el("p", { id: "try-error", class: "error" });
+  const tryBtn = gp.el("button", { id: "generate", onclick: async () => {
+    tryErr.textContent = ""; sampled.textContent = "…"; tryBtn.disabled = true;
+    try {
+      const r = await gp.post(`${api}/generate`, { prompt: prompt.value, max_new_tokens: Number(maxNew.value), checkpoint: ckptSel.value });
+      sampled.textContent = r.texts.join("\n---\n");
+    } catch (e) { sampled.textContent = ""; tryErr.textContent = e.message; } finally { tryBtn.disabled = false; }
+  } }, "generate");
+  const tryBox = gp.el("div", { class: "form" }, prompt, gp.el("div", {}, gp.el("label", {}, "checkpoint ", ckptSel),
+    gp.el("label", {}, " new tokens ", maxNew), " ", tryBtn), tryErr, sampled);
+  // ---- run again: its flags and config in a form, submitted as `gptrain run` would
+  const rerun = gp.runForm("rerun", { name: name + "-2", argsLabel: "flags after -- (trainer flags, or your program's arguments)" },
+    { url: `${api}/rerun`, label: "run" });
+  const rerunBox = rerun.form;
+  let filled = false;
   main.append(gp.el("h1", {}, name, " ", state), gp.el("div", { class: "toolbar" }, stopBtn, rmBtn,
     gp.el("a", { href: "/compare?jobs=" + encodeURIComponent(name) }, "compare…")), error, info, charts,
     gp.el("h2", {}, "Logs ", rankSel), log, gp.el("h2", {}, "Events"), events,
     gp.el("h2", {}, "Checkpoints"), gp.el("table", {}, gp.el("thead", {}, gp.el("tr", {},
       ["name", "kind", "step", "train loss", "eval loss", "saved", "size", ""].map((h) => gp.el("th", {}, h)))), ckpts),
-    gp.el("h2", {}, "Resolved config"), config, gp.el("h2", {}, "Job spec"), spec);
+    gp.el("h2", {}, "Resolved config"), config, gp.el("h2", {}, "Job spec"), spec,
+    gp.el("h2", {}, "Try it"), tryBox, gp.el("h2", {}, "Run again with changes"), rerunBox);
 
   async function act(what) {
     try {
@@ -47,6 +66,14 @@
       gp.el("td", {}, gp.el("a", { href: `${api}/checkpoints/${c.id}.zip`, class: "download" }, "zip"), " ",
         gp.el("a", { href: `${api}/checkpoints/${c.id}/hf.zip`, class: "download-hf", title: "exported as a Hugging Face model" }, "HF zip")))));
     config.textContent = d.config || "(no resolved config: the job has not started the built-in trainer)";
+    const keep = ckptSel.value;
+    ckptSel.replaceChildren(gp.el("option", { value: "" }, "newest"), ...d.checkpoints.map((c) => gp.el("option", { value: c.id }, c.name)));
+    ckptSel.value = keep;
+    if (!filled) {  // once: what the user types is never replaced by an update
+      filled = true;
+      rerun.args.value = (d.spec.args || []).join("\n");
+      rerun.config.value = d.spec.config || "";
+    }
     spec.textContent = JSON.stringify(d.spec, null, 2);
     if (d.ranks !== ranks) {
       ranks = d.ranks;

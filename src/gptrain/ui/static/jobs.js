@@ -11,7 +11,16 @@
     location.href = "/compare?jobs=" + encodeURIComponent(names.join(","));
   } }, "compare selected");
   const body = gp.el("tbody", { id: "jobs-body" });
-  main.append(gp.el("h1", {}, "Jobs"), gp.el("div", { class: "toolbar" }, gp.el("label", {}, "show ", filter), compare),
+  const launch = gp.runForm("launch", { dataset: "", argsLabel: "trainer flags (--train.max_steps=100 ...), or a script and its arguments" },
+    { url: "/api/runs", label: "launch" });
+  const details = gp.el("details", { id: "new-run" }, gp.el("summary", {}, "New run…"), launch.form);
+  details.addEventListener("toggle", async () => {
+    if (!details.open || launch.dataset.options.length) return;
+    const sets = await gp.get("/api/datasets");
+    launch.dataset.replaceChildren(gp.el("option", { value: "" }, "(none: in the flags)"),
+      ...sets.map((d) => gp.el("option", { value: d.name }, d.name)));
+  });
+  main.append(gp.el("h1", {}, "Jobs"), gp.el("div", { class: "toolbar" }, gp.el("label", {}, "show ", filter), compare), details,
     gp.el("table", { id: "jobs" }, gp.el("thead", {}, gp.el("tr", {}, ["", "name", "state", "resources", "step", "loss", "age"].map((h) => gp.el("th", {}, h)))), body));
 
   let stream = null;

@@ -1,0 +1,170 @@
+"""A job to submit, as a user asks for it: a job file's (or an earlier job's) fields, then what
+was given on top (flags, a form), then the user's defaults in $GPTRAIN_HOME/config.toml; what
+follows `--` classified as the entrypoint. One path for both faces (`gptrain run`, the console's
+"run again with changes"): the same checks, the same one-line errors, nothing recorded on one.
+
+    --train.max_steps=100 ...        built-in trainer flags
+    train.py ARGS                    a Python script (torchrun, --accels processes per node)
+    -m package.module ARGS           a Python module (torchrun)
+    run.sh ARGS / ./tool ARGS        a shell script (bash) or any executable file, once per node
+    bash run.sh / accelerate launch  any command on PATH, once per node
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gptrain.errors import UserError
+
+SLURM_KEYS = ("partition", "account", "time", "sbatch_args", "port", "accel_type")
+KUBE_KEYS = ("image", "volume", "namespace", "context", "secrets", "queue", "port", "accel_type")
+
+
+@dataclass
+class Request:
+    """What to submit. `fields`: the job file's (jobs/job_file.py) or an earlier job's spec;
+    the rest, when given (not None), override them. `config` is a TOML file's path, or
+    `config_text` its text (the console's edited copy)."""
+    fields: dict = field(default_factory=dict)
+    name: str | None = None
+    entry: list[str] = field(default_factory=list)  # what follows `--`
+    datasets: list[str] | None = None
+    nodes: str | None = None
+    accels: int | None = None
+    scheduler: str | None = None
+    max_restarts: int | None = None
+    config: str | None = None
+    config_text: str | None = None
+    env: list[str] = field(default_factory=list)  # K=V
+    secrets: list[str] = field(default_factory=list)  # K=V, or K from this process's environment
+    code: str | None = None
+    repository_url: str | None = None
+    ref: str | None = None
+    source: str | None = None
+    requirements: str | None = None
+    resume_args: str | None = None
+    slurm: dict = field(default_factory=dict)  # SLURM_KEYS given
+    kubernetes: dict = field(default_factory=dict)  # KUBE_KEYS given
+    hosted: bool = False  # the hosted service's words (`training run`): its /input, /output
+    cwd: str = field(default_factory=os.getcwd)  # where relative paths and the code are found
+
+
+def build(req: Request) -> tuple:
+    """(JobSpec, notes) of a request, checked as far as a spec checks itself."""
+    from gptrain.jobs import job_file
+    from gptrain.jobs import spec as spec_mod
+    from gptrain.jobs.local import user_setting
+
+    fields, notes = dict(req.fields), []
+    notes += fields.pop("notes", [])
+    if req.name:
+        fields["name"] = req.name
+    if "name" not in fields:
+        raise UserError("give the job a NAME (gptrain run NAME ...) or `name:` in the job file")
+    for key in ("nodes", "accels", "scheduler", "max_restarts", "datasets", "repository_url", "ref", "source",
+                "resume_args"):
+        if getattr(req, key) is not None:
+            fields[key] = getattr(req, key)
+    if req.code:
+        fields["code"] = os.path.abspath(os.path.join(req.cwd, os.path.expanduser(req.code)))
+    if req.requirements and (fields.get("repository_url") or fields.get("source")):
+        fields.pop("requirements", None)
+        fields["requirements_file"] = req.requirements  # a path in the repository, read from its clone
+    elif req.requirements:
+        fields.pop("requirements_file", None)
+        fields["requirements"] = job_file.read_config_file(req.requirements, "requirements file")
+    if req.config:
+        fields["config"] = job_file.read_config_file(req.config)
+        fields["config_path"] = os.path.abspath(os.path.expanduser(req.config))
+    if req.config_text is not None:
+        fields["config"], fields["config_path"] = req.config_text, None
+    fields["env"] = {**fields.get("env", {}), **spec_mod.parse_env(req.env)}
+    fields["secrets"] = {**fields.get("secrets", {}), **spec_mod.parse_env(req.secrets, "--secret")}
+    entrypoint(req.entry, fields, req.cwd)
+    if req.hosted:
+        from gptrain.jobs.hosted_paths import rewrite
+
+        fields["args"], more = rewrite(fields.get("args", []), fields.get("datasets") or [])
+        notes += more
+    fields.setdefault("scheduler", user_setting("defaults", "scheduler") or "local")
+    slurm = {k: v for k in ("partition", "account", "time") if (v := user_setting("slurm", k))}
+    slurm.update(fields.get("slurm") or {})
+    slurm.update({k: v for k, v in req.slurm.items() if v is not None})
+    fields["slurm"] = slurm
+    if fields["scheduler"] == "kubernetes":
+        kube = {k: v for k in (*KUBE_KEYS, "python") if (v := user_setting("kubernetes", k)) is not None}
+        kube.update(fields.get("kubernetes") or {})
+        kube.update({k: v for k, v in req.kubernetes.items() if v is not None})
+        fields["kubernetes"] = kube
+    return spec_mod.JobSpec(**fields), notes
+
+
+def fields_of(spec: dict, secret_values: dict, code_snapshot: Path) -> dict:
+    """An earlier job's fields, to run it again (the console's "run again with changes"): its
+    entrypoint, resources, datasets, environment and config; its secrets' values (never sent
+    to a page: read here from its 0600 file); its code as it was, from its snapshot (a
+    repository at the commit it cloned)."""
+    skip = {"name", "secrets", "python", "commit", "entry", "ray", "config_path", "min_nodes"}
+    fields = {k: v for k, v in spec.items() if k not in skip and v not in (None, [], {})}
+    fields["secrets"] = dict(secret_values)
+    if spec.get("min_nodes"):
+        fields["nodes"] = f"{spec['min_nodes']}:{spec['nodes']}"
+    if spec.get("repository_url") and spec.get("commit"):
+        fields["ref"] = spec["commit"]
+    elif spec.get("code") and code_snapshot.is_dir():
+        fields["code"] = str(code_snapshot)
+    return fields
+
+
+def submit(req: Request, dry_run: bool = False) -> tuple:
+    """Build the request's spec and hand it to its scheduler (which records it, all or nothing);
+    (spec, notes). With dry_run the scheduler prints what it would submit."""
+    from gptrain.jobs.schedulers import scheduler
+
+    spec, notes = build(req)
+    scheduler(spec.scheduler).submit(spec, dry_run=dry_run)
+    return spec, notes
+
+
+def entrypoint(rest: list[str], fields: dict, cwd: str) -> None:
+    """What follows `--`, as JobSpec fields (entry kind, script/module/command, args); the
+    submit directory becomes the job's code when the entrypoint names something in it."""
+    if not rest:
+        return
+    head, tail = rest[0], rest[1:]
+    remote = bool(fields.get("repository_url") or fields.get("source"))
+    base = Path(fields.get("code") or cwd)
+    if head == "-m":
+        if not tail:
+            raise UserError("-m needs a module name: gptrain run NAME -- -m package.module ARGS")
+        fields.update(module=tail[0], args=tail[1:])
+        top = tail[0].split(".")[0]
+        local = (base / top).is_dir() or (base / f"{top}.py").is_file()
+    elif head.startswith("-"):
+        fields["args"] = [*fields.get("args", []), *rest]
+        return
+    elif head.endswith(".py"):
+        here = Path(cwd) / head
+        if not remote and not (base / head).is_file() and not (not fields.get("code") and here.is_file()):
+            raise UserError(f"script {head} does not exist" + (f" in {base}" if fields.get("code") else ""))
+        fields.update(script=head, args=tail)
+        local = not os.path.isabs(head)
+    else:
+        found = base / head if (base / head).is_file() else Path(cwd) / head
+        if found.is_file() and not remote and not os.access(found, os.X_OK):
+            if not head.endswith(".sh"):
+                raise UserError(f"{head} is not executable: `chmod +x {head}`, or name its interpreter "
+                                f"(-- bash {head})")
+            head, tail = "bash", [head, *tail]
+        elif not found.is_file() and not remote and shutil.which(head) is None:
+            raise UserError(f"{head}: no such file, and no such program on PATH")
+        elif remote and head.endswith(".sh"):
+            head, tail = "bash", [head, *tail]
+        fields.update(command=head, args=tail)
+        local = any(not os.path.isabs(w) and not w.startswith("-") and (base / w).is_file()
+                    for w in [head, *tail])
+    if local and not remote and not fields.get("code"):
+        fields["code"] = cwd  # the submit directory: relative paths work as they do here

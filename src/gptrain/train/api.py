@@ -1,0 +1,95 @@
+"""What a user does with training, for both faces: run the trainer in this process (`gptrain
+train`, and every worker of a job), and evaluate a model on a dataset (`gptrain eval`). Model
+names are resolved before (jobs/api.model_source): this layer sees paths and hub ids only.
+"""
+
+from __future__ import annotations
+
+from gptrain.stop import install as install_stop  # noqa: F401 (`gptrain train` calls it first)
+
+STOPPED_EXIT = 143  # a run stopped before its last step (a signal): saved, and not a success
+
+
+def train(argv: list[str], resolve=None) -> int:
+    """Train as `gptrain train ARGV` says; the exit code: 0 completed, STOPPED_EXIT when a stop
+    (`gptrain stop`, a preemption) ended it before its last step, after its checkpoint.
+    `resolve(ref) -> path` turns model.init_from and checkpoint.resume_from names into paths."""
+    from gptrain import config
+    from gptrain.train.trainer import train as run
+
+    cfg = config.parse_train_args(argv)
+    if resolve is not None:
+        if cfg.model.init_from:
+            cfg.model.init_from = resolve(cfg.model.init_from)
+        if cfg.checkpoint.resume_from not in ("auto", "none"):
+            cfg.checkpoint.resume_from = resolve(cfg.checkpoint.resume_from)
+    result = run(cfg)
+    return STOPPED_EXIT if result["status"] == "stopped" else 0
+
+
+def help_text() -> str:
+    """Every config field with its default and doc, then the alias table (`gptrain train --help`)."""
+    import dataclasses
+    import typing
+
+    from gptrain import config, config_check
+
+    out = ["usage: gptrain train [CONFIG.toml] [--section.key=value ...] [HF-Trainer-style flags]",
+           "", "Train a GPT model in the foreground (alone or under torchrun).", ""]
+    for section, cls in config.SECTIONS.items():
+        out.append(f"[{section}]")
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            tp = config._base_type(hints[f.name])[0]
+            kind = getattr(tp, "__name__", str(tp))
+            choices = f.metadata.get("choices")
+            kind = "|".join(choices) if choices else kind
+            if any(f.metadata[k] is not None for k in ("ge", "gt", "lt", "le")):
+                kind += f" {config_check.bounds(f.metadata)}"
+            out.append(f"  --{section}.{f.name} ({kind}, default {default!r})")
+            out.append(f"      {f.metadata['doc']}")
+        out.append("")
+    out.append("HF Trainer and FMEngine/DeepSpeed flags accepted as aliases:")
+    for name, (key, _) in config.ALIASES.items():
+        out.append(f"  --{name:<30} -> {key}")
+    for name in config.DEEPSPEED_FLAGS:
+        out.append(f"  --{name + ' FILE':<30} -> batch sizes, precision, optimizer, clipping, lr schedule "
+                   "of a DeepSpeed JSON")
+    return "\n".join(out)
+
+
+def evaluate(source: str, dataset: str, split: str | None = None, batch_size: int = 8,
+             max_blocks: int | None = None, device: str = "auto") -> tuple[dict, list[str]]:
+    """Loss, perplexity, accuracy and tokens of the model at `source` on `dataset`'s `split` (val
+    by default: train when the data has only that), read as training reads it; and notes."""
+    from gptrain.data.formats import open_examples, read_meta
+    from gptrain.data.loader import eval_batches
+    from gptrain.data.remote_shards import open_tokens
+    from gptrain.errors import UserError
+    from gptrain.models.load import load_model, pick_device
+    from gptrain.tokenizers import name_of, same
+    from gptrain.train.evaluate import evaluate as run
+    from gptrain.train.model_init import resolve_data
+
+    device = pick_device(device)
+    model, tokenizer = load_model(source, device=device)
+    # what training takes, read the same way: a prepared or pushed dataset, a save_to_disk
+    # folder, a text/JSONL/parquet file or URL (tokenized once, with the model's own tokenizer)
+    data_dir = resolve_data(dataset, tokenizer=name_of(tokenizer) if tokenizer is not None else "")
+    meta = read_meta(data_dir)
+    if tokenizer is not None and not same(tokenizer, meta["tokenizer"]):
+        raise UserError(f"dataset {dataset} was tokenized with {meta['tokenizer_name']}, "
+                        f"not with the model's tokenizer ({tokenizer.name})")
+    notes, chosen = [], split or "val"
+    if chosen not in meta["splits"] and split is None and "train" in meta["splits"]:
+        chosen = "train"  # a save_to_disk folder or a pushed file set with one split only
+        notes.append(f"{dataset} has no val split; evaluating on its train split")
+    tokens = open_tokens(data_dir, chosen)
+    batches = eval_batches(tokens, model.config.block_size, batch_size, max_blocks=max_blocks,
+                           vocab_size=meta["vocab_size"], source=f"dataset {data_dir}",
+                           examples=open_examples(data_dir, chosen, len(tokens)))
+    result = run(lambda x, y: model(x), batches, device)
+    if not result:
+        raise UserError(f"the {chosen} split has fewer than {model.config.block_size + 1} tokens")
+    return result, notes
