@@ -64,7 +64,7 @@ def test_generate_and_run_again_with_changes_from_the_job_page(finished, console
     name = browser.find_element(By.ID, "rerun-name")
     name.clear()
     name.send_keys("bad")
-    edited = args.get_attribute("value").replace("--train.max_steps=3", "--train.max_steps=-1")
+    edited = args.get_attribute("value").replace("--train.batch_size=4", "--train.batch_size=0")
     browser.execute_script("arguments[0].value = arguments[1]", args, edited)
     browser.find_element(By.ID, "rerun-submit").click()
     said = wait_until(lambda: browser.find_element(By.ID, "rerun-error").text, 30, "no error shown")
@@ -75,7 +75,8 @@ def test_generate_and_run_again_with_changes_from_the_job_page(finished, console
     # a good edit: 4 steps and a config of its own; the new job runs and ends
     name.clear()
     name.send_keys("again")
-    browser.execute_script("arguments[0].value = arguments[1]", args, edited.replace("=-1", "=4"))
+    browser.execute_script("arguments[0].value = arguments[1]", args, edited.replace(
+        "--train.batch_size=0", "--train.batch_size=4").replace("--train.max_steps=3", "--train.max_steps=4"))
     config = browser.find_element(By.ID, "rerun-config")
     browser.execute_script("arguments[0].value = arguments[1]", config, "[train]\nseed = 7\n")
     browser.find_element(By.ID, "rerun-submit").click()

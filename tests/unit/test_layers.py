@@ -1,5 +1,5 @@
 """Data flows one way (ARCHITECTURE.md): models/ and train/ never import jobs/; names are
-resolved at the CLI edge (gptrain/refs.py) and paths passed down."""
+resolved at the CLI edge (jobs/api.model_source) and paths passed down."""
 
 import re
 

@@ -24,9 +24,9 @@ gp.post = async function (url, body) {
   const headers = { "X-CSRF-Token": gp.CSRF };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const r = await fetch(url, { method: "POST", headers, body: body === undefined ? undefined : JSON.stringify(body) });
-  const body = await r.json().catch(() => ({}));
-  if (!r.ok) throw new Error(body.error || `HTTP ${r.status}`);
-  return body;
+  const answer = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(answer.error || `HTTP ${r.status}`);
+  return answer;
 };
 
 // Streams are closed when the page goes away: a browser holds at most 6 connections to one
