@@ -119,7 +119,7 @@ def _resume_from(name: str, row: dict) -> None:
 
 def remove(name: str) -> None:
     known(name)
-    records.remove(name)
+    records.remove(name, refresh_job(name))
 
 
 def report(name: str, fresh: bool = True) -> dict:

@@ -69,15 +69,15 @@ def sync_checkpoints(name: str) -> None:
                 raise
 
 
-def remove(name: str) -> None:
-    """Delete a finished job: its record, its directory, its secrets."""
+def remove(name: str, job: dict) -> None:
+    """Delete a finished job (`job`: its record, brought up to date by its scheduler): its
+    record, its directory, its secrets."""
     import shutil
 
     from gptrain.errors import UserError
     from gptrain.jobs import secrets, store
     from gptrain.jobs.folder import job_dir
 
-    job = refresh(name)
     if job["state"] in store.ACTIVE:
         raise UserError(f"job {name} is {job['state']}; `gptrain stop {name}` first")
     store.delete_job(name)
