@@ -90,6 +90,28 @@ def test_a_killed_rank_restarts_from_the_latest_checkpoint(ray_job):
     nothing_left(ray_job, "faulty")
 
 
+def test_an_unasked_sigterm_to_a_worker_preempts_and_the_job_continues(ray_job):
+    """SIGTERM to rank 1 on the second node (an admin, an eviction): it saves at the step reached
+    with rank 0 and exits 143; the job is `preempted`, continues without spending a restart, and
+    succeeds (jobs/supervisor.py, which the Ray supervisor inherits)."""
+    import re
+
+    run_ray("evicted", "--", "--train.max_steps=40", "--checkpoint.every=1000", "--train.do_eval=false", *TRAIN)
+    log = _job_dir("evicted") / "logs" / "rank-0.log"
+    wait_until(lambda: re.search(r"step\s+([5-9]|\d\d)/", log.read_text() if log.exists() else "")
+               and 1 in _worker_pids("evicted"), 180, "evicted never reached step 5")
+    os.kill(_worker_pids("evicted")[1], signal.SIGTERM)
+    j = wait_for("evicted")
+    assert j["state"] == "succeeded" and j["restarts"] == 0, (j, events_of("evicted", "preempted"))
+    preempted = events_of("evicted", "preempted")
+    assert len(preempted) == 1 and "got SIGTERM" in preempted[0], preempted
+    first = log.read_text().split("--- gptrain: attempt")[1]
+    trained = max(int(s) for s in re.findall(r"step\s+(\d+)/", first))
+    assert f"saved checkpoint {_job_dir('evicted')}/checkpoints/step-{trained:06d}" in first, first[-2000:]
+    assert f"resumed from {_job_dir('evicted')}/checkpoints/step-{trained:06d}" in log.read_text()
+    nothing_left(ray_job, "evicted")
+
+
 def test_kill_9_of_the_supervisor_ends_the_job_on_every_node(ray_job):
     """The supervisor is the job's Ray driver: Ray ends a dead driver's actors, and the agents
     and workers die with them; the job is then ended by the reconciler, as a local one."""

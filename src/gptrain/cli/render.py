@@ -1,14 +1,20 @@
 """How the CLI shows things: tables, sizes, times, ages and numbers, in one place. The rules are
-the console's (ui/static/common.js: gp.bytes, gp.age, gp.num), so a job reads the same in both."""
+one spec both faces read (gptrain/assets/render.json; the console's common.js: gp.loss, gp.bytes,
+gp.age, gp.time), so a job reads the same in both (tests/browser/test_ui_render.py)."""
 
 from __future__ import annotations
 
+import json
 import time
+from importlib import resources
+
+SPEC = json.loads((resources.files("gptrain") / "assets" / "render.json").read_text())
+MISSING = SPEC["missing"]
 
 
 def table(rows) -> None:
     """Rows (the first is the header) printed in left-aligned columns two spaces apart."""
-    rows = [tuple("-" if c is None else str(c) for c in r) for r in rows]
+    rows = [tuple(MISSING if c is None else str(c) for c in r) for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
@@ -17,37 +23,37 @@ def table(rows) -> None:
 def size(n: float | None) -> str:
     """1536 -> '1.5 KiB' (binary units, as the console shows them)."""
     if n is None:
-        return "-"
-    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        return MISSING
+    for unit, scale in SPEC["size_units"]:
         if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
+            return f"{n / scale:.{SPEC['size_decimals']}f} {unit}"
+    return f"{int(n)} {SPEC['size_bytes_unit']}"
 
 
 def when(t: float | None) -> str:
     """A time as local 'YYYY-MM-DD HH:MM:SS' ('-' when unknown)."""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else MISSING
 
 
 def age(t: float | None) -> str:
     """How long ago: '3d', '5h', '12m', '40s' ('-' when unknown)."""
     if not t:
-        return "-"
+        return MISSING
     s = max(time.time() - t, 0)
-    for unit, scale in (("d", 86400), ("h", 3600), ("m", 60)):
+    for unit, scale in SPEC["age_units"]:
         if s >= scale:
             return f"{int(s // scale)}{unit}"
-    return f"{int(s)}s"
+    return f"{int(s)}{SPEC['age_seconds_unit']}"
 
 
 def loss(v: float | None) -> str:
     """A loss to 4 decimals ('-' when there is none)."""
-    return "-" if v is None else f"{v:.4f}"
+    return MISSING if v is None else f"{v:.{SPEC['loss_decimals']}f}"
 
 
 def count(n: int | None) -> str:
     """A count with thousands separators ('-' when there is none)."""
-    return "-" if n is None else f"{n:,}"
+    return MISSING if n is None else f"{n:,}"
 
 
 def nodes(job: dict) -> str:

@@ -9,6 +9,7 @@ Request, the same checks and one-line errors), `gptrain generate` (models/api.py
 
 from __future__ import annotations
 
+import html
 import os
 from importlib import resources
 from pathlib import Path
@@ -47,6 +48,8 @@ def _version() -> str:
 
 
 VERSION = _version()
+# how numbers read, the same spec the CLI's render.py reads (an attribute value: HTML-escaped)
+RENDER = html.escape((resources.files("gptrain") / "assets" / "render.json").read_text(), quote=True)
 LOG_PAGES_PER_TICK = 8  # a log stream sends at most 8 pages (512 KiB) each half second
 STOP_TIMEOUT_S = 120.0  # as `gptrain stop`'s default --timeout
 PAGES = {"jobs": "Jobs", "job": "Job", "compare": "Compare", "datasets": "Datasets"}
@@ -89,7 +92,8 @@ def page(name: str):
                 return _refused(e)
             title = request.path_params["name"]
         html = (STATIC / "page.html").read_text().replace("{{title}}", title).replace(
-            "{{page}}", name).replace("{{csrf}}", request.app.state.csrf).replace("{{v}}", VERSION)
+            "{{page}}", name).replace("{{csrf}}", request.app.state.csrf).replace("{{v}}", VERSION).replace(
+            "{{render}}", RENDER)
         return HTMLResponse(html, headers={"Cache-Control": "no-store"})
     return endpoint
 

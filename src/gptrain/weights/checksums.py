@@ -190,7 +190,7 @@ class Check:
     hashes only every world-th large file (the ranks of a job split the work; the caller
     combines their `problems()`)."""
 
-    def __init__(self, folder, what: str = "checkpoint", threads: int = 4, share=(0, 1)):
+    def __init__(self, folder, what: str = "checkpoint", threads: int | None = None, share=(0, 1)):
         self.folder, self.what = Path(folder), what
         self.files = read(self.folder, what)
         self._pool, self._futures = None, []
@@ -200,6 +200,8 @@ class Check:
         self._raise([p for p in quick if p])
         big = sorted((n for n, w in self.files.items() if w[0] > SMALL), key=lambda n: -self.files[n][0])
         mine = big[share[0]::share[1]]
+        if threads is None:  # beside a load that needs a core of its own: the others, at most 4
+            threads = max(1, min(4, (os.cpu_count() or 2) - 1))
         if mine:
             self._pool = ThreadPoolExecutor(max(1, min(threads, len(mine))))
             self._futures = [self._pool.submit(_check, self.folder, n, self.files[n]) for n in mine]
@@ -226,10 +228,10 @@ class Check:
             raise VerificationError(self.folder, problems[0] + more, self.what)
 
 
-def verify(folder, what: str = "checkpoint", threads: int = 4) -> str:
+def verify(folder, what: str = "checkpoint", threads: int | None = None) -> str:
     """VERIFIED when every file in `folder`'s list has its size and checksum, UNVERIFIED when it
     has no list; else a VerificationError naming the file."""
-    return Check(folder, what, threads).result()
+    return Check(folder, what, threads or min(4, os.cpu_count() or 1)).result()
 
 
 def verify_small(folder, name: str, what: str = "checkpoint") -> None:

@@ -1,7 +1,8 @@
 // Shared by every page: DOM building (text only: nothing from the server becomes HTML),
 // JSON calls, POST actions with the CSRF token, Server-Sent Events, number formats, charts.
 "use strict";
-const gp = window.gp = { CSRF: document.querySelector('meta[name=csrf]').content };
+const gp = window.gp = { CSRF: document.querySelector('meta[name=csrf]').content,
+  R: JSON.parse(document.querySelector('meta[name=render]').content) };  // gptrain/assets/render.json
 
 gp.el = function (tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -46,20 +47,29 @@ gp.listen = function (url, handlers) {
 };
 
 gp.status = (text) => { document.getElementById("status").textContent = text; };
-gp.num = (v, d = 4) => (v === null || v === undefined ? "-" : Number(v).toPrecision(d));
+// Numbers as the CLI shows them (cli/render.py): one spec, gp.R
+gp.missing = (v) => v === null || v === undefined;
+gp.loss = (v) => (gp.missing(v) ? gp.R.missing : Number(v).toFixed(gp.R.loss_decimals));
+gp.plain = (v) => (gp.missing(v) ? gp.R.missing : String(v));
+gp.count = (n) => (gp.missing(n) ? gp.R.missing : Number(n).toLocaleString("en-US"));
 gp.bytes = function (n) {
-  for (const [u, s] of [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) if (n >= s) return (n / s).toFixed(1) + " " + u;
-  return n + " B";
+  if (gp.missing(n)) return gp.R.missing;
+  for (const [u, s] of gp.R.size_units) if (n >= s) return (n / s).toFixed(gp.R.size_decimals) + " " + u;
+  return Math.trunc(n) + " " + gp.R.size_bytes_unit;
 };
 gp.age = function (t) {
-  if (!t) return "-";
-  const s = Date.now() / 1000 - t;
-  for (const [u, n] of [["d", 86400], ["h", 3600], ["m", 60]]) if (s >= n) return Math.floor(s / n) + u;
-  return Math.floor(Math.max(s, 0)) + "s";
+  if (!t) return gp.R.missing;
+  const s = Math.max(Date.now() / 1000 - t, 0);
+  for (const [u, n] of gp.R.age_units) if (s >= n) return Math.floor(s / n) + u;
+  return Math.floor(s) + gp.R.age_seconds_unit;
 };
 gp.tick = (v) => (v === null ? "" : v !== 0 && (Math.abs(v) >= 1e5 || Math.abs(v) < 1e-2) ? v.toExponential(1) : String(+v.toPrecision(3)));
 gp.nodes = (j) => (j.min_nodes ? `${j.min_nodes}:${j.nodes}` : String(j.nodes)); // elastic: MIN:MAX, as typed
-gp.time = (t) => (t ? new Date(t * 1000).toLocaleString() : "-");
+gp.time = function (t) {  // local YYYY-MM-DD HH:MM:SS
+  if (!t) return gp.R.missing;
+  const d = new Date(t * 1000), p = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+};
 gp.stateBadge = (s) => gp.el("span", { class: "state " + s }, s);
 gp.COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#ca8a04"];
 

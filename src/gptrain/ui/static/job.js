@@ -61,8 +61,8 @@
       ` · created ${gp.time(j.created)} · started ${gp.time(j.started)} · ended ${gp.time(j.ended)} · restarts ${j.restarts}`;
     events.replaceChildren(...d.events.map((e) => gp.el("li", {}, gp.el("time", {}, gp.time(e.time)), gp.el("b", {}, e.kind), " ", e.message)));
     ckpts.replaceChildren(...d.checkpoints.map((c) => gp.el("tr", { "data-checkpoint": c.id },
-      gp.el("td", {}, c.name), gp.el("td", {}, c.kind ?? "-"), gp.el("td", { class: "num" }, c.step ?? "-"), gp.el("td", { class: "num" }, gp.num(c.train_loss)),
-      gp.el("td", { class: "num" }, gp.num(c.eval_loss)), gp.el("td", {}, gp.time(c.time)), gp.el("td", { class: "num" }, gp.bytes(c.size)),
+      gp.el("td", {}, c.name), gp.el("td", {}, c.kind ?? "-"), gp.el("td", { class: "num" }, gp.plain(c.step)), gp.el("td", { class: "num" }, gp.loss(c.train_loss)),
+      gp.el("td", { class: "num" }, gp.loss(c.eval_loss)), gp.el("td", {}, gp.time(c.time)), gp.el("td", { class: "num" }, gp.bytes(c.size)),
       gp.el("td", {}, gp.el("a", { href: `${api}/checkpoints/${c.id}.zip`, class: "download" }, "zip"), " ",
         gp.el("a", { href: `${api}/checkpoints/${c.id}/hf.zip`, class: "download-hf", title: "exported as a Hugging Face model" }, "HF zip")))));
     config.textContent = d.config || "(no resolved config: the job has not started the built-in trainer)";

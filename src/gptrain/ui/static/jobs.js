@@ -31,8 +31,8 @@
       gp.el("td", {}, gp.el("a", { href: "/jobs/" + encodeURIComponent(j.name) }, j.name)),
       gp.el("td", { class: "state-cell" }, gp.stateBadge(j.state)),
       gp.el("td", {}, `${gp.nodes(j)}x${j.accels} ${j.scheduler}`),
-      gp.el("td", { class: "num" }, j.step ?? "-"),
-      gp.el("td", { class: "num" }, j.loss === null ? "-" : Number(j.loss).toFixed(4)),
+      gp.el("td", { class: "num" }, gp.plain(j.step)),
+      gp.el("td", { class: "num" }, gp.loss(j.loss)),
       gp.el("td", { class: "num" }, gp.age(j.created)))));
     gp.jobs = rows;
     gp.drawnAt = gp.drawnAt || performance.now();
