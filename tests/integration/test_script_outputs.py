@@ -163,6 +163,33 @@ def test_nanogpt_style_script_checkpoint_listed_and_generated(slots, tmp_path):
     assert (dest / "ckpt.pt").is_file()
 
 
+def test_a_nanogpt_job_on_a_pushed_char_dataset_generates_with_that_datasets_tokenizer(slots, tmp_path):
+    """A nanoGPT-style program trained as a job on a pushed char dataset leaves a ckpt.pt with no
+    meta.pkl beside it: `generate JOB` takes the job's dataset's tokenizer (it said 'has no
+    tokenizer files'); the same checkpoint named by its path still asks for --tokenizer."""
+    from tests.helpers import make_dataset
+
+    data = make_dataset(tmp_path)
+    vocab = json.loads((data / "meta.json").read_text())["vocab_size"]
+    ok("data", "push", "chars", data)
+    s = script(tmp_path, "nano.py", textwrap.dedent(f"""
+        import os, pathlib, sys
+        sys.path.insert(0, sys.argv[1])
+        from tests.unit.test_found import nanogpt_ckpt
+        nanogpt_ckpt(pathlib.Path(os.environ["GPTRAIN_OUTPUT_DIR"]) / "ckpt.pt", iter_num=20, vocab={vocab})
+        """))
+    from tests.conftest import ROOT
+
+    ok("run", "nanochar", "--dataset", "chars", "--", s, ROOT)
+    assert wait_for("nanochar")["state"] == "succeeded"
+    out = ok("generate", "nanochar", "--prompt", "the", "--max-new-tokens", "8", "--seed", "1")
+    assert out.startswith("the") and len(out.rstrip("\n")) == len("the") + 8, out
+    (row,) = json.loads(ok("checkpoints", "nanochar", "--json"))
+    assert ok("generate", row["id"], "--prompt", "the", "--max-new-tokens", "2").startswith("the")
+    r = run_cli("generate", row["path"], "--prompt", "the")
+    assert r.returncode == 2 and "--tokenizer" in r.stderr, r.stderr
+
+
 def test_generate_on_a_job_whose_checkpoints_gptrain_cannot_load_says_so(slots, tmp_path):
     s = script(tmp_path, "w.py", """
         import os, pathlib

@@ -52,12 +52,13 @@ def register(sub) -> None:
 
 
 def cmd_generate(args, extra) -> int:
-    from gptrain.jobs.api import model_source
+    from gptrain.jobs.api import dataset_tokenizer, model_source
     from gptrain.models.api import Sampling, generate
 
     sampling = Sampling(prompt=args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                         top_k=args.top_k, top_p=args.top_p, seed=args.seed, num_samples=args.num_samples,
-                        tokenizer=args.tokenizer, device=args.device, dtype=args.dtype)
+                        tokenizer=args.tokenizer, device=args.device, dtype=args.dtype,
+                        fallback_tokenizer=dataset_tokenizer(args.model))
     texts = generate(model_source(args.model), sampling, name=args.model)
     for i, text in enumerate(texts):
         if len(texts) > 1:

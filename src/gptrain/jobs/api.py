@@ -19,7 +19,7 @@ from gptrain.home import check_name
 from gptrain.jobs import copy_out, folder, records, secrets, store, submission
 from gptrain.jobs.procs import SUPERVISORS
 from gptrain.jobs.schedulers import SCHEDULERS, refresh_job, resume_job, scheduler  # noqa: F401 (the faces' choices)
-from gptrain.jobs.found import model_source  # noqa: F401 (what a user names as MODEL: a path or hub id)
+from gptrain.jobs.found import dataset_tokenizer, model_source  # noqa: F401 (a MODEL named: its source, its data's tokenizer)
 from gptrain.jobs.metrics_file import MetricsFile  # noqa: F401 (the console's charts read through it)
 from gptrain.jobs.submission import SLURM_KEYS as SLURM_OPTIONS, Request  # noqa: F401 (for the faces)
 

@@ -138,3 +138,34 @@ def model_source(ref: str) -> str:
     except UserError:
         return ref
     return weights_scan.newest_loadable(scan_job(ref), f"job {ref}", f"gptrain checkpoints {ref}", ROOTS)
+
+
+def dataset_tokenizer(ref: str) -> dict | None:
+    """The tokenizer of the dataset the job `ref` (a job name, or the ID of one of its
+    checkpoints) trained on, its first --dataset: for a model of that job that carries none of
+    its own (a nanoGPT program's ckpt.pt trained on a pushed char dataset). A tokenizer spec
+    (tokenizers.from_spec), or None when `ref` is no job or its dataset cannot say."""
+    from gptrain.data import nanogpt_dir
+    from gptrain.data.formats import read_meta
+    from gptrain.data.store import resolve
+    from gptrain.errors import UserError
+    from gptrain.home import NAME_RE, home
+    from gptrain.jobs import store
+
+    if not NAME_RE.fullmatch(ref) or not (home() / "gptrain.db").is_file():
+        return None
+    try:
+        try:
+            job = store.get_job(ref)
+        except UserError:
+            row = store.checkpoint_by_id(ref)
+            job = store.get_job(row["job"]) if row else None
+        datasets = (job or {}).get("spec", {}).get("datasets") or []
+        if not datasets:
+            return None
+        path = resolve(datasets[0])
+        if nanogpt_dir.is_nanogpt_dir(path):
+            path = nanogpt_dir.cached(path)
+        return read_meta(path)["tokenizer"]
+    except (UserError, OSError, KeyError, TypeError):
+        return None

@@ -23,6 +23,7 @@ class Sampling:
     seed: int | None = None
     num_samples: int = 1
     tokenizer: str | None = None  # overrides the model's: gpt2, byte or a tokenizer directory
+    fallback_tokenizer: dict | None = None  # a spec, for a model with none of its own (its job's data)
     device: str = "auto"
     dtype: str = "auto"  # auto: bf16 on CUDA, fp32 on CPU
 
@@ -46,6 +47,11 @@ def generate(source: str, s: Sampling, name: str | None = None) -> list[str]:
     model = model.to(dtype)
     if s.tokenizer:
         tokenizer = by_name(s.tokenizer)
+    if tokenizer is None and s.fallback_tokenizer:
+        from gptrain.tokenizers import from_spec
+
+        fallback = from_spec(s.fallback_tokenizer)
+        tokenizer = fallback if fallback.vocab_size <= model.config.vocab_size else None
     if tokenizer is None:
         raise UserError(f"{name or source} has no tokenizer files; pass --tokenizer gpt2 (or a "
                         "tokenizer directory)")
