@@ -65,12 +65,17 @@ def steps_lost(name) -> list[int]:
     return lost
 
 
+_CLEAN: dict = {}  # the uninterrupted run's weights, made once (the dataset is the same each time)
+
+
 def clean_weights(name="clean"):
     from gptrain.jobs.folder import job_dir
 
-    ok("run", name, "--dataset", "tiny", "--accels", "2", "--", *ARGS)
-    assert wait_for(name, timeout=600)["state"] == "succeeded"
-    return model_tensors(job_dir(name) / "checkpoints" / f"step-{STEPS:06d}")
+    if "weights" not in _CLEAN:
+        ok("run", name, "--dataset", "tiny", "--accels", "2", "--", *ARGS)
+        assert wait_for(name, timeout=600)["state"] == "succeeded"
+        _CLEAN["weights"] = model_tensors(job_dir(name) / "checkpoints" / f"step-{STEPS:06d}")
+    return _CLEAN["weights"]
 
 
 @pytest.mark.parametrize("target", ["worker", "agent+workers", "supervisor"])
