@@ -247,3 +247,34 @@ def test_a_snapshot_without_a_step_shows_none_made_up(tmp_path, isolated_home):
     r = run_cli("inspect", "mingpt")
     assert r.returncode == 0, r.stderr
     assert "step None" not in r.stdout and "output/snapshot.pt  (no step recorded)" in r.stdout, r.stdout
+
+
+def test_one_checkpoint_named_every_way_a_user_can_is_the_same_checkpoint(tmp_path, isolated_home):
+    """A job whose `latest` names step 2 while a step-4 checkpoint is still on disk (what
+    `resume --from` leaves until the run saves again): its name, the checkpoint's ID, the job's
+    folder, its checkpoints folder and the checkpoint folder itself all mean step 2 (one rule for
+    the newest: weights/scan.newest, as a gptrain resume takes it: weights/layout.resume_order)."""
+    from gptrain.jobs import api, found, store
+    from gptrain.jobs.folder import job_dir
+    from gptrain.weights import layout
+    from tests.helpers import TINY, make_dataset, train
+
+    store.create_job("named", {"name": "named"}, 1, 1, "local")
+    jdir = job_dir("named")
+    train(f"--data.path={make_dataset(tmp_path)}", f"--train.output_dir={jdir}", "--train.max_steps=4",
+          *TINY, "--checkpoint.every=2", "--train.do_eval=false")
+    (jdir / "checkpoints" / "latest").write_text("step-000002\n")
+    store.sync_checkpoints("named", found.scan_job("named"))
+    ids = {c["name"]: c["id"] for c in store.checkpoints("named")}
+    step2 = jdir / "checkpoints" / "step-000002"
+
+    from pathlib import Path
+
+    def checkpoint_of(source: str) -> Path:
+        p = Path(source)
+        return layout.resolve(p) if layout.is_checkpoint_dir(p) or layout.find_latest(p) else p
+
+    for ref in ("named", ids["step-000002"], str(jdir), str(jdir / "checkpoints"), str(step2)):
+        assert checkpoint_of(api.model_source(ref)) == step2, ref
+    assert layout.find_latest(jdir) == step2 and found.latest(jdir) == step2
+    assert checkpoint_of(api.model_source(ids["step-000004"])) == jdir / "checkpoints" / "step-000004"  # named: itself

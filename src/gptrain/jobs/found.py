@@ -38,7 +38,7 @@ def scan(job_dir, known: dict | None = None) -> list[dict]:
 def newest(rows: list[dict]) -> dict | None:
     """The newest of a job's checkpoint rows (weights/scan.py), a root that is itself a model
     after a checkpoint of the same step; one a resume found damaged is passed by."""
-    return weights_scan.newest([r for r in rows if not r.get("damaged")], ROOTS)
+    return weights_scan.newest(rows, ROOTS)
 
 
 def choose(job_dir, row: dict):

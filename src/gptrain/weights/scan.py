@@ -39,14 +39,34 @@ def scan_folder(folder, name: str = "", known: dict | None = None) -> list[dict]
 
 
 def newest(rows: list[dict], tops: tuple = ()) -> dict | None:
-    """The newest checkpoint: the row with the highest step, or None. At equal (or unknown)
+    """THE rule for "the newest checkpoint", of any kind: the row with the highest step, or None.
+    Passed by: one a resume found damaged, and a gptrain checkpoint above the one its run's
+    `latest` names (a branch a resume from an older checkpoint left: weights/layout.py's
+    resume_order, which a gptrain run resumes by, gives the same answer). At equal (or unknown)
     steps a checkpoint proper comes before a row named in `tops` (a folder that is itself a
     model: an HF Trainer's final save_model into output/ has the last checkpoint-N's step, but
     not its optimizer state), then the newest in time."""
+    tops_of_runs: dict = {}
+    rows = [r for r in rows if not r.get("damaged") and not _left_behind(r, tops_of_runs)]
     if not rows:
         return None
     return max(rows, key=lambda r: (r["step"] if r["step"] is not None else -1, r["name"] not in tops,
                                     r["time"] or 0))
+
+
+def _left_behind(row: dict, tops_of_runs: dict) -> bool:
+    """A gptrain checkpoint of a higher step than the one its run resumes from."""
+    from gptrain.weights.layout import resume_order
+
+    if row.get("kind") != "gptrain":
+        return False
+    path = Path(row["path"])
+    run = path.parent.parent  # OUTPUT of OUTPUT/checkpoints/step-N
+    if run not in tops_of_runs:
+        order = resume_order(run) if path.parent.name == "checkpoints" else []
+        tops_of_runs[run] = step_of(order[0].name) if order else None
+    top = tops_of_runs[run]
+    return top is not None and (step_of(path.name) or -1) > top
 
 
 def resume_path(row: dict) -> Path:
