@@ -83,3 +83,39 @@ def test_a_users_scancel_is_stopped_with_its_checkpoint(dataset, slurm):
     slurm.run("scancel", _external_id("scan"))
     assert states_until_done("scan")[-1] == "stopped", _logs("scan")
     assert steps_lost("scan") == [0], _logs("scan")
+
+
+def _worker_pid(name) -> int:
+    """The trainer process of a 1x1 job (its command line names the job's output folder)."""
+    import os
+
+    want = f"--train.output_dir={_job_dir(name)}".encode()
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                cmd = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if want in cmd and b"train" in cmd and b"gptrain.jobs.rank_log" not in cmd \
+                    and b"torch.distributed.run" not in cmd:
+                return int(d)
+    raise AssertionError(f"no trainer process of {name}")
+
+
+def test_a_sigterm_to_a_worker_requeues_the_job_and_it_succeeds(dataset, slurm):
+    """SIGTERM to the trainer itself (an admin, an eviction; not Slurm, not `gptrain stop`): it
+    saves at the step reached, the batch script asks gptrain.jobs.logs how the attempt ended and
+    requeues it (`preempted`); it continues and succeeds, 0 steps lost."""
+    import os
+    import signal
+
+    ok("run", "sterm", "--scheduler", "slurm", "--nodes", "1", "--accels", "1", "--dataset", dataset,
+       "--", "--train.max_steps=3000", "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)
+    _wait_for_a_step("sterm")
+    os.kill(_worker_pid("sterm"), signal.SIGTERM)
+    seen = states_until_done("sterm")
+    report = json.loads(ok("inspect", "sterm", "--json"))
+    assert seen[-1] == "succeeded", (seen, report["events"], _logs("sterm"))
+    assert any(e["kind"] == "preempted" and "got SIGTERM" in e["message"] for e in report["events"]), report["events"]
+    assert steps_lost("sterm") == [0], _logs("sterm")
+    assert json.loads(ok("checkpoints", "sterm", "--json"))[-1]["step"] == 3000

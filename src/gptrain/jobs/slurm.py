@@ -26,6 +26,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 
 from gptrain.errors import UserError
 from gptrain.jobs import code, folder, found, launch, records, secrets, store
@@ -180,9 +181,14 @@ def build_script(spec: JobSpec) -> str:
         'wait "$tasks"; rc=$?',
         'while kill -0 "$tasks" 2>/dev/null; do wait "$tasks"; rc=$?; done  # (a trap cut the wait short)',
         f"echo $rc > {shlex.quote(str(folder.slurm_exit(jdir)))}",
-        f'if [ -n "$near_limit" ] && [ ! -e {stop_file} ]; then',
-        f'  echo "its time limit was near ($(date -u +%FT%TZ)): checkpoint saved, requeued" > {marker}',
-        '  echo "--- gptrain: the time limit is near: checkpoint saved, job requeued"',
+        "# a SIGTERM nobody asked for with `gptrain stop` (an admin, an eviction) ended it: preempted too",
+        'why=""',
+        f'if [ -z "$near_limit" ] && [ "$rc" != 0 ] && [ ! -e {stop_file} ]; then',
+        f'  why=$({shlex.quote(sys.executable)} -m gptrain.jobs.logs signal-ended {shlex.quote(str(logs))} "$rc") || why=""',
+        "fi",
+        f'if {{ [ -n "$near_limit" ] || [ -n "$why" ]; }} && [ ! -e {stop_file} ]; then',
+        f'  echo "${{why:-its time limit was near}} ($(date -u +%FT%TZ)): checkpoint saved, requeued" > {marker}',
+        '  echo "--- gptrain: ${why:-the time limit is near}: checkpoint saved, job requeued"',
         '  scontrol requeue "$SLURM_JOB_ID"',
         "fi",
         "exit $rc", ""]
