@@ -80,3 +80,17 @@ def run_cli(*args, env=None, cwd=None, timeout=600):
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "gptrain", *map(str, args)], capture_output=True,
                           text=True, env=full_env, cwd=cwd, timeout=timeout)
+
+
+# `make test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`). A worker takes
+# whole groups: a test file (its module fixtures are built once), or a whole folder whose tests
+# share one session cluster (the Slurm cluster, the Ray cluster, the podman hosts), so each cluster
+# is started once, by one worker.
+SHARED_CLUSTER_DIRS = {"slurm", "ray", "hosts"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        rel = Path(str(item.fspath)).resolve().relative_to(ROOT / "tests")
+        group = rel.parts[0] if rel.parts[0] in SHARED_CLUSTER_DIRS else rel.as_posix()
+        item.add_marker(pytest.mark.xdist_group(name=group))
