@@ -113,6 +113,10 @@ class TrainConfig:
     eval_strategy: str = opt("steps", "When to evaluate: every eval_every steps, each epoch, or never.",
                              ("steps", "epoch", "no"))
     eval_every: int = opt(500, "Evaluate every this many steps (eval_strategy=steps).", ge=1)
+    eval_iters: int | None = opt(None, "Batches of eval_batch_size per evaluation, at most (nanoGPT's "
+                                 "eval_iters): the first eval_iters x eval_batch_size validation blocks, "
+                                 "the same at any world size. Default: 50, or data.max_eval_samples "
+                                 "where that is set; 0: the whole split.", ge=0, le=1 << 30)
     activation_checkpointing: str = opt("none", "Recompute activations in backward to save memory.",
                                         ("none", "full", "selective"))
     compile: bool | None = opt(None, "torch.compile each transformer block and the loss; default: on "
@@ -187,6 +191,21 @@ class Config:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+DEFAULT_EVAL_ITERS = 50
+
+
+def eval_block_limit(cfg: "Config") -> int | None:
+    """How many validation blocks an evaluation during training reads at most (None: all):
+    train.eval_iters batches, data.max_eval_samples blocks, the smaller where both are given."""
+    iters, cap = cfg.train.eval_iters, cfg.data.max_eval_samples
+    if iters is None:
+        return cap if cap is not None else DEFAULT_EVAL_ITERS * cfg.train.eval_batch_size
+    if iters == 0:
+        return cap
+    n = iters * cfg.train.eval_batch_size
+    return n if cap is None else min(n, cap)
 
 
 SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(Config)}

@@ -26,6 +26,7 @@ ALIASES: dict[str, tuple[str, dict | None]] = {
     "save_total_limit": ("checkpoint.keep_last", None),
     "eval_steps": ("train.eval_every", None),
     "eval_strategy": ("train.eval_strategy", None),
+    "eval_iters": ("train.eval_iters", None),  # nanoGPT's
     "evaluation_strategy": ("train.eval_strategy", None),
     "seed": ("train.seed", None),
     "resume_from_checkpoint": ("checkpoint.resume_from", None),

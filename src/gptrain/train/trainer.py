@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from gptrain.config import Config, dump_toml
+from gptrain.config import Config, dump_toml, eval_block_limit
 from gptrain.data.formats import open_examples, read_meta
 from gptrain.data import mixture
 from gptrain.data.loader import count_blocks, eval_batches, open_train_loader
@@ -125,9 +125,14 @@ class Trainer(Checkpointing):
         tc = self.cfg.train
         tokens = read_meta(path)["splits"].get("val", {}).get("tokens", 0)
         examples = open_examples(path, "val", tokens) if tokens else None
-        have = count_blocks(tokens, T, self.cfg.data.max_eval_samples, examples)
+        limit = eval_block_limit(self.cfg)
+        have = count_blocks(tokens, T, limit, examples)
         need = self.dims.dp * (tc.eval_batch_size if self.dims.pp > 1 else 1)  # a pipeline needs full batches
         if have >= need:
+            if tc.do_eval and tc.eval_strategy != "no" and limit is not None and \
+                    (whole := count_blocks(tokens, T, None, examples)) > have:
+                self.log_main(f"note: each evaluation reads the first {have:,} of the {whole:,} validation "
+                              f"blocks of {path} (--train.eval_iters=0: the whole split)")
             return open_tokens(path, "val"), examples
         if tc.do_eval and tc.eval_strategy != "no":
             self.log_main(f"note: no evaluation{' of it' if self.cfg.data.mix else ''}: the validation split of "
@@ -306,7 +311,7 @@ class Trainer(Checkpointing):
         results = {}
         for name, weight, path, tokens, examples in self.val_sets:
             batches = eval_batches(tokens, self.model_cfg.block_size, self.cfg.train.eval_batch_size,
-                                   self.dp_rank, self.dims.dp, self.cfg.data.max_eval_samples,
+                                   self.dp_rank, self.dims.dp, eval_block_limit(self.cfg),
                                    self.vocab_size, f"dataset {path}", examples)
             if self.schedule is not None:  # every microbatch split needs full batches
                 batches = (b for b in batches if len(b[0]) == self.cfg.train.eval_batch_size)
@@ -321,7 +326,7 @@ class Trainer(Checkpointing):
         self.last["eval_loss"] = result["loss"]
         self.metrics.log(self.step, result, prefix="eval")
         self.log_main(f"eval step {self.step} | loss {result['loss']:.4f} | ppl "
-                      f"{result['perplexity']:.2f} | acc {result['accuracy']:.3f}")
+                      f"{result['perplexity']:.2f} | acc {result['accuracy']:.3f} | {result['tokens']:,} tokens")
         return result
 
     def _should_eval(self) -> bool:
