@@ -29,9 +29,10 @@ def register(sub) -> None:
                    help="share of documents drawn into the val split (sources without their own)")
     p.add_argument("--num-proc", type=int, default=1, help="tokenizer processes")
     p.add_argument("--seed", type=int, default=1337, help="seed of the train/val draw")
-    p.add_argument("--shard-tokens", type=int, default=1 << 30,
+    p.add_argument("--shard-tokens", type=int, default=None,
                    help="tokens per token file before the next shard (SPLIT-00000.bin, ...) "
-                   "starts; a split that fits in one is SPLIT.bin (default 2^30)")
+                   "starts; a split that fits in one is SPLIT.bin (default 2^23: 16 MiB of "
+                   "uint16, sized for training from a URL)")
     p.set_defaults(func=cmd_prepare)
 
     p = dsub.add_parser("import", help="convert a HF save_to_disk dataset with input_ids")

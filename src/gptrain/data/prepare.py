@@ -34,7 +34,10 @@ from gptrain.data.prepare_journal import SPLITS, Journal
 from gptrain.errors import UserError, disk_full
 
 TASK_CHARS = 1 << 20          # text per tokenization task
-DEFAULT_SHARD_TOKENS = 1 << 30  # tokens per .bin file before a new shard starts
+# Tokens per .bin file before a new shard starts: 2^23, 16 MiB of uint16 (32 MiB of uint32). Sized
+# for training from object storage: a reader holds its shard and prefetches the next, so the first
+# step waits for one shard and a short run fetches two (docs/data.md, "Training from a URL").
+DEFAULT_SHARD_TOKENS = 1 << 23
 JOURNAL_SECONDS = 2.0         # how often the journal of OUT.partial records the tasks written
 
 
@@ -139,7 +142,7 @@ class _NoProgress:
 
 def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: str | None = None,
             text_field: str = "text", val_fraction: float = 0.0005, num_proc: int = 1,
-            seed: int = 1337, shard_tokens: int = DEFAULT_SHARD_TOKENS, quiet: bool = False) -> dict:
+            seed: int = 1337, shard_tokens: int | None = None, quiet: bool = False) -> dict:
     """Prepare a dataset directory; returns its meta. Text sources: a killed prepare leaves
     OUT.partial, which the same call continues; an error removes it (nothing is left behind)."""
     if not sources:
@@ -148,6 +151,7 @@ def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: st
         raise UserError(f"--val-fraction must be in [0, 1), got {val_fraction}")
     if num_proc < 1:
         raise UserError(f"--num-proc must be >= 1, got {num_proc}")
+    shard_tokens = DEFAULT_SHARD_TOKENS if shard_tokens is None else shard_tokens
     if shard_tokens < 1:
         raise UserError(f"--shard-tokens must be >= 1, got {shard_tokens}")
     out_dir = Path(out).expanduser()
