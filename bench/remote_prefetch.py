@@ -74,6 +74,7 @@ def serve(directory, delay: float = 0.0):
 def loader_mode(args) -> None:
     tmp = Path(tempfile.mkdtemp())
     os.environ["GPTRAIN_HOME"] = str(tmp / "home")
+    os.environ["GPTRAIN_CACHE_DIR"] = str(tmp / "cache")
     from gptrain.data import remote_shards as rs
     from gptrain.data.loader import ShardedLoader
     from gptrain.data.prepare import prepare
@@ -98,7 +99,7 @@ def loader_mode(args) -> None:
         t0 = time.time()
         loader.next_batch()
         waits += time.time() - t0 > args.delay / 2
-        peak = max(peak, cached_bytes(tmp / "home"))
+        peak = max(peak, cached_bytes(tmp / "cache"))
         time.sleep(args.step)
     print(f"shards {len(tokens.files)}, batches {batches}, cache {args.shards_held} shards: downloads by the "
           f"reader {counts['reader']}, by prefetch {counts['prefetch']}, batches that waited {waits}, "
@@ -108,21 +109,22 @@ def loader_mode(args) -> None:
 
 def train_once(data_path: str, cache_bytes: int, tmp: Path, args, tokens_per_step: int, sent=None) -> dict:
     """One `gptrain train` process; its numbers (class doc)."""
-    home, out = tmp / "home", tmp / "out"
+    home, out, cache = tmp / "home", tmp / "out", tmp / "cache"
     shutil.rmtree(home, ignore_errors=True)
+    shutil.rmtree(cache, ignore_errors=True)
     shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, "-m", "gptrain", "train", f"--data.path={data_path}", f"--data.cache_bytes={cache_bytes}",
            "--model.preset=gpt2-mini", *args.model_arg, f"--train.max_steps={args.steps}",
            "--train.do_eval=false", "--checkpoint.every=0", "--metrics.log_every=1", "--report_to=none",
            f"--train.output_dir={out}", "--checkpoint.resume_from=none", "--train.warmup_steps=2"]
-    env = {**os.environ, "GPTRAIN_HOME": str(home), "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    env = {**os.environ, "GPTRAIN_HOME": str(home), "GPTRAIN_CACHE_DIR": str(cache), "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     peak, first_sent = 0, len(sent) if sent is not None else 0
     start = time.time()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     done = threading.Event()
     threading.Thread(target=lambda: (proc.wait(), done.set()), daemon=True).start()
     while not done.wait(0.02):  # both sides sample, so both pay for it
-        peak = max(peak, cached_bytes(home))
+        peak = max(peak, cached_bytes(cache))
     log = proc.stdout.read()
     if proc.returncode != 0:
         sys.exit(f"gptrain train failed ({proc.returncode}):\n{log[-3000:]}")

@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def isolated_home(tmp_path, monkeypatch):
     """Every test gets its own GPTRAIN_HOME, so tests never see each other's jobs or datasets."""
     monkeypatch.setenv("GPTRAIN_HOME", str(tmp_path / "gptrain-home"))
+    monkeypatch.setenv("GPTRAIN_CACHE_DIR", str(tmp_path / "node-cache"))  # this host's shard cache
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_VERBOSITY", "error")
     return tmp_path / "gptrain-home"

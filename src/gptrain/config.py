@@ -66,6 +66,9 @@ class DataConfig:
                    "its last ':'), one tokenizer for all; weights are normalized (docs/data.md).")
     cache_bytes: int = opt(8 << 30, "A data.path URL of a prepared folder (URL/meta.json) is read through a "
                            "local cache of at most this many bytes: >= 2 shards, 4 to prefetch (docs/data.md).", ge=1)
+    cache_dir: str = opt("", "Where this host caches a data.path URL's shards: a folder on its local disk, "
+                         "private to you (default: $GPTRAIN_CACHE_DIR, else gptrain-cache-UID in $TMPDIR "
+                         "or /tmp; never $GPTRAIN_HOME, which a multi-host job shares).")
     fetch_timeout: float = opt(60.0, "Seconds a remote read may receive nothing before it is tried again (4 "
                                "tries in all); then the attempt fails, and --max-restarts applies.", gt=0, le=3600)
     tokenizer: str = opt("", "Tokenizer for a data.path file: gpt2, char, byte or a HF tokenizer "

@@ -120,9 +120,9 @@ def test_a_two_rank_job_trains_from_s3_through_a_cache_smaller_than_the_data(buc
     r = submit("s3job", env, f"--data.cache_bytes={bound}", "--train.max_steps=6", "--train.eval_every=6",
                "--data.max_eval_samples=8", "--checkpoint.every=6", "--checkpoint.remote=s3://data/runs/s3job")
     assert r.returncode == 0, r.stderr
-    peak, state = 0, None
+    peak, state, cache = 0, None, Path(os.environ["GPTRAIN_CACHE_DIR"])  # this host's shard cache
     for state in states("s3job"):  # the cache, watched while the job runs
-        peak = max(peak, cached_bytes(home))
+        peak = max(peak, cached_bytes(cache))
         assert peak <= bound
     logs = gptrain("logs", "s3job", env=env).stdout
     assert state == "succeeded", logs[-3000:]
@@ -148,6 +148,7 @@ def test_a_two_rank_job_trains_from_s3_through_a_cache_smaller_than_the_data(buc
     for value in (s3["AWS_ACCESS_KEY_ID"], s3["AWS_SECRET_ACCESS_KEY"]):
         assert value not in logs + again + json.dumps(report) + r.stdout + r.stderr
         nowhere_but_secrets(home, value)
+        nowhere_but_secrets(cache, value)
 
 
 def test_the_s3_order_is_the_local_copys(bucket):

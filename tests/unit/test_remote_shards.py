@@ -188,7 +188,7 @@ def test_two_ranks_train_from_the_url_through_a_cache_smaller_than_the_data(serv
 
     def watch():
         while not done.is_set():
-            for folder in (tmp_path / "gptrain-home" / "cache").glob("shards-*"):
+            for folder in (tmp_path / "node-cache").glob("shards-*"):
                 peak[0] = max(peak[0], cached_bytes(folder))
             done.wait(0.02)
 
@@ -203,7 +203,7 @@ def test_two_ranks_train_from_the_url_through_a_cache_smaller_than_the_data(serv
     assert shard_bytes(root) < peak[0] <= bound
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert any("eval/loss" in row for row in rows)  # the validation split, read from the URL too
-    [folder] = (tmp_path / "gptrain-home" / "cache").glob("shards-*")
+    [folder] = (tmp_path / "node-cache").glob("shards-*")
     assert 0 < cached_bytes(folder) <= bound
     train(f"--data.path=file://{root}/ds", *args, f"--train.output_dir={tmp_path / 'local'}", nproc=2)
     assert losses(tmp_path / "local") == losses(tmp_path / "out") and len(losses(tmp_path / "out")) == 6

@@ -4,7 +4,9 @@
                                            # folder that `gptrain data prepare` wrote: URL/meta.json
 
 `open_remote` reads URL/meta.json (checked by formats.check_meta: its shard names are plain
-names) into a local folder, $GPTRAIN_HOME/cache/shards-<hash of URL>/, beside `remote.json`
+names) into a folder on this host's own disk, <cache root>/shards-<hash of URL>/ (`cache_root`:
+data.cache_dir, else $GPTRAIN_CACHE_DIR, else $TMPDIR or /tmp in gptrain-cache-<uid>; never
+$GPTRAIN_HOME, which a multi-host job shares over the network), beside `remote.json`
 (the URL and data.cache_bytes); formats.open_split of that folder gives a `ShardTokens`, a
 token array (len() and tokens[a:b] across shards) that reads whole shard files from
 shards/. A shard is downloaded to a temporary name, its size and sha256 checked against
@@ -36,6 +38,7 @@ import hashlib
 import json
 import os
 import queue
+import stat
 import threading
 import time
 from pathlib import Path
@@ -127,11 +130,32 @@ def _cannot_read(url: str, e: Exception) -> UserError:
     return UserError(f"cannot read {url}: {type(e).__name__}: {why}".splitlines()[0] + hint)
 
 
-def open_remote(url: str, cache_bytes: int, fetch_timeout: float = DEFAULT_FETCH_TIMEOUT_S) -> Path:
+def cache_root(cache_dir: str = "") -> Path:
+    """This host's shard cache folder, made private to this user (0700): data.cache_dir, else
+    $GPTRAIN_CACHE_DIR, else gptrain-cache-<uid> in $TMPDIR or /tmp. Cached shards are trusted
+    once checked, so a folder another user owns or may write to is refused, never used."""
+    import tempfile
+
+    where = cache_dir or os.environ.get("GPTRAIN_CACHE_DIR") or \
+        os.path.join(tempfile.gettempdir(), f"gptrain-cache-{os.geteuid()}")
+    root = Path(where).expanduser()
+    try:
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = root.stat(follow_symlinks=False)
+    except OSError as e:
+        raise UserError(f"cannot use {root} as the shard cache ({e.strerror}); set --data.cache_dir "
+                        "to a folder on this host's local disk") from None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise UserError(f"the shard cache {root} is not a folder of your own that only you can write "
+                        "(another user could plant shards there); set --data.cache_dir to one")
+    return root
+
+
+def open_remote(url: str, cache_bytes: int, fetch_timeout: float = DEFAULT_FETCH_TIMEOUT_S,
+                cache_dir: str = "") -> Path:
     """The local folder that stands for the prepared dataset at `url` (module doc)."""
     from gptrain.atomic import write_text_atomic
     from gptrain.data.formats import check_meta
-    from gptrain.home import home
 
     url = url.rstrip("/")
     try:
@@ -154,7 +178,7 @@ def open_remote(url: str, cache_bytes: int, fetch_timeout: float = DEFAULT_FETCH
     if cache_bytes < 2 * largest:
         raise UserError(f"data.cache_bytes {cache_bytes} is smaller than two shards of {url} "
                         f"({2 * largest} bytes), what must be held at once; raise --data.cache_bytes")
-    folder = home() / "cache" / f"shards-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
+    folder = cache_root(cache_dir) / f"shards-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
     (folder / "shards").mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / "meta.json", json.dumps(meta, indent=2))
     # on disk, the URL without what can carry a credential (user part, query string); the URL
@@ -181,11 +205,11 @@ def open_tokens(path, split: str):
 
 
 def cached_bytes(where) -> int:
-    """The bytes held by the shard caches under `where` (one cache folder, or a $GPTRAIN_HOME):
+    """The bytes held by the shard caches under `where` (one cache folder, or a cache root):
     what data.cache_bytes bounds, downloads under way included; a file evicted or renamed while
     it is counted is skipped. (For tests and benchmarks watching the bound from outside.)"""
     where = Path(where)
-    folders = [where / "shards"] if (where / "shards").is_dir() else list(where.glob("cache/shards-*/shards"))
+    folders = [where / "shards"] if (where / "shards").is_dir() else list(where.glob("shards-*/shards"))
     total = 0
     for folder in folders:
         for entry in os.scandir(folder):

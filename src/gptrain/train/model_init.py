@@ -12,7 +12,7 @@ from gptrain.errors import UserError, refuse_credentials
 
 
 def resolve_data(path: str, tokenizer: str = "", init_from: str = "", cache_bytes: int = 8 << 30,
-                 fetch_timeout: float = 60.0) -> Path:
+                 fetch_timeout: float = 60.0, cache_dir: str = "") -> Path:
     """A prepared dataset dir from a path, a dataset name, a HF save_to_disk directory, a
     nanoGPT folder, a prepared folder's URL (read through a local cache of `cache_bytes`:
     data/remote_shards.py), or a text/JSONL/parquet file, URL or pushed folder of such files (tokenized
@@ -40,7 +40,7 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "", cache_byte
         from gptrain.data.remote_shards import is_remote_dataset, open_remote
 
         if is_remote_dataset(path):
-            return open_remote(path, cache_bytes, fetch_timeout)
+            return open_remote(path, cache_bytes, fetch_timeout, cache_dir)
     from gptrain.data.prepared_cache import cached_prepare
 
     return cached_prepare(path, tokenizer or _model_tokenizer(init_from))
@@ -51,10 +51,10 @@ def resolve_sources(cfg: Config) -> list[tuple[str, float, Path]]:
     each of data.mix's (data/mixture.py), all of one tokenizer."""
     d = cfg.data
     if not d.mix:
-        return [(d.path, 1.0, resolve_data(d.path, d.tokenizer, cfg.model.init_from, d.cache_bytes, d.fetch_timeout))]
+        return [(d.path, 1.0, resolve_data(d.path, d.tokenizer, cfg.model.init_from, d.cache_bytes, d.fetch_timeout, d.cache_dir))]
     from gptrain.data.mixture import check_tokenizers, parse_mix
 
-    sources = [(name, w, resolve_data(name, d.tokenizer, cfg.model.init_from, d.cache_bytes, d.fetch_timeout))
+    sources = [(name, w, resolve_data(name, d.tokenizer, cfg.model.init_from, d.cache_bytes, d.fetch_timeout, d.cache_dir))
                for name, w in parse_mix(d.mix)]
     check_tokenizers([(name, read_meta(p)) for name, _, p in sources])
     return sources
