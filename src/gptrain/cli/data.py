@@ -25,8 +25,10 @@ def register(sub) -> None:
     p.add_argument("--tokenizer", default="gpt2", help="gpt2, char, byte, or a HF tokenizer directory")
     p.add_argument("--hf-config", default=None, help="Hugging Face dataset config, e.g. wikitext-2-raw-v1")
     p.add_argument("--text-field", default="text", help="field/column holding the text in records")
-    p.add_argument("--val-fraction", type=float, default=0.0005,
-                   help="share of documents drawn into the val split (sources without their own)")
+    p.add_argument("--val-fraction", type=float, default=None,
+                   help="share of documents drawn into the val split, or of the tokens at the end of "
+                   "one document (sources without their own); default: about 64 KiB of the text, "
+                   "1%% to 10%%")
     p.add_argument("--num-proc", type=int, default=1, help="tokenizer processes")
     p.add_argument("--seed", type=int, default=1337, help="seed of the train/val draw")
     p.add_argument("--shard-tokens", type=int, default=None,

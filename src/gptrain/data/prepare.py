@@ -99,6 +99,19 @@ def _tasks(split_docs):
             yield split, buf
 
 
+# Sources with no validation split of their own get one: about 64 KiB of their text (thousands of
+# blocks' worth of tokens), no less than 1% and no more than 10% of it (nanoGPT's shakespeare
+# prepare.py takes the last 10% of input.txt). The same rule for `data prepare` and for a file
+# trained on directly (prepared_cache.py), so one file gives the same split either way.
+VAL_BYTES, VAL_MIN_FRACTION, VAL_MAX_FRACTION = 64 * 1024, 0.01, 0.1
+
+
+def default_val_fraction(size: int | None) -> float:
+    if not size:
+        return VAL_MIN_FRACTION
+    return round(min(VAL_MAX_FRACTION, max(VAL_MIN_FRACTION, VAL_BYTES / size)), 4)
+
+
 def _split_documents(srcs, text_field, hf_config, val_fraction, seed, stats, progress):
     """(split, document) pairs: the source's own splits, or a seeded per-document draw."""
     if srcs[0].kind == "hf":
@@ -141,13 +154,13 @@ class _NoProgress:
 
 
 def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: str | None = None,
-            text_field: str = "text", val_fraction: float = 0.0005, num_proc: int = 1,
+            text_field: str = "text", val_fraction: float | None = None, num_proc: int = 1,
             seed: int = 1337, shard_tokens: int | None = None, quiet: bool = False) -> dict:
     """Prepare a dataset directory; returns its meta. Text sources: a killed prepare leaves
     OUT.partial, which the same call continues; an error removes it (nothing is left behind)."""
     if not sources:
         raise UserError("give at least one SOURCE (file, folder, glob, URL or HF dataset name)")
-    if not 0.0 <= val_fraction < 1.0:
+    if val_fraction is not None and not 0.0 <= val_fraction < 1.0:
         raise UserError(f"--val-fraction must be in [0, 1), got {val_fraction}")
     if num_proc < 1:
         raise UserError(f"--num-proc must be >= 1, got {num_proc}")
@@ -158,6 +171,8 @@ def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: st
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise UserError(f"output {out_dir} already exists; choose a new --out directory")
     srcs = src_mod.expand(sources, hf_config)
+    if val_fraction is None:
+        val_fraction = default_val_fraction(sum(s.size for s in srcs) or None)
     from gptrain.data import sft
 
     local = [Path(s.location) for s in srcs if s.kind == "file" and "://" not in s.location]

@@ -6,20 +6,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from gptrain.data.prepare import prepare
+from gptrain.data.prepare import default_val_fraction, prepare
 from gptrain.data.sources import version_stamp
-
-
-# A file trained on directly has no validation split of its own: some of its documents (or its
-# last tokens, when it has too few documents) become one. Enough to evaluate on: about 64 KiB of
-# text (thousands of blocks' worth of tokens), but no less than 1% and no more than 10% of the file.
-VAL_BYTES, VAL_MIN_FRACTION, VAL_MAX_FRACTION = 64 * 1024, 0.01, 0.1
-
-
-def cache_val_fraction(size: int | None) -> float:
-    if not size:
-        return VAL_MIN_FRACTION
-    return round(min(VAL_MAX_FRACTION, max(VAL_MIN_FRACTION, VAL_BYTES / size)), 4)
 
 
 def cached_prepare(src: str, tokenizer: str) -> Path:
@@ -32,7 +20,7 @@ def cached_prepare(src: str, tokenizer: str) -> Path:
     from gptrain.home import home
 
     version, size = version_stamp(src)
-    val_fraction = cache_val_fraction(size)
+    val_fraction = default_val_fraction(size)  # some documents, or the last tokens
     key = hashlib.sha256(f"{version}:{tokenizer}:{val_fraction}".encode()).hexdigest()[:16]
 
     def build(out: Path) -> None:
