@@ -226,10 +226,21 @@ def test_job_yaml(dataset, tmp_path):
     (["run", "-f", "/no/such/job.yaml"], "cannot read job file"),
     (["run", "x", "--", "missing_script.py"], "does not exist"),
     (["run", "x", "--", "--train.lrr=1"], "did you mean"),
+    (["run", "x", "--", "--model_name_or_path", "./tiny-gtp2"], "--model.init_from ./tiny-gtp2: no such file"),
+    (["run", "x", "--", "--data.path=/no/such/corpus.txt"], "--data.path /no/such/corpus.txt: no such file"),
 ])
 def test_bad_input_one_line_exit_2_nothing_recorded(dataset, args, message):
     r = run_cli(*args)
     assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    from gptrain.jobs import store
+
+    assert store.list_jobs() == []
+
+
+def test_a_mistyped_model_path_is_refused_at_submit_with_the_name_beside_it(dataset, tmp_path):
+    (tmp_path / "tiny-gpt2").mkdir()
+    r = run_cli("run", "m4", "--dataset", "tiny", "--", "--model_name_or_path", "./tiny-gtp2", cwd=tmp_path)
+    assert r.returncode == 2 and "did you mean './tiny-gpt2'?" in r.stderr, r.stderr
     from gptrain.jobs import store
 
     assert store.list_jobs() == []

@@ -195,6 +195,8 @@ class JobSpec:
             cfg = load_toml(self.config_path or "the job's config", Config(), text=self.config)
             if absolute_paths(cfg, base):
                 self.config = dump_toml(cfg)
+        if self.scheduler in ("local", "slurm"):  # its workers see this filesystem (Slurm: a shared one)
+            missing_paths(self.trainer_config(), base)
 
     def trainer_config(self):
         """The trainer Config this job will run with (trainer jobs only); errors name the
@@ -222,6 +224,25 @@ def absolute_path(key: str, value: str, base: Path) -> str:
     if p.exists() and (key != "data.path" or is_path(value) or not registered(value)):
         return str(p.resolve())
     return value
+
+
+def missing_paths(cfg, base: Path) -> None:
+    """Refuse a path setting written as a path (/, ./, ../, ~) that names nothing, at submit,
+    where the job's workers will look for it: one line, with the nearest name beside it."""
+    import difflib
+
+    for key in ("model.init_from", "data.path", "data.tokenizer", "checkpoint.resume_from"):
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name) or ""
+        if "$" in value or "://" in value or not value.startswith(("/", "./", "../", "~")):
+            continue  # a name, a hub id, a URL, auto/none, or a path the job's environment fills in
+        p = base / Path(value).expanduser()
+        if p.exists():
+            continue
+        near = difflib.get_close_matches(p.name, [c.name for c in p.parent.iterdir()], n=1, cutoff=0.6) \
+            if p.parent.is_dir() else []
+        raise UserError(f"--{key} {value}: no such file or folder"
+                        + (f" (did you mean {value[:len(value) - len(p.name)] + near[0]!r}?)" if near else ""))
 
 
 def absolute_mix(value: str, base: Path) -> str:
