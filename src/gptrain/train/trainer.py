@@ -384,6 +384,9 @@ class Trainer(Checkpointing):
                     elapsed = time.perf_counter() - window_start
                     tok_s = tokens_per_step * window_steps / elapsed
                     mfu = flops_tok * tok_s / peak if peak else 0.0
+                    if mfu > 1.0:  # a basis this run beats says nothing: never show MFU above 100%
+                        peak, mfu = flops_tok * tok_s, 1.0
+                        self.log_main("note: this run beats the measured peak; mfu is against its best rate now")
                     self.last["train_loss"] = value
                     self.metrics.log(self.step, {"loss": value, "lr": lr, "tokens_per_s": tok_s,
                                                  "mfu": mfu, "tokens": self.step * tokens_per_step})
