@@ -17,7 +17,7 @@ DOCS = ROOT / "docs" / "architecture.md"
 LAYERS = [
     {"errors", "gptrain"},
     {"atomic", "files", "stop", "config_aliases"},
-    {"home", "tokenizers", "deepspeed_config"},
+    {"home", "tokenizers", "deepspeed_config", "run_layout"},
     {"weights", "db"},
     {"data"},
     {"models"},

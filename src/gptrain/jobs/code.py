@@ -25,6 +25,7 @@ from pathlib import Path
 
 from gptrain.errors import UserError, has_credentials, redact
 from gptrain.home import home
+from gptrain.jobs import folder
 from gptrain.jobs.folder import code_dir
 
 DEFAULT_MAX_MB = 200
@@ -101,7 +102,7 @@ def staged(spec):
             spec.python = job_python(spec.requirements)
         yield None
         return
-    stage = home() / "jobs" / f".{spec.name}.code-{os.getpid()}"
+    stage = folder.jobs_root() / f".{spec.name}.code-{os.getpid()}"
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
     try:

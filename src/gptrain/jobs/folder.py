@@ -17,14 +17,21 @@ import json
 import os
 from pathlib import Path
 
+from gptrain import run_layout
 from gptrain.home import home
 
 SUBMITTED_CONFIG = "submitted-config.toml"
+PROGRAM_OUTPUT = "output"
+CHECKPOINT_ROOTS = (run_layout.CHECKPOINTS, PROGRAM_OUTPUT)  # where a job's checkpoints can be
 DISK_FULL_BYTES = 2 << 20  # less free than this where a job writes: its disk is full
 
 
+def jobs_root() -> Path:
+    return home() / "jobs"
+
+
 def job_dir(name: str) -> Path:
-    return home() / "jobs" / name
+    return jobs_root() / name
 
 
 def logs_dir(jdir: Path) -> Path:
@@ -32,7 +39,7 @@ def logs_dir(jdir: Path) -> Path:
 
 
 def checkpoints_dir(jdir: Path) -> Path:
-    return jdir / "checkpoints"
+    return run_layout.checkpoints_dir(jdir)
 
 
 def code_dir(jdir: Path) -> Path:
@@ -40,7 +47,7 @@ def code_dir(jdir: Path) -> Path:
 
 
 def program_output_dir(jdir: Path) -> Path:
-    return jdir / "output"
+    return jdir / PROGRAM_OUTPUT
 
 
 def output_dir(spec, jdir: Path) -> Path:
@@ -51,12 +58,12 @@ def output_dir(spec, jdir: Path) -> Path:
 
 def metrics_files(jdir: Path) -> tuple[Path, Path]:
     """Where a job's metrics.jsonl can be: the built-in trainer's, else its program's."""
-    return jdir / "metrics.jsonl", program_output_dir(jdir) / "metrics.jsonl"
+    return run_layout.metrics_file(jdir), run_layout.metrics_file(program_output_dir(jdir))
 
 
 def trainer_config(jdir: Path) -> Path:
     """The config the built-in trainer resolved and ran with."""
-    return jdir / "config.toml"
+    return run_layout.config_file(jdir)
 
 
 def spec_file(jdir: Path) -> Path:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from gptrain import run_layout
 from gptrain.jobs import folder
 from gptrain.weights import scan as weights_scan
 
+ROOTS = folder.CHECKPOINT_ROOTS
 
-ROOTS = ("checkpoints", "output")  # folder.checkpoints_dir and folder.program_output_dir
+
 
 
 def checkpoint_id(job: str, name: str) -> str:
@@ -28,8 +30,8 @@ def scan(job_dir, known: dict | None = None) -> list[dict]:
     mtime, size. `known`: rows recorded before, by name (unchanged files are not read again)."""
     job_dir = Path(job_dir)
     rows: list[dict] = []
-    for root in ROOTS:
-        rows += weights_scan.scan_folder(job_dir / root, "" if root == "checkpoints" else root, known)
+    for root in ROOTS:  # the trainer's checkpoints are named without their folder
+        rows += weights_scan.scan_folder(job_dir / root, "" if root == run_layout.CHECKPOINTS else root, known)
     for row in rows:
         row.setdefault("id", checkpoint_id(job_dir.name, row["name"]))
     return rows

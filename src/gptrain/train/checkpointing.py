@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from gptrain import run_layout
 from gptrain.errors import UserError
 from gptrain.train import checkpoint as ckpt
 from gptrain.weights import layout
@@ -23,7 +24,7 @@ def make_output_dir(out: Path, config_text: str, is_main: bool) -> None:
     if is_main:
         try:
             out.mkdir(parents=True, exist_ok=True)
-            (out / "config.toml").write_text(config_text)
+            run_layout.config_file(out).write_text(config_text)
         except OSError as e:
             full = disk_full(e, out)
             problem = str(full) if full else (f"cannot write the output directory {out} "

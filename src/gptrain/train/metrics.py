@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from gptrain import run_layout
+
 # Dense bf16 peak FLOP/s per device (no sparsity), by substring of the CUDA device name.
 GPU_PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12,
                   "L4": 121e12, "RTX 4090": 165e12, "V100": 125e12, "T4": 65e12}
@@ -51,7 +53,7 @@ class MetricsLogger:
         if not enabled:
             return
         output_dir.mkdir(parents=True, exist_ok=True)
-        self.jsonl = open(output_dir / "metrics.jsonl", "a")
+        self.jsonl = open(run_layout.metrics_file(output_dir), "a")
         sinks = set(mc.report_to)
         if "all" in sinks:
             sinks = {"tensorboard", "wandb"}

@@ -17,6 +17,7 @@ from pathlib import Path
 from gptrain.errors import UserError
 from gptrain.files import is_plain_name, read_json
 from gptrain.weights.checksums import verify_small
+from gptrain import run_layout
 from gptrain.weights.names import step_of
 
 STATE_FILE = "trainer_state.json"
@@ -25,7 +26,7 @@ DAMAGED = "damaged.txt"  # written into a checkpoint that failed verification wh
 
 def root_of(output_dir) -> Path:
     """OUTPUT/checkpoints: where a training run's checkpoints and `latest` live."""
-    return Path(output_dir) / "checkpoints"
+    return run_layout.checkpoints_dir(output_dir)
 
 
 def step_name(step: int) -> str:

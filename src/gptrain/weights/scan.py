@@ -56,14 +56,14 @@ def newest(rows: list[dict], tops: tuple = ()) -> dict | None:
 
 def _left_behind(row: dict, tops_of_runs: dict) -> bool:
     """A gptrain checkpoint of a higher step than the one its run resumes from."""
-    from gptrain.weights.layout import resume_order
+    from gptrain.weights.layout import resume_order, root_of
 
     if row.get("kind") != "gptrain":
         return False
     path = Path(row["path"])
     run = path.parent.parent  # OUTPUT of OUTPUT/checkpoints/step-N
     if run not in tops_of_runs:
-        order = resume_order(run) if path.parent.name == "checkpoints" else []
+        order = resume_order(run) if path.parent == root_of(run) else []
         tops_of_runs[run] = step_of(order[0].name) if order else None
     top = tops_of_runs[run]
     return top is not None and (step_of(path.name) or -1) > top

@@ -1,0 +1,29 @@
+"""What a training run's output folder holds, named once. The built-in trainer writes it
+(train.output_dir); a job's folder is its trainer's output folder (jobs/folder.py), and a user's
+program's $GPTRAIN_OUTPUT_DIR is read with the same names.
+
+    OUTPUT/
+      config.toml      the resolved config the run trained with (train/checkpointing.py)
+      metrics.jsonl    one JSON row per logged step (train/metrics.py; jobs/progress.py reads it)
+      checkpoints/     step-NNNNNN/ folders and `latest` (weights/layout.py)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONFIG = "config.toml"
+METRICS = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+
+
+def config_file(output_dir) -> Path:
+    return Path(output_dir) / CONFIG
+
+
+def metrics_file(output_dir) -> Path:
+    return Path(output_dir) / METRICS
+
+
+def checkpoints_dir(output_dir) -> Path:
+    return Path(output_dir) / CHECKPOINTS
