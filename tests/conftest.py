@@ -90,8 +90,19 @@ def run_cli(*args, env=None, cwd=None, timeout=600):
 SHARED_CLUSTER_DIRS = {"slurm", "ray", "hosts"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks into the test ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
         rel = Path(str(item.fspath)).resolve().relative_to(ROOT / "tests")
         group = rel.parts[0] if rel.parts[0] in SHARED_CLUSTER_DIRS else rel.as_posix()
         item.add_marker(pytest.mark.xdist_group(name=group))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    """Under --dist loadgroup every test id must carry its group by now (xdist appends it); where a
+    pytest/xdist pairing stops doing that (pytest 9.2 with xdist 3.8 did), a cluster would be
+    started by both workers at once: stop here instead (pyproject pins pytest below 9.2)."""
+    if getattr(session.config.option, "loadgroup", False) and any("@" not in item.nodeid for item in session.items):
+        raise pytest.UsageError("pytest-xdist did not group the tests (--dist loadgroup): this pytest "
+                                "and pytest-xdist do not work together; install pytest<9.2")
