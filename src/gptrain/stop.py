@@ -1,4 +1,6 @@
-"""Graceful stop on SIGTERM: remember the request; the training loop acts on it.
+"""Graceful stop on SIGTERM, and on the first Ctrl-C (SIGINT) of a foreground run: remember the
+request; the training loop acts on it (saves a checkpoint at the end of the step). A second
+Ctrl-C aborts at once, without one. The process then exits 128 + the signal (`exit_code`).
 
 Installed first thing by `gptrain train`, before torch is imported, so a stop that arrives
 while the process is still starting is not lost: the run saves a checkpoint after its next step.
@@ -15,18 +17,30 @@ import time
 from gptrain.errors import Interrupted
 
 _requested = threading.Event()
+_first = [signal.SIGTERM]  # the signal that asked first
 
 
 def _handler(signum, frame):
+    if signum == signal.SIGINT:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C aborts
     if not _requested.is_set():
-        print("gptrain: SIGTERM received; saving a checkpoint at the end of this step",
-              file=sys.stderr, flush=True)
+        _first[0] = signum
+        what = ("Ctrl-C; saving a checkpoint at the end of this step (Ctrl-C again: abort without it)"
+                if signum == signal.SIGINT else "SIGTERM received; saving a checkpoint at the end of this step")
+        print(f"gptrain: {what}", file=sys.stderr, flush=True)
     _requested.set()
 
 
 def install() -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _handler)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where SIGINT is ignored
+            signal.signal(signal.SIGINT, _handler)
+
+
+def exit_code() -> int:
+    """What a run stopped before its last step exits with: 143 after SIGTERM, 130 after Ctrl-C."""
+    return 128 + int(_first[0])
 
 
 def requested() -> bool:

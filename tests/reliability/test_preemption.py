@@ -116,7 +116,8 @@ def test_the_users_stop_is_stopped_and_a_stopped_run_is_never_succeeded(dataset)
     assert wait_for("mine", timeout=600)["state"] == "succeeded"
 
 
-def test_a_foreground_train_stopped_by_sigterm_exits_143_after_its_checkpoint(tmp_path):
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_foreground_train_stopped_by_sigterm_or_ctrl_c_exits_after_its_checkpoint(tmp_path, sig, code):
     import subprocess
     import sys
     import time
@@ -132,7 +133,7 @@ def test_a_foreground_train_stopped_by_sigterm_exits_143_after_its_checkpoint(tm
     while not (out / "metrics.jsonl").exists() or "step" not in (out / "metrics.jsonl").read_text():
         assert time.time() < deadline and p.poll() is None
         time.sleep(0.1)
-    p.send_signal(signal.SIGTERM)
+    p.send_signal(sig)  # Ctrl-C: exited 130 with no checkpoint before (issue 38)
     said, _ = p.communicate(timeout=120)
-    assert p.returncode == 143, said[-2000:]
+    assert p.returncode == code, said[-2000:]
     assert "saved checkpoint" in said and "stopped at step" in said

@@ -5,14 +5,13 @@ names are resolved before (jobs/api.model_source): this layer sees paths and hub
 
 from __future__ import annotations
 
+from gptrain import stop
 from gptrain.stop import install as install_stop  # noqa: F401 (`gptrain train` calls it first)
-
-STOPPED_EXIT = 143  # a run stopped before its last step (a signal): saved, and not a success
 
 
 def train(argv: list[str], resolve=None) -> int:
-    """Train as `gptrain train ARGV` says; the exit code: 0 completed, STOPPED_EXIT when a stop
-    (`gptrain stop`, a preemption) ended it before its last step, after its checkpoint.
+    """Train as `gptrain train ARGV` says; the exit code: 0 completed, 128 + the signal when a stop
+    (`gptrain stop`, a preemption: 143; Ctrl-C: 130) ended it before its last step, after its checkpoint.
     `resolve(ref) -> path` turns model.init_from and checkpoint.resume_from names into paths."""
     from gptrain import config
     from gptrain.train.trainer import train as run
@@ -24,7 +23,7 @@ def train(argv: list[str], resolve=None) -> int:
         if cfg.checkpoint.resume_from not in ("auto", "none"):
             cfg.checkpoint.resume_from = resolve(cfg.checkpoint.resume_from)
     result = run(cfg)
-    return STOPPED_EXIT if result["status"] == "stopped" else 0
+    return stop.exit_code() if result["status"] == "stopped" else 0
 
 
 def help_text() -> str:
