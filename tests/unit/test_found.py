@@ -278,3 +278,22 @@ def test_one_checkpoint_named_every_way_a_user_can_is_the_same_checkpoint(tmp_pa
         assert checkpoint_of(api.model_source(ref)) == step2, ref
     assert layout.find_latest(jdir) == step2 and found.latest(jdir) == step2
     assert checkpoint_of(api.model_source(ids["step-000004"])) == jdir / "checkpoints" / "step-000004"  # named: itself
+
+
+def test_a_mistyped_job_name_is_did_you_mean_before_any_network_request(tmp_path, isolated_home, monkeypatch):
+    """`gptrain generate shakespear` asked the hub for 5 s and answered LocalEntryNotFoundError
+    (issue 38); a cached hub model of that name and hf:NAME still reach the hub's loader."""
+    from gptrain.errors import NotFound
+    from gptrain.jobs import found, store
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    store.create_job("shakespeare", {"name": "shakespeare"}, 1, 1, "local")
+    with pytest.raises(NotFound, match=r"no job, checkpoint or model named 'shakespear' here \(did you mean "
+                                       r"'shakespeare'\?\); for the Hugging Face model of that name write hf:shakespear"):
+        found.model_source("shakespear")
+    assert found.model_source("hf:shakespear") == "shakespear"
+    assert found.model_source("gpt2") == "gpt2"  # nothing close: a hub id, as before
+    (tmp_path / "hub" / "models--shakespear").mkdir(parents=True)
+    assert found.model_source("shakespear") == "shakespear"
+    r = run_cli("generate", "shakespear", env={"HF_HUB_CACHE": str(tmp_path / "nohub")})
+    assert r.returncode == 2 and "did you mean 'shakespeare'?" in r.stderr and r.stderr.count("\n") == 1, r.stderr

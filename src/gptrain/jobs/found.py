@@ -116,11 +116,15 @@ def model_source(ref: str) -> str:
     checkpoint.resume_from), as the path or hub id models/ and train/ load, in this order:
     a path (weights/weights_scan.loadable_at: a checkpoint is itself, a folder its newest loadable
     checkpoint), a checkpoint ID, a job name (its newest loadable checkpoint), else a hub id as
-    it is. A checkpoint ID or job name that cannot be loaded is one line."""
+    it is. A checkpoint ID or job name that cannot be loaded is one line, and so is a name
+    close to a job's that is not a hub model cached here (a typo: "did you mean", before any
+    network request); `hf:NAME` is the hub model NAME whatever is here."""
     from gptrain.errors import NotFound, UserError
     from gptrain.home import NAME_RE, home
     from gptrain.jobs import store
 
+    if ref.startswith("hf:"):
+        return ref[3:]
     path = Path(ref).expanduser()
     if path.exists():
         return str(weights_scan.loadable_at(path, ref))
@@ -138,8 +142,28 @@ def model_source(ref: str) -> str:
     try:
         store.get_job(ref)
     except UserError:
+        _not_a_typo(ref, [j["name"] for j in store.list_jobs()])
         return ref
     return weights_scan.newest_loadable(scan_job(ref), f"job {ref}", f"gptrain checkpoints {ref}", ROOTS)
+
+
+def _not_a_typo(ref: str, job_names: list[str]) -> None:
+    """Refuse a bare name one letter or two from a job's, unless the hub model of that name is
+    in the local Hugging Face cache: asking the hub first cost 5 s and ended in a traceback."""
+    import difflib
+    import os
+
+    from gptrain.errors import NotFound
+
+    near = difflib.get_close_matches(ref, job_names, n=1, cutoff=0.85)
+    if not near:
+        return
+    hub_cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
+    if os.path.isdir(os.path.join(hub_cache, "models--" + ref.replace("/", "--"))):
+        return
+    raise NotFound(f"no job, checkpoint or model named {ref!r} here (did you mean {near[0]!r}?); "
+                   f"for the Hugging Face model of that name write hf:{ref}")
 
 
 def dataset_tokenizer(ref: str) -> dict | None:
