@@ -14,6 +14,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gptrain import hf_flags
 from gptrain.config_aliases import ALIASES, DEEPSPEED_FLAGS
 from gptrain.config_check import check
 from gptrain.errors import UserError, closest
@@ -95,6 +96,8 @@ class TrainConfig:
     min_lr_ratio: float = opt(0.1, "Final learning rate as a fraction of lr (cosine and linear).", ge=0, le=1)
     lr_schedule: str = opt("cosine", "Decay after warmup.", ("cosine", "linear", "constant"))
     warmup_steps: int = opt(0, "Linear warmup steps.", ge=0)
+    warmup_ratio: float = opt(0.0, "Linear warmup over this fraction of the steps, where warmup_steps is 0 "
+                              "(HF's warmup_ratio).", ge=0, le=1)
     weight_decay: float = opt(0.1, "AdamW weight decay (matrices only; biases and norms get none).", ge=0)
     beta1: float = opt(0.9, "AdamW beta1.", ge=0, lt=1)
     beta2: float = opt(0.95, "AdamW beta2.", ge=0, lt=1)
@@ -343,7 +346,8 @@ def split_options(args: list[str]) -> list[tuple[str, str | None, list[str]]]:
                     i += 1  # `--lora_target_modules q_proj v_proj`: a list's values, as HF's nargs="+"
                     value += "," + args[i]
                     tokens.append(args[i])
-            elif takes_no_value or _unknown(name):  # an unknown one is named so where it is applied
+            elif takes_no_value or _unknown(name) or hf_flags.kind_of(_option_name(name), ALIASES) in (
+                    "accepted", "refused"):  # an unknown or refused one is named so where it is applied
                 value = None
             else:
                 raise UserError(f"option --{name} needs a value")
@@ -358,7 +362,8 @@ def _option_name(name: str) -> str:
 
 def _unknown(name: str) -> bool:
     name = _option_name(name)
-    return name not in ALIASES and name not in DEEPSPEED_FLAGS and name not in all_keys()
+    return name not in ALIASES and name not in DEEPSPEED_FLAGS and name not in all_keys() and \
+        hf_flags.kind_of(name, ALIASES) is None
 
 
 def canonical_key(name: str) -> str:
@@ -382,7 +387,19 @@ def _is_flag(name: str) -> bool:
 
 
 def apply_option(cfg: Config, name: str, value) -> None:
-    """Set one option by canonical key (section.key) or HF alias, converting the value."""
+    """Set one option by canonical key (section.key) or HF alias, converting the value; the HF
+    Trainer flags that are taken by value, accepted or refused: hf_flags.py."""
+    if name in hf_flags.BY_VALUE:
+        rule = hf_flags.by_value(name, value)
+        if isinstance(rule, str):
+            raise UserError(f"--{name} {value}: {rule}")
+        if rule is not None:
+            _set(cfg, *rule)
+        return
+    if name in hf_flags.ACCEPTED:
+        return  # changes nothing here (the reason: docs/hf-trainer-flags.md)
+    if name in hf_flags.REFUSED:
+        raise UserError(f"--{name}: {hf_flags.REFUSED[name]}")
     if name in DEEPSPEED_FLAGS:
         from gptrain import deepspeed_config
 

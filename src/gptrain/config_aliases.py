@@ -29,6 +29,12 @@ ALIASES: dict[str, tuple[str, dict | None]] = {
     "eval_iters": ("train.eval_iters", None),  # nanoGPT's
     "evaluation_strategy": ("train.eval_strategy", None),
     "seed": ("train.seed", None),
+    "max_grad_norm": ("train.grad_clip", None),
+    "adam_beta1": ("train.beta1", None),
+    "adam_beta2": ("train.beta2", None),
+    "torch_compile": ("train.compile", {None: "true"}),
+    "activation_checkpointing": ("train.activation_checkpointing", {None: "full", "true": "full", "false": "none"}),
+    "warmup_ratio": ("train.warmup_ratio", None),
     "resume_from_checkpoint": ("checkpoint.resume_from", None),
     "torch_dtype": ("train.precision", {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
                                         "auto": "auto"}),

@@ -16,7 +16,7 @@ DOCS = ROOT / "docs" / "architecture.md"
 # a top-level module is a package of its own.
 LAYERS = [
     {"errors", "gptrain"},
-    {"atomic", "files", "stop", "config_aliases"},
+    {"atomic", "files", "stop", "config_aliases", "hf_flags"},
     {"home", "tokenizers", "deepspeed_config", "run_layout"},
     {"weights", "db"},
     {"data"},

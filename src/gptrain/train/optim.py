@@ -24,14 +24,16 @@ def build_optimizer(model, tc, device) -> torch.optim.AdamW:
 
 
 def lr_at(step: int, tc, total_steps: int) -> float:
-    """Linear warmup to lr, then cosine/linear decay to lr * min_lr_ratio, or constant."""
-    if tc.warmup_steps and step < tc.warmup_steps:
-        return tc.lr * (step + 1) / tc.warmup_steps
+    """Linear warmup to lr (warmup_steps, else warmup_ratio of the steps), then cosine/linear
+    decay to lr * min_lr_ratio, or constant."""
+    warmup = tc.warmup_steps or math.ceil(tc.warmup_ratio * total_steps)  # HF's rounding
+    if warmup and step < warmup:
+        return tc.lr * (step + 1) / warmup
     if tc.lr_schedule == "constant":
         return tc.lr
     min_lr = tc.lr * tc.min_lr_ratio
-    span = max(1, total_steps - tc.warmup_steps)
-    progress = min(1.0, (step - tc.warmup_steps) / span)
+    span = max(1, total_steps - warmup)
+    progress = min(1.0, (step - warmup) / span)
     if tc.lr_schedule == "linear":
         return tc.lr - (tc.lr - min_lr) * progress
     return min_lr + 0.5 * (tc.lr - min_lr) * (1.0 + math.cos(math.pi * progress))

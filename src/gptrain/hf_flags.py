@@ -1,0 +1,200 @@
+"""Every field of transformers' `TrainingArguments`, as `gptrain train` and a job's trainer flags
+take it. A field is one of:
+
+- mapped (config_aliases.ALIASES): the gptrain setting with the same meaning;
+- by value (BY_VALUE): some values mean what gptrain does (accepted, or a setting), the others
+  are refused with the reason;
+- accepted (ACCEPTED): it changes nothing a run computes or keeps here (a loader knob where the
+  loader reads memory-mapped files in the training process, a hub or logger option for a sink
+  gptrain does not have); taken, and the reason is in the table;
+- refused (REFUSED): one line says why it does not apply and what to use instead.
+
+docs/hf-trainer-flags.md is `table()` of the installed transformers, and a test fails when
+transformers has a field that is none of these (so the table cannot go stale).
+"""
+
+from __future__ import annotations
+
+_HUB = "gptrain does not push to the Hugging Face Hub: `gptrain export NAME --format hf --out DIR`, then `hf upload`"
+_TRACKIO = "gptrain logs to metrics.jsonl, TensorBoard and W&B (--report_to), not Trackio"
+_LOADER = ("gptrain's loader reads memory-mapped token files in the training process (no DataLoader "
+           "workers), so this changes nothing here")
+_DDP = "gptrain sets up DDP/FSDP itself (--parallel.*: docs/multi-host.md); this knob is not exposed"
+_EVAL_ONLY = "gptrain's evaluation computes loss, perplexity and accuracy only; there are no predictions to gather"
+
+ACCEPTED: dict[str, str] = {
+    "dataloader_num_workers": _LOADER,
+    "dataloader_pin_memory": "batches are pinned on a GPU already; on a CPU there is nothing to pin",
+    "dataloader_persistent_workers": _LOADER,
+    "dataloader_prefetch_factor": "the next batches are read ahead by the trainer's own reader; " + _LOADER,
+    "dataloader_multiprocessing_context": _LOADER,
+    "dataloader_in_order": "batches are always in the order of the data's seeded permutation",
+    "remove_unused_columns": "a prepared dataset holds token ids only; there are no other columns",
+    "disable_tqdm": "progress is one line per log step (metrics.log_every), not a tqdm bar",
+    "log_level": "gptrain's output is its own lines; the transformers logger is kept quiet",
+    "log_level_replica": "only rank 0 prints progress; the other ranks' logs hold errors",
+    "log_on_each_node": "only rank 0 prints progress; every rank's log is kept (gptrain logs NAME --rank R)",
+    "logging_nan_inf_filter": "a non-finite loss is handled by --train.nan_policy, never logged as a value",
+    "logging_first_step": "the first step is always logged",
+    "skip_memory_metrics": "gptrain does not profile memory per phase",
+    "use_cache": "the KV cache is used by generation only, never in training",
+    "eval_do_concat_batches": _EVAL_ONLY,
+    "eval_use_gather_object": _EVAL_ONLY,
+    "eval_accumulation_steps": _EVAL_ONLY,
+    "batch_eval_metrics": "evaluation sums loss and accuracy batch by batch already",
+    "prediction_loss_only": "evaluation computes the loss (and perplexity, accuracy) only",
+    "include_num_input_tokens_seen": "metrics.jsonl logs the tokens seen at every logged step",
+    "average_tokens_across_devices": "the loss is the mean over every target token of all ranks already",
+    "do_predict": "recorded as in run_clm.py; gptrain has no predict step (gptrain generate samples text)",
+    "local_rank": "set by torch.distributed.launch for old scripts; gptrain reads LOCAL_RANK from torchrun",
+    "run_name": "a run is named after its job (or output folder) in every sink",
+    "project": _TRACKIO,
+    "ddp_timeout": "gptrain's process groups use torch's default timeout and its own stall detection",
+    "ddp_backend": "gptrain picks nccl on GPUs and gloo on CPUs",
+    "overwrite_output_dir": "a run in a used output folder resumes from its checkpoint (--checkpoint.resume_from)",
+    "save_on_each_node": "checkpoints are written once, sharded, to the job's folder that every node shares",
+    "hub_token": _HUB,
+    "hub_private_repo": _HUB,
+    "hub_strategy": _HUB,
+    "hub_always_push": _HUB,
+    "hub_revision": _HUB,
+    "trackio_space_id": _TRACKIO,
+    "trackio_bucket_id": _TRACKIO,
+    "trackio_static_space_id": _TRACKIO,
+    "restore_callback_states_from_checkpoint": "gptrain has no callbacks; a resume restores its whole state",
+}
+
+REFUSED: dict[str, str] = {
+    "push_to_hub": _HUB,
+    "hub_model_id": _HUB,
+    "lr_scheduler_kwargs": "gptrain's schedules take --train.warmup_steps and --train.min_lr_ratio only",
+    "optim_args": "gptrain trains with AdamW; optimizer arguments beyond its betas are not offered",
+    "optim_target_modules": "GaLore and APOLLO are not offered (for fewer trained parameters: --lora_r)",
+    "adam_epsilon": "AdamW's epsilon is fixed at 1e-8 (as HF's default)",
+    "label_smoothing_factor": "the loss is plain cross-entropy; label smoothing is not offered",
+    "bf16_full_eval": "evaluation runs in the training precision (--train.precision)",
+    "fp16_full_eval": "evaluation runs in the training precision (--train.precision)",
+    "tf32": "TF32 is on for what bf16/fp16 autocast leaves in fp32 on a GPU, off in fp32 runs (exact); not a setting",
+    "activation_checkpointing_kwargs": "--train.activation_checkpointing takes full or selective, nothing more",
+    "gradient_checkpointing_kwargs": "--train.activation_checkpointing takes full or selective, nothing more",
+    "torch_compile_backend": "--torch_compile uses inductor; another backend is not offered",
+    "torch_compile_mode": "--torch_compile compiles each block with the default mode; modes are not offered",
+    "use_liger_kernel": "Liger kernels are not used; gptrain has its own fused loss (--train.fused_loss)",
+    "liger_kernel_config": "Liger kernels are not used; gptrain has its own fused loss (--train.fused_loss)",
+    "neftune_noise_alpha": "NEFTune embedding noise is not offered",
+    "torch_empty_cache_steps": "gptrain does not empty the CUDA cache during training",
+    "auto_find_batch_size": "give --per_device_train_batch_size; a size that cannot fit is refused before the run",
+    "eval_delay": "evaluation runs every --eval_steps from the first; a delay is not offered",
+    "eval_on_start": "the first evaluation comes after --eval_steps steps; use `gptrain eval` on the initial model",
+    "include_for_metrics": "there is no compute_metrics in gptrain",
+    "save_only_model": "every checkpoint holds the optimizer state, so any of them resumes exactly",
+    "enable_jit_checkpoint": "a SIGTERM always saves a checkpoint at the end of the step (docs/reliability.md)",
+    "load_best_model_at_end": "gptrain keeps each checkpoint's eval loss (gptrain checkpoints NAME); generate, "
+                              "export or resume from the best by its ID",
+    "metric_for_best_model": "there is no best-model selection at the end of training (see load_best_model_at_end)",
+    "greater_is_better": "there is no best-model selection at the end of training (see load_best_model_at_end)",
+    "ignore_data_skip": "a resume restores the data position exactly, without reading skipped batches",
+    "full_determinism": "runs are deterministic on a CPU with --train.seed; not a setting",
+    "data_seed": "the data order comes from --seed (train.seed); a separate data seed is not kept",
+    "use_cpu": "use --parallel.device=cpu",
+    "accelerator_config": "gptrain does not run through Accelerate",
+    "parallelism_config": "use --parallel.dp_replicate, dp_shard, tp and pp (docs/multi-host.md)",
+    "dataloader_drop_last": "every training batch is full: the blocks of a split are dealt in whole batches",
+    "label_names": "the labels are the next tokens of the input, always",
+    "train_sampling_strategy": "training blocks are read in a seeded random permutation; other samplers are not offered",
+    "length_column_name": "training blocks are read in a seeded random permutation; other samplers are not offered",
+    "ddp_find_unused_parameters": _DDP,
+    "ddp_bucket_cap_mb": _DDP,
+    "ddp_broadcast_buffers": _DDP,
+    "ddp_static_graph": _DDP,
+    "fsdp": "use --parallel.dp_shard=N (FSDP2 over N ranks)",
+    "fsdp_config": "use --parallel.dp_shard=N (FSDP2 over N ranks); its options are not offered",
+    "debug": "debug features are not offered; --train.nan_policy=stop stops at a non-finite loss",
+}
+
+# flag -> {value: None (what gptrain does: accepted) | (setting, value) | "*" -> the reason others are refused}
+BY_VALUE: dict[str, dict] = {
+    "optim": {"adamw_torch": None, "adamw_torch_fused": None, "adamw_hf": None,
+              "*": "gptrain trains with AdamW (torch's, fused where it can); other optimizers are not offered"},
+    "save_strategy": {"steps": None, "no": ("checkpoint.every", "0"),
+                      "*": "checkpoints are saved every --save_steps steps (or never: no); per epoch or best not offered"},
+    "logging_strategy": {"steps": None,
+                         "*": "progress is logged every --logging_steps steps; per epoch or never is not offered"},
+    "lr_scheduler_type": {"*": "gptrain's schedules are cosine, linear and constant (constant_with_warmup), each "
+                               "with --warmup_steps; this one is not offered"},
+}
+SCHEDULES = ("cosine", "linear", "constant", "constant_with_warmup")
+
+
+def kind_of(name: str, aliases: dict) -> str | None:
+    """'mapped', 'by value', 'accepted', 'refused', or None for a flag none of these name."""
+    if name in BY_VALUE:
+        return "by value"
+    if name in aliases:
+        return "mapped"
+    if name in ACCEPTED:
+        return "accepted"
+    if name in REFUSED:
+        return "refused"
+    return None
+
+
+def by_value(name: str, value):
+    """For a BY_VALUE flag: None (accepted as it is), (setting, value) to apply, or the reason
+    this value is refused (a str)."""
+    rules = BY_VALUE[name]
+    word = str(value).lower() if value is not None else ""
+    if name == "lr_scheduler_type" and word in SCHEDULES:
+        return ("train.lr_schedule", "constant" if word == "constant_with_warmup" else word)
+    if word in rules:
+        return rules[word]
+    return rules["*"]
+
+
+def training_arguments() -> list[str]:
+    """The installed transformers' TrainingArguments fields a user can pass."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    return [f.name for f in dataclasses.fields(TrainingArguments) if f.init]
+
+
+def table(aliases: dict, deepspeed_flags=()) -> str:
+    """docs/hf-trainer-flags.md: every TrainingArguments field and what gptrain does with it."""
+    import transformers
+
+    rows = []
+    for name in training_arguments():
+        if name in deepspeed_flags:
+            rows.append((name, "mapped", "a DeepSpeed JSON config: the settings gptrain has are read from it"))
+        elif name in BY_VALUE:
+            ok = ", ".join(v for v, r in BY_VALUE[name].items() if v != "*") or ", ".join(SCHEDULES)
+            rows.append((name, "by value", f"{ok}; others refused: {BY_VALUE[name]['*']}"))
+        elif name in aliases:
+            key, vmap = aliases[name]
+            rows.append((name, "mapped", f"`{key}`" + (f" ({', '.join(f'{k}: {v}' for k, v in vmap.items())})"
+                                                        if vmap else "")))
+        elif name in ACCEPTED:
+            rows.append((name, "accepted", ACCEPTED[name]))
+        elif name in REFUSED:
+            rows.append((name, "refused", REFUSED[name]))
+        else:
+            rows.append((name, "MISSING", "not in gptrain's table (src/gptrain/hf_flags.py)"))
+    lines = ["# The Hugging Face Trainer's flags in gptrain", "",
+             f"Every field of `transformers.TrainingArguments` (transformers {transformers.__version__}), as "
+             "`gptrain train` and a job's trainer flags take it: **mapped** to the gptrain setting with the same "
+             "meaning; **by value** (the values listed mean what gptrain does, others are refused); "
+             "**accepted** (it changes nothing a run computes or keeps here, for the reason given); "
+             "**refused** in one line that gives the reason. Generated from `TrainingArguments` itself by "
+             "`python -m gptrain.hf_flags > docs/hf-trainer-flags.md`; tests/unit/test_hf_flags.py fails when "
+             "a field is missing or this file is stale.", "",
+             "| flag | gptrain | what it means here |", "| --- | --- | --- |"]
+    lines += [f"| `--{n}` | {k} | {why.replace('|', '/')} |" for n, k, why in rows]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    from gptrain.config_aliases import ALIASES, DEEPSPEED_FLAGS
+
+    print(table(ALIASES, DEEPSPEED_FLAGS), end="")

@@ -1,0 +1,50 @@
+"""Every field of transformers' TrainingArguments is mapped, taken by value, accepted with a
+reason or refused in one line with a reason (gptrain/hf_flags.py); docs/hf-trainer-flags.md is
+generated from TrainingArguments itself, so a field transformers adds fails here first."""
+
+from pathlib import Path
+
+import pytest
+
+from gptrain import hf_flags
+from gptrain.config import parse_train_args
+from gptrain.config_aliases import ALIASES, DEEPSPEED_FLAGS
+from gptrain.errors import UserError
+from gptrain.train.optim import lr_at
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "hf-trainer-flags.md"
+
+
+def _rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("| `--")]
+
+
+def test_every_training_arguments_field_has_a_meaning_here():
+    missing = [n for n in hf_flags.training_arguments()
+               if n not in DEEPSPEED_FLAGS and hf_flags.kind_of(n, ALIASES) is None]
+    assert missing == [], f"add these to src/gptrain/hf_flags.py: {missing}"
+
+
+def test_the_docs_table_is_the_generated_one_and_a_new_field_shows_as_missing(monkeypatch):
+    assert _rows(DOC.read_text()) == _rows(hf_flags.table(ALIASES, DEEPSPEED_FLAGS)), \
+        "regenerate: python -m gptrain.hf_flags > docs/hf-trainer-flags.md"
+    fields = hf_flags.training_arguments()
+    monkeypatch.setattr(hf_flags, "training_arguments", lambda: [*fields, "a_field_transformers_added"])
+    assert "| `--a_field_transformers_added` | MISSING |" in hf_flags.table(ALIASES, DEEPSPEED_FLAGS)
+
+
+def test_the_flags_a_new_user_met_work_or_say_why_not():
+    cfg = parse_train_args(["--max_grad_norm", "0.5", "--warmup_ratio", "0.1", "--adam_beta2", "0.95",
+                            "--dataloader_num_workers", "4", "--optim", "adamw_torch", "--save_strategy", "no",
+                            "--torch_compile", "--lr_scheduler_type", "linear", "--disable_tqdm", "true"])
+    tc = cfg.train
+    assert (tc.grad_clip, tc.warmup_ratio, tc.beta2, tc.compile, tc.lr_schedule) == (0.5, 0.1, 0.95, True, "linear")
+    assert cfg.checkpoint.every == 0
+    assert lr_at(0, tc, 100) == pytest.approx(tc.lr / 10) and lr_at(9, tc, 100) == pytest.approx(tc.lr)
+    for argv, says in ((["--lr_scheduler_type", "cosine_with_restarts"], "schedules are cosine, linear and constant"),
+                       (["--load_best_model_at_end"], "keeps each checkpoint's eval loss"),
+                       (["--optim", "sgd"], "trains with AdamW"),
+                       (["--push_to_hub"], "does not push to the Hugging Face Hub"),
+                       (["--save_strategy", "epoch"], "every --save_steps steps")):
+        with pytest.raises(UserError, match=says):
+            parse_train_args(argv)
