@@ -16,8 +16,8 @@ DOCS = ROOT / "docs" / "architecture.md"
 # a top-level module is a package of its own.
 LAYERS = [
     {"errors", "gptrain"},
-    {"atomic", "files", "stop", "config_aliases", "hf_flags"},
-    {"home", "tokenizers", "deepspeed_config", "run_layout"},
+    {"atomic", "files", "stop", "config_aliases"},
+    {"home", "tokenizers", "deepspeed_config", "run_layout", "hf_flags"},
     {"weights", "db"},
     {"data"},
     {"models"},
