@@ -228,6 +228,7 @@ def test_job_yaml(dataset, tmp_path):
     (["run", "x", "--", "--train.lrr=1"], "did you mean"),
     (["run", "x", "--", "--model_name_or_path", "./tiny-gtp2"], "--model.init_from ./tiny-gtp2: no such file"),
     (["run", "x", "--", "--data.path=/no/such/corpus.txt"], "--data.path /no/such/corpus.txt: no such file"),
+    (["run", "x", "--", "--use_flash_attn", "true"], "flash_attention_2 needs the flash-attn package"),
 ])
 def test_bad_input_one_line_exit_2_nothing_recorded(dataset, args, message):
     r = run_cli(*args)

@@ -197,6 +197,10 @@ class JobSpec:
                 self.config = dump_toml(cfg)
         if self.scheduler in ("local", "slurm"):  # its workers see this filesystem (Slurm: a shared one)
             missing_paths(self.trainer_config(), base)
+        if self.scheduler == "local" and self.trainer_config().model.attn_implementation == "flash_attention_2":
+            from gptrain.models.flash import check_available
+
+            check_available()  # this machine runs it: one line now, not a traceback from every worker
 
     def trainer_config(self):
         """The trainer Config this job will run with (trainer jobs only); errors name the
