@@ -126,3 +126,16 @@ def test_output_dir_given_to_a_job_is_refused_in_one_line(isolated_home, tmp_pat
     r = run_cli("run", "out", "--", "--output_dir", str(tmp_path / "elsewhere"), "--data.path=x")
     assert r.returncode == 2 and "--output_dir" in r.stderr and "own folder" in r.stderr
     assert r.stderr.count("\n") == 1 and not (isolated_home / "jobs" / "out").exists()
+
+
+def test_output_dir_naming_the_jobs_own_folder_is_taken(isolated_home, tmp_path):
+    """The hosted tutorial's --output_dir /output-checkpoint (made ${GPTRAIN_CHECKPOINT_DIR} one line
+    earlier), or the job's folder written out, is where the job writes anyway: accepted (issue 38)."""
+    from tests.helpers import make_dataset
+
+    data = make_dataset(tmp_path)
+    for name, where in (("hosted", "/output-checkpoint"), ("spelled", str(isolated_home / "jobs" / "spelled"))):
+        r = run_cli("training", "run", name, "--scheduler", "slurm", "--dry-run", "--", "--output_dir", where,
+                    f"--data.path={data}")
+        assert r.returncode == 0, r.stderr
+        assert "--data.path" in r.stdout and "--output_dir" not in r.stdout, r.stdout

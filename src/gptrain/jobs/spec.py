@@ -181,6 +181,8 @@ class JobSpec:
         args = []
         for name, value, tokens in split_options(self.args):
             if canonical_key(name) == "train.output_dir":
+                if self.names_its_own_folder(value):
+                    continue  # it writes there anyway (the hosted tutorials' /output-checkpoint)
                 raise UserError(f"{' '.join(tokens)}: a job writes its checkpoints, metrics and logs "
                                 f"into its own folder ($GPTRAIN_HOME/jobs/{self.name}); drop the flag and "
                                 f"get them with `gptrain checkpoints {self.name}` or `gptrain fetch {self.name}`")
@@ -201,6 +203,20 @@ class JobSpec:
             from gptrain.models.flash import check_available
 
             check_available()  # this machine runs it: one line now, not a traceback from every worker
+
+    def names_its_own_folder(self, value) -> bool:
+        """Whether an --output_dir value is this job's own folder, or its checkpoints folder,
+        however it is spelled (the variable a worker gets, or the path)."""
+        from gptrain.jobs import folder
+
+        if value is None:
+            return False
+        if value.strip("${}") in ("GPTRAIN_CHECKPOINT_DIR", "GPTRAIN_OUTPUT_DIR"):
+            return True
+        if "$" in value or "://" in value:
+            return False
+        jdir = folder.job_dir(self.name)
+        return Path(value).expanduser().resolve() in (jdir.resolve(), folder.checkpoints_dir(jdir).resolve())
 
     def trainer_config(self):
         """The trainer Config this job will run with (trainer jobs only); errors name the
