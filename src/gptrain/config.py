@@ -286,8 +286,9 @@ def convert(key: str, value):
 
 def _set(cfg: Config, key: str, value) -> None:
     if key.count(".") != 1 or key not in all_keys():
-        raise UserError(f"unknown config key {key!r}{closest(key, all_keys())}; "
-                        "see `gptrain train --help`")
+        same_name = [k for k in all_keys() if k.split(".")[1] == key.rpartition(".")[2]]
+        hint = f" (did you mean {same_name[0]!r}?)" if len(same_name) == 1 else closest(key, all_keys())
+        raise UserError(f"unknown config key {key!r}{hint}; see `gptrain train --help`")
     section, name = key.split(".")
     setattr(getattr(cfg, section), name, convert(key, value))
 
@@ -386,6 +387,12 @@ def _is_flag(name: str) -> bool:
     return False
 
 
+# Words users type for a setting whose nearest spelling is another one ('dataset' is nearest to
+# dataset_name, which only records a name): what they mean.
+MEANT = {"dataset": "--data.path", "data": "--data.path", "datasets": "--data.mix", "model": "--model.init_from",
+         "steps": "--max_steps", "lr": "--learning_rate", "batch_size": "--per_device_train_batch_size"}
+
+
 def apply_option(cfg: Config, name: str, value) -> None:
     """Set one option by canonical key (section.key) or HF alias, converting the value; the HF
     Trainer flags that are taken by value, accepted or refused: hf_flags.py."""
@@ -418,8 +425,9 @@ def apply_option(cfg: Config, name: str, value) -> None:
         _set(cfg, key, value)
         return
     if "." not in name:
-        raise UserError(f"unknown option --{name}{closest(name, [*ALIASES, *DEEPSPEED_FLAGS, *all_keys()])}; "
-                        "see `gptrain train --help`")
+        hint = f" (did you mean {MEANT[name]!r}?)" if name in MEANT else \
+            closest(name, [*ALIASES, *DEEPSPEED_FLAGS, *all_keys()])
+        raise UserError(f"unknown option --{name}{hint}; see `gptrain train --help`")
     _set(cfg, name, "true" if value is None else value)
 
 

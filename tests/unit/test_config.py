@@ -209,3 +209,22 @@ def test_global_batch_size_sets_accumulation():
                                "contradicts")]:
         with pytest.raises(UserError, match=message):
             apply_global_batch(parse_train_args(["--train.batch_size=4", *argv]), dp=dp, pp=1)
+
+
+def test_a_key_in_the_wrong_section_is_pointed_to_its_section():
+    """--train.block_size suggested 'train.batch_size'; the key is model.block_size (issue 39)."""
+    from gptrain.config import parse_train_args
+    from gptrain.errors import UserError
+
+    with pytest.raises(UserError, match=r"unknown config key 'train.block_size' \(did you mean 'model.block_size'\?\)"):
+        parse_train_args(["--train.block_size=64"])
+    with pytest.raises(UserError, match=r"did you mean 'train.batch_size'"):
+        parse_train_args(["--train.batchsize=4"])
+
+
+def test_words_users_type_are_pointed_to_what_they_mean():
+    from gptrain.config import parse_train_args
+    from gptrain.errors import UserError
+
+    with pytest.raises(UserError, match=r"unknown option --dataset \(did you mean '--data.path'\?\)"):
+        parse_train_args(["--dataset", "shakespeare"])  # it suggested 'dataset_name' (issue 39)
