@@ -38,4 +38,12 @@ model = AutoModelForCausalLM.from_pretrained("demo-out/hf")
 ids = model.generate(torch.tensor([[0]]), max_new_tokens=20, do_sample=False, pad_token_id=0)
 print(f"transformers loaded {type(model).__name__} ({model.num_parameters():,} parameters) and generated {ids.shape[1] - 1} tokens")
 PY
-step "done: outputs are in demo-out/ (GPTRAIN_HOME=$GPTRAIN_HOME)"
+step "done: outputs are in demo-out/"
+cat <<EOF
+The demo kept its jobs and datasets in a home of its own, $GPTRAIN_HOME.
+To see them, or to use its model again:
+  export GPTRAIN_HOME=$GPTRAIN_HOME
+  gptrain jobs
+  gptrain generate shakespeare --prompt "JULIET:"
+Without that variable gptrain uses its default home, where the demo's jobs are not.
+EOF
