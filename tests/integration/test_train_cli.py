@@ -36,6 +36,8 @@ def test_hosted_service_tutorial_command_runs_as_written(source, gpt2_data, hf_s
     assert "mfu basis: 1 x (" in r.stdout and " per core, measured on one-thread matmuls" in r.stdout
     rows = [json.loads(l) for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert any("eval/loss" in row for row in rows) and any("train/loss" in row for row in rows)
+    # --logging_steps 50: the first step is shown at once, not after 50 steps (issue 39), then the last
+    assert [row["step"] for row in rows if "train/loss" in row] == [1, 3]
     assert (tmp_path / "out" / "checkpoints" / "step-000003" / "trainer_state.json").is_file()
 
 

@@ -379,7 +379,7 @@ class Trainer(Checkpointing):
                 stopping = self.reader.stop_agreed(self.env.device, batches is None)
                 if stopping:
                     self.reader.unread()
-                logging = self.step % self.cfg.metrics.log_every == 0 or self.step == self.total_steps or stopping
+                logging = self.step % self.cfg.metrics.log_every == 0 or self.step in (1, self.total_steps) or stopping
                 if logging and not self.report_skipped() and (value := self.mean_loss(loss)) is not None:
                     elapsed = time.perf_counter() - window_start
                     tok_s = tokens_per_step * window_steps / elapsed
