@@ -14,7 +14,6 @@ then `gptrain resume`). Neither is a node lost when fewer than MIN nodes would b
 
 from __future__ import annotations
 
-import json
 
 from gptrain.jobs import found, store
 
@@ -42,16 +41,11 @@ def record_loss(name: str, spec, jdir, node: int, why: str, lost: set[int], owne
     source = f"its latest checkpoint ({latest.name})" if latest is not None else "the start (no checkpoint yet)"
     message = (f"node {node} lost ({why}); elastic {spec.min_nodes}:{spec.nodes}: the job goes on with "
                f"{left} node(s), its workers restarted by torchrun from {source}, resharded to the smaller world")
-    with store.transaction() as conn:
-        row = conn.execute("SELECT run_id FROM jobs WHERE name = ?", (name,)).fetchone()
-        if row is None or row["run_id"] != owner:  # (a supervisor writes only its own job)
-            return
-        if slots:
-            kept = [s for n in range(spec.nodes) if n not in lost for s in slots[n * spec.accels:(n + 1) * spec.accels]]
-            freed = sorted(set(slots) - set(kept))
-            conn.execute("UPDATE jobs SET slots = ? WHERE name = ?", (json.dumps(kept), name))
-            message += f"; its slots {freed} are free for other jobs"
-        store.add_event(conn, name, "node lost", message)
+    kept = None
+    if slots:
+        kept = [s for n in range(spec.nodes) if n not in lost for s in slots[n * spec.accels:(n + 1) * spec.accels]]
+        message += f"; its slots {sorted(set(slots) - set(kept))} are free for other jobs"
+    store.free_lost_slots(name, owner, kept, "node lost", message)  # (a supervisor writes only its own job)
 
 
 def finished_line(spec, lost: set[int]) -> str:

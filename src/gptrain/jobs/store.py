@@ -239,6 +239,19 @@ def _owned_by(conn, name: str, supervisor: str | None) -> bool:
     return row is not None and row["state"] in ACTIVE and row["supervisor"] == supervisor
 
 
+def free_lost_slots(name: str, run_id: str, kept: list[int] | None, kind: str, message: str) -> bool:
+    """A lost node's record, by the supervisor of the job's run `run_id`: the slots it keeps
+    (None: unchanged) and the event, in one write; False (nothing written) for another run."""
+    with transaction() as conn:
+        row = conn.execute("SELECT run_id FROM jobs WHERE name = ?", (name,)).fetchone()
+        if row is None or row["run_id"] != run_id:
+            return False
+        if kept is not None:
+            conn.execute("UPDATE jobs SET slots = ? WHERE name = ?", (json.dumps(kept), name))
+        add_event(conn, name, kind, message)
+        return True
+
+
 def end_orphan(name: str, supervisor: str | None, state: JobState, message: str) -> bool:
     """End a job whose supervisor is gone (slots freed); False if someone else got there first."""
     state, now = JobState(state), time.time()
