@@ -58,9 +58,10 @@ s3: $(S3VENV)/.installed-stamp
 
 # Two workers (pytest-xdist), each taking whole test files, or a whole folder where its tests share
 # one cluster (tests/conftest.py): the suite's tests wait on processes, clusters and browsers for
-# much of their time, so two workers on two cores finish it in a little over half the time.
+# much of their time. One thread per process: two workers and their subprocesses already fill the
+# two cores, and OpenMP threads spin while they wait for a core.
 test: $(STAMP) browser podman ray s3
-	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=60 tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --durations=60 tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests

@@ -20,6 +20,20 @@ def data(tmp_path_factory):
     return make_dataset(tmp_path_factory.mktemp("resume"))
 
 
+@pytest.fixture(scope="module")
+def straight_run(data, tmp_path_factory):
+    """The uninterrupted run of each layout, made once for the tests that compare with it."""
+    runs = {}
+
+    def get(nproc, layout):
+        key = (nproc, *layout)
+        if key not in runs:
+            runs[key] = tmp_path_factory.mktemp("straight")
+            train(*_args(data, runs[key], *layout), nproc=nproc)
+        return runs[key]
+    return get
+
+
 def _args(data, out, *extra):
     return [f"--data.path={data}", f"--train.output_dir={out}", "--train.batch_size=4",
             f"--train.max_steps={N}", "--train.do_eval=false", "--model.dropout=0.1", *TINY,
@@ -41,10 +55,9 @@ def rewind_to(out, step):
 
 @pytest.mark.parametrize("nproc, layout", [(1, []), (2, ["--parallel.dp_shard=2"])],
                          ids=["single", "fsdp2"])
-def test_resume_is_bitwise_exact(data, tmp_path, nproc, layout):
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    train(*_args(data, straight, *layout), nproc=nproc)
-    train(*_args(data, resumed, *layout), nproc=nproc)
+def test_resume_is_bitwise_exact(data, straight_run, tmp_path, nproc, layout):
+    straight, resumed = straight_run(nproc, layout), tmp_path / "resumed"
+    shutil.copytree(straight, resumed)  # the same run, then as if it stopped after step K
     rewind_to(resumed, K)
     r = train(*_args(data, resumed, *layout), nproc=nproc)
     assert f"resumed from {resumed / 'checkpoints' / f'step-{K:06d}'} at step {K}" in r.stdout
@@ -56,9 +69,8 @@ def test_resume_is_bitwise_exact(data, tmp_path, nproc, layout):
         assert torch.equal(a[key], b[key]), key
 
 
-def test_two_rank_checkpoint_loads_in_one_process_and_hf(data, tmp_path):
-    out = tmp_path / "fsdp"
-    train(*_args(data, out, "--parallel.dp_shard=2"), nproc=2)
+def test_two_rank_checkpoint_loads_in_one_process_and_hf(data, straight_run, tmp_path):
+    out = shutil.copytree(straight_run(2, ["--parallel.dp_shard=2"]), tmp_path / "fsdp")  # a 2-rank FSDP run
     ckpt = find_latest(out)
     # 1 process: inference, export to HF, and resuming training on a different world size
     from transformers import AutoModelForCausalLM
@@ -107,10 +119,9 @@ def test_killed_during_save_resumes_from_previous_checkpoint(data, tmp_path):
 
 
 @pytest.mark.parametrize("nproc, layout", [(1, []), (2, ["--parallel.dp_shard=2"])], ids=["single", "fsdp2"])
-def test_async_checkpoints_resume_exactly(data, tmp_path, nproc, layout):
+def test_async_checkpoints_resume_exactly(data, straight_run, tmp_path, nproc, layout):
     """Checkpoints written in the background while training goes on hold the state of their step."""
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    train(*_args(data, straight, *layout), nproc=nproc)
+    straight, resumed = straight_run(nproc, layout), tmp_path / "resumed"
     r = train(*_args(data, resumed, *layout, "--checkpoint.async_save=true"), nproc=nproc)
     assert "in the background" in r.stdout
     rewind_to(resumed, K)
