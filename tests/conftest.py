@@ -106,3 +106,12 @@ def pytest_collection_finish(session):
     if getattr(session.config.option, "loadgroup", False) and any("@" not in item.nodeid for item in session.items):
         raise pytest.UsageError("pytest-xdist did not group the tests (--dist loadgroup): this pytest "
                                 "and pytest-xdist do not work together; install pytest<9.2")
+
+
+def pytest_runtest_logreport(report):
+    """GPTRAIN_TEST_TIMES=FILE: each test's phase durations appended as they finish (to see where
+    the suite's time goes while it still runs; --durations says it only at the end)."""
+    where = os.environ.get("GPTRAIN_TEST_TIMES")
+    if where and report.when in ("setup", "call"):
+        with open(where, "a") as f:
+            f.write(f"{report.duration:.1f} {report.when} {report.nodeid}\n")
