@@ -8,6 +8,7 @@ import os
 import pickle
 
 import numpy as np
+import pytest
 
 from tests.conftest import run_cli
 from tests.helpers import TINY, make_dataset, save_as_hf_blocks, train, write_corpus
@@ -113,15 +114,22 @@ def test_a_meta_pkl_naming_code_or_ids_outside_it_are_refused_at_push(tmp_path, 
     assert not (isolated_home / "datasets").exists() or not list((isolated_home / "datasets").iterdir())
 
 
-def test_a_save_to_disk_folder_of_ids_has_its_tokenizer_named_at_push(tmp_path, isolated_home):
+def test_a_save_to_disk_folder_of_ids_has_its_tokenizer_named_at_push_or_by_the_job(tmp_path, isolated_home,
+                                                                                       tiny_hf_gpt2):
     from gptrain.data.formats import read_meta
+    from gptrain.errors import UserError
     from gptrain.train.model_init import resolve_data
 
     saved = save_as_hf_blocks(make_dataset(tmp_path, tokenizer="byte"), tmp_path / "tokenized")
-    refused(run_cli("data", "push", "saved", saved), "input_ids", "--tokenizer")  # not assumed GPT-2 ids
-    assert not (isolated_home / "datasets" / "saved").exists()
+    # the hosted tutorial's line as typed: its ids are kept; a job names their tokenizer (issue 38)
+    assert "(save_to_disk," in ok("dataset", "push", "plain", "--file", saved)
+    with pytest.raises(UserError, match="holds token ids and no tokenizer was named for them: give --model_name_or_path"):
+        resolve_data("plain")  # not assumed GPT-2 ids
+    assert read_meta(resolve_data("plain", tokenizer="byte"))["vocab_size"] == 257
+    assert read_meta(resolve_data("plain", init_from=str(tiny_hf_gpt2)))["vocab_size"] == 50257  # the model's
     assert "(save_to_disk," in ok("dataset", "push", "saved", "--file", saved, "--tokenizer", "byte")
-    assert ok("data", "list").splitlines()[1].split()[:3] == ["saved", "save_to_disk", "byte"]
+    assert [line.split()[:3] for line in ok("data", "list").splitlines()[1:]] == [
+        ["plain", "save_to_disk", "-"], ["saved", "save_to_disk", "byte"]]
     meta = read_meta(resolve_data("saved", tokenizer="gpt2"))  # the recorded one, whatever else is named
     assert meta["tokenizer"] == {"name": "byte"} and meta["vocab_size"] == 257
 

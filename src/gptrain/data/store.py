@@ -6,7 +6,8 @@ A dataset is one of three kinds, recorded with it:
   save_to_disk  a Hugging Face `save_to_disk` folder, kept as it is: a script calls
                 `datasets.load_from_disk(os.environ["GPTRAIN_DATASET_DIR"])`, and the built-in
                 trainer imports it once (data/hf_import.py, cached); when it holds token ids
-                (input_ids), the tokenizer they came from is named at push and recorded
+                (input_ids), the tokenizer they came from is recorded when named at push (else
+                the job that reads them names it)
   files         any other folder, kept as it is
 The last two get a manifest (MANIFEST: each file's size and sha256) beside their files.
 push copies and verifies into a hidden directory (removed again on any failure, a full disk
@@ -178,24 +179,22 @@ def push(name: str, src: str, tokenizer: str = "") -> Path:
 def _ids_tokenizer(folder: Path, tokenizer: str, dest: Path) -> dict | None:
     """The spec of the tokenizer a save_to_disk folder's token ids came from: the one named, the
     one saved in the folder itself (save_pretrained beside save_to_disk; loaded from its stored
-    copy at `dest`), or None for a folder without input_ids (its text needs none); asked for
-    otherwise, never assumed."""
+    copy at `dest`), or None: a folder without input_ids (its text needs none), or ids whose
+    tokenizer nobody named (the hosted tutorial's push): a job that reads them names it then
+    (--model_name_or_path, --data.tokenizer), never assumed (train/model_init.resolve_data)."""
     from gptrain import tokenizers
 
     if not tokenizer:
-        if not _has_token_ids(folder):
-            return None
-        if any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+        if has_token_ids(folder) and any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
             tokenizers.HFTokenizer(str(folder))  # it loads (its own code never runs)
             return {"name": "hf", "path": str(dest.resolve())}
-        raise UserError(f"{shown(folder)} is a save_to_disk dataset of token ids (input_ids): name the "
-                        "tokenizer they were made with, --tokenizer gpt2|byte|TOKENIZER_DIR")
+        return None
     if tokenizer == "char":
         raise UserError("--tokenizer char names no vocabulary; for token ids give gpt2, byte or a tokenizer directory")
     return tokenizers.by_name(tokenizer).spec()
 
 
-def _has_token_ids(folder: Path) -> bool:
+def has_token_ids(folder: Path) -> bool:
     """Whether a save_to_disk folder (one Dataset, or a DatasetDict's split folders) has an
     input_ids column, from its dataset_info.json files (read as JSON, nothing loaded)."""
     from gptrain.files import read_json

@@ -29,7 +29,7 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "", cache_byte
         p = resolve(path)  # a path, or a pushed dataset's name (data/store.py's one rule)
         if not p.is_file():
             if is_hf_saved(p) and not (p / "meta.json").is_file():
-                return cached_import(p, recorded_tokenizer(p) or tokenizer or _model_tokenizer(init_from))
+                return cached_import(p, recorded_tokenizer(p) or tokenizer or _ids_tokenizer(p, path, init_from))
             if nanogpt_dir.is_nanogpt_dir(p):  # read as `data push` stores one: one reader
                 return nanogpt_dir.cached(p, tokenizer if tokenizer != "char" else "")
             if not (p / MANIFEST).is_file():  # a pushed dataset of any files: its text prepared once
@@ -58,6 +58,17 @@ def resolve_sources(cfg: Config) -> list[tuple[str, float, Path]]:
                for name, w in parse_mix(d.mix)]
     check_tokenizers([(name, read_meta(p)) for name, _, p in sources])
     return sources
+
+
+def _ids_tokenizer(folder: Path, name: str, init_from: str) -> str:
+    """The tokenizer of a save_to_disk folder that recorded none: the model's a run starts from;
+    token ids with neither are refused (their vocabulary is not assumed), text is GPT-2's."""
+    from gptrain.data.store import has_token_ids
+
+    if not init_from and has_token_ids(folder):
+        raise UserError(f"dataset {name} holds token ids and no tokenizer was named for them: give "
+                        "--model_name_or_path (its tokenizer) or --data.tokenizer gpt2|byte|TOKENIZER_DIR")
+    return _model_tokenizer(init_from)
 
 
 def _model_tokenizer(init_from: str) -> str:
