@@ -187,13 +187,16 @@ def _corrupt(path, how):
                       "empty": b"", "not-an-object": b"[1, 2]", "no-fields": b"{}"}[how])
 
 
-@pytest.mark.parametrize("file, how", [(".metadata", "truncated"), (".metadata", "garbage"),
-                                       (".metadata", "empty"), ("__0_0.distcp", "truncated"),
-                                       ("__0_0.distcp", "scrambled"),
-                                       ("trainer_state.json", "garbage"),
-                                       ("trainer_state.json", "not-an-object"),
-                                       ("trainer_state.json", "no-fields")])
-@pytest.mark.parametrize("sealed", [True, False], ids=["with-checksums", "without"])
+DAMAGE = [(".metadata", "truncated"), (".metadata", "garbage"), (".metadata", "empty"),
+          ("__0_0.distcp", "truncated"), ("__0_0.distcp", "scrambled"), ("trainer_state.json", "garbage"),
+          ("trainer_state.json", "not-an-object"), ("trainer_state.json", "no-fields")]
+# Every damage without checksums (each reader's own refusal); with them, verification refuses
+# before any reader runs, the same path for every damage: one per file.
+CASES = [(*d, False) for d in DAMAGE] + [(f, h, True) for f, h in DAMAGE if h in ("garbage", "scrambled")]
+
+
+@pytest.mark.parametrize("file, how, sealed", CASES,
+                         ids=[f"{f}-{h}-{'with-checksums' if s else 'without'}" for f, h, s in CASES])
 def test_corrupt_checkpoint_file_is_one_line_naming_it(trained, tmp_path, file, how, sealed):
     """With its checksums.json the damage is named by verification (checkpoint and file); a
     checkpoint without one (older, or from elsewhere) is refused by the readers themselves."""
