@@ -77,9 +77,6 @@ def apply_ac(model, mode: str) -> None:
 def apply_compile(model) -> None:
     """Compile each block in place (names and state-dict keys stay the same), and the loss of
     the unfused path (one fused kernel pair instead of passes over the whole logits tensor)."""
-    from gptrain.models.lora import quiet_kernel_library_logs
-
-    quiet_kernel_library_logs()
     for block in model.transformer.h.values():
         block.compile()
     from gptrain.models.base import cross_entropy

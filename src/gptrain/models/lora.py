@@ -112,20 +112,9 @@ def add_lora(model, r: int, alpha: float, dropout: float, targets, quant: str = 
     attach(model)
 
 
-def quiet_kernel_library_logs() -> None:
-    """torchao (imported for QLoRA, and by torch.compile's inductor when it is installed) logs
-    every CUDA-only kernel library it cannot load on a CPU, and torch a deprecation about its
-    enums: noise in a user's log, not news."""
-    import logging
-
-    for noisy in ("torchao", "torch.utils._pytree"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-
-
 def nf4():
     """torchao's NF4 tensor (QLoRA's 4-bit NormalFloat, blocks of 64 with double-quantized
     scales), or one line saying how to get it."""
-    quiet_kernel_library_logs()
     try:
         from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import NF4Tensor, to_nf4
     except ImportError:
