@@ -42,6 +42,12 @@ def test_numbers_read_the_same_in_the_cli_and_the_console(isolated_home, console
         time.time = real
     assert js["time"] == [render.when(None), render.when(1795651234.5)]
     assert js["size"][-1].endswith("TiB") and js["loss"][0] == "-" and js["size"][0] == "-"
+    # a chart's axis labels: distinct, with no more digits than that takes (a learning-rate axis
+    # from 2.0e-3 to 2.1e-3 read "2.0e-3" three times: issue 38)
+    ticks = browser.execute_script("return [gp.ticks([0.002, 0.00205, 0.0021]), gp.ticks([0.001, 0.002, 0.003]),"
+                                   " gp.ticks([2.5, 2.55, 2.6]), gp.ticks([0, 1000, 2000])]")
+    assert ticks == [["2.00e-3", "2.05e-3", "2.10e-3"], ["1.0e-3", "2.0e-3", "3.0e-3"], ["2.5", "2.55", "2.6"],
+                     ["0", "1000", "2000"]]
 
 
 def test_a_job_row_reads_the_same_in_both_faces(isolated_home, console, browser, tmp_path):

@@ -63,7 +63,16 @@ gp.age = function (t) {
   for (const [u, n] of gp.R.age_units) if (s >= n) return Math.floor(s / n) + u;
   return Math.floor(s) + gp.R.age_seconds_unit;
 };
-gp.tick = (v) => (v === null ? "" : v !== 0 && (Math.abs(v) >= 1e5 || Math.abs(v) < 1e-2) ? v.toExponential(1) : String(+v.toPrecision(3)));
+gp.tick = (v, digits = 1) => (v === null ? "" : v !== 0 && (Math.abs(v) >= 1e5 || Math.abs(v) < 1e-2) ? v.toExponential(digits) : String(+v.toPrecision(digits + 2)));
+// An axis's labels with as many digits as it takes to tell them apart (a learning-rate axis
+// from 2.00e-3 to 2.10e-3 read "2.0e-3" three times).
+gp.ticks = function (vals) {
+  for (let digits = 1; digits < 6; digits++) {
+    const out = vals.map((v) => gp.tick(v, digits)), shown = out.filter((s) => s !== "");
+    if (new Set(shown).size === shown.length) return out;
+  }
+  return vals.map((v) => gp.tick(v, 6));
+};
 gp.nodes = (j) => (j.min_nodes ? `${j.min_nodes}:${j.nodes}` : String(j.nodes)); // elastic: MIN:MAX, as typed
 gp.time = function (t) {  // local YYYY-MM-DD HH:MM:SS
   if (!t) return gp.R.missing;
@@ -79,7 +88,7 @@ gp.chart = function (parent, title, xLabel, series, data) {
   parent.append(box);
   const opts = {
     title, width: Math.max(320, Math.min(660, parent.clientWidth / 2 - 24)), height: 240,
-    scales: { x: { time: false } }, axes: [{ label: xLabel }, { size: 64, values: (u, vals) => vals.map(gp.tick) }],
+    scales: { x: { time: false } }, axes: [{ label: xLabel }, { size: 64, values: (u, vals) => gp.ticks(vals) }],
     series: [{ label: xLabel }, ...series.map((s, i) => ({
       label: s.label, stroke: s.color || gp.COLORS[i % gp.COLORS.length], width: 1.5, spanGaps: true,
       ...(s.points ? { points: { show: true, size: 6 } } : {}) }))],
