@@ -73,17 +73,13 @@ def reference(data, tmp_path_factory):
     return get
 
 
+# GPT-2 from scratch under the layouts its fine-tuning rows below do not run (ddp, fsdp+tp, 1F1B,
+# interleaved and pp+fsdp are there, from HF weights: the same step code, another init).
 @pytest.mark.parametrize("name, nproc, rows, n_layer, layout", [
-    ("ddp", 2, 4, 2, ["--parallel.dp_replicate=2", "--parallel.dp_shard=1"]),
     ("fsdp", 2, 4, 2, ["--parallel.dp_shard=2"]),
     ("tp", 2, 8, 2, ["--parallel.tp=2", "--parallel.dp_shard=1"]),
-    ("fsdp+tp", 4, 4, 2, ["--parallel.tp=2", "--parallel.dp_shard=2"]),
     ("hsdp", 4, 2, 2, ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"]),
     ("pp-gpipe", 2, 8, 4, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=gpipe"]),
-    ("pp-1f1b", 2, 8, 4, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=1f1b"]),
-    ("pp-interleaved", 2, 8, 4, ["--parallel.pp=2", "--parallel.dp_shard=1",
-                                 "--parallel.pp_schedule=interleaved_1f1b"]),
-    ("pp+fsdp", 4, 4, 4, ["--parallel.pp=2", "--parallel.dp_shard=2", "--parallel.pp_microbatches=2"]),
     ("pp+tp", 4, 8, 4, ["--parallel.pp=2", "--parallel.tp=2", "--parallel.dp_shard=1"]),
     ("llama-fsdp+tp", 4, 4, 2, ["--parallel.tp=2", "--parallel.dp_shard=2"]),
     ("llama-pp+tp", 4, 8, 4, ["--parallel.pp=2", "--parallel.tp=2",
@@ -97,9 +93,8 @@ def test_loss_and_weights_match_single_process(data, reference, tmp_path, name, 
     assert_same_weights(tmp_path, ref_dir, name)
 
 
-@pytest.mark.parametrize("name, nproc, rows, n_layer, layout", [
+@pytest.mark.parametrize("name, nproc, rows, n_layer, layout", [  # bf16 is slow on CPUs without bf16 units
     ("fsdp", 2, 4, 2, ["--parallel.dp_shard=2"]),
-    ("tp", 2, 8, 2, ["--parallel.tp=2", "--parallel.dp_shard=1"]),
     ("pp-1f1b", 2, 8, 4, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=1f1b"]),
 ])
 def test_bf16_layouts_match_single_process_within_bf16_precision(data, reference, tmp_path, name, nproc,
@@ -116,7 +111,6 @@ def test_bf16_layouts_match_single_process_within_bf16_precision(data, reference
 
 
 @pytest.mark.parametrize("name, nproc, rows, layout", [
-    ("pp-1f1b", 2, 8, ["--parallel.pp=2", "--parallel.dp_shard=1", "--parallel.pp_schedule=1f1b"]),
     ("pp+fsdp", 4, 4, ["--parallel.pp=2", "--parallel.dp_shard=2", "--parallel.pp_microbatches=2"]),
     ("fsdp", 2, 4, ["--parallel.dp_shard=2"]),
 ])
