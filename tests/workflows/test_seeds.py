@@ -15,7 +15,10 @@ from tests.workflows.conftest import assert_workflow_outcome, metrics
 pytestmark = pytest.mark.slow  # real jobs: detached supervisors, torchrun, 2 processes each
 
 SHORT = ["--max_steps", "8", "--max_eval_samples", "8", "--report_to", "none"]
-LAYOUTS = pytest.mark.parametrize("nodes, accels", [(2, 1), (1, 2)], ids=["2x1", "1x2"])
+# Each seed under both layouts would be ten jobs; each runs under one, alternating, so both layouts
+# (two agents meeting through c10d, and one agent with two workers) run the seeds' flags.
+TWO_NODES = pytest.mark.parametrize("nodes, accels", [(2, 1)], ids=["2x1"])
+TWO_ACCELS = pytest.mark.parametrize("nodes, accels", [(1, 2)], ids=["1x2"])
 
 
 @pytest.fixture
@@ -35,7 +38,7 @@ def _tutorial_flags(model_dir, *extra):
             "--learning_rate", "1e-3", "--block_size", "32", *SHORT, *extra]
 
 
-@LAYOUTS
+@TWO_NODES
 def test_seed0_hosted_ddp_tutorial(wikitext, tiny_hf_gpt2, tmp_path, nodes, accels):
     """Seed 0: fine-tune HF GPT-2 on the pushed wikitext blocks, HF Trainer flags, 2 processes."""
     ok("run", "fcs-experiments-simple-ddp", "--dataset", wikitext, "--nodes", nodes, "--accels", accels,
@@ -45,7 +48,7 @@ def test_seed0_hosted_ddp_tutorial(wikitext, tiny_hf_gpt2, tmp_path, nodes, acce
     assert [e["kind"] for e in events][:4] == ["submitted", "queued", "starting", "running"]
 
 
-@LAYOUTS
+@TWO_ACCELS
 def test_seed1_attention_and_dtype_flags(wikitext, tiny_hf_gpt2, tmp_path, nodes, accels):
     """Seed 1: the same job with --attn_implementation and --torch_dtype (flash_attention_2 needs
     a GPU; on CPU the sdpa kernel in bf16 is the same command shape)."""
@@ -55,7 +58,7 @@ def test_seed1_attention_and_dtype_flags(wikitext, tiny_hf_gpt2, tmp_path, nodes
     assert 'precision = "bf16"' in json.loads(ok("inspect", "flash", "--json"))["config"]
 
 
-@LAYOUTS
+@TWO_NODES
 def test_seed2_mingpt_yaml_with_http_data_and_bucket_snapshots(jobs_home, tmp_path, nodes, accels):
     """Seed 2: minGPT's DDP job from a YAML file: data read over http, snapshots to a bucket
     path, on two processes."""
@@ -79,7 +82,7 @@ config:
     assert (bucket / "mingpt" / "snapshots" / "latest").is_file()
 
 
-@LAYOUTS
+@TWO_ACCELS
 def test_seed3_fmengine_llama_pipeline(jobs_home, tiny_hf_llama, tmp_path, nodes, accels):
     """Seed 3: FMEngine's command: Llama from a checkpoint, JSONL data, DeepSpeed JSON, two
     pipeline stages."""
@@ -104,7 +107,7 @@ def test_seed3_fmengine_llama_pipeline(jobs_home, tiny_hf_llama, tmp_path, nodes
     assert f'init_from = "{tiny_hf_llama}"' in config and f'path = "{data}"' in config
 
 
-@LAYOUTS
+@TWO_NODES
 def test_seed4_fsdp_gpt2_from_hf_weights(jobs_home, tiny_hf_gpt2, tmp_path, nodes, accels):
     """Seed 4: GPT-2 from HF weights (--hf_model), FSDP with activation checkpointing per block,
     TensorBoard metrics, data in a flat uint16 token file."""
