@@ -126,14 +126,20 @@ def test_a_foreground_train_stopped_by_sigterm_or_ctrl_c_exits_after_its_checkpo
 
     data = make_dataset(tmp_path)
     out = tmp_path / "run"
+    # as a terminal starts it: SIGINT at its default (a test runner's worker may ignore it, and a
+    # process started with SIGINT ignored keeps ignoring it, as nohup means)
     p = subprocess.Popen([sys.executable, "-m", "gptrain", "train", f"--data.path={data}",
                           f"--train.output_dir={out}", "--train.max_steps=100000", "--train.do_eval=false",
-                          *TINY], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env())
-    deadline = time.time() + 120
-    while not (out / "metrics.jsonl").exists() or "step" not in (out / "metrics.jsonl").read_text():
-        assert time.time() < deadline and p.poll() is None
-        time.sleep(0.1)
-    p.send_signal(sig)  # Ctrl-C: exited 130 with no checkpoint before (issue 38)
-    said, _ = p.communicate(timeout=120)
+                          *TINY], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(),
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.time() + 120
+        while not (out / "metrics.jsonl").exists() or "step" not in (out / "metrics.jsonl").read_text():
+            assert time.time() < deadline and p.poll() is None
+            time.sleep(0.1)
+        p.send_signal(sig)  # Ctrl-C: exited 130 with no checkpoint before (issue 38)
+        said, _ = p.communicate(timeout=120)
+    finally:
+        p.kill()
     assert p.returncode == code, said[-2000:]
     assert "saved checkpoint" in said and "stopped at step" in said
