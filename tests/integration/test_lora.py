@@ -118,6 +118,10 @@ def test_adapters_need_their_own_base(data, tiny_hf_gpt2, tmp_path):
         state["lora_base"]["init_from"] = str(ckpt)
         state_file.write_text(json.dumps(state))
     r = run_cli("generate", str(out), "--prompt", "a", "--max_new_tokens", "3")
+    assert r.returncode == 2 and "fails verification" in r.stderr, r.stderr  # its checksums see the edit
+    for ckpt in (out / "checkpoints").glob("step-*"):  # as a checkpoint from before checksums
+        (ckpt / "checksums.json").unlink()
+    r = run_cli("generate", str(out), "--prompt", "a", "--max_new_tokens", "3")
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "leads back to itself" in r.stderr, r.stderr
 
 

@@ -7,7 +7,7 @@ import torch
 
 from gptrain.config import parse_train_args
 from gptrain.errors import UserError
-from gptrain.models.lora import LoRALinear, add_lora, merged
+from gptrain.models.lora import LoRALinear, add_lora, attach, merged
 from gptrain.models.registry import build, build_model_config, config_from_dict
 from tests.conftest import run_cli
 
@@ -67,6 +67,7 @@ def test_a_checkpoints_config_rebuilds_its_adapters():
     m = tiny("llama-tiny")
     add_lora(m, 3, 6.0, 0.0, ["o_proj"])
     again = build(config_from_dict(m.config.to_dict()))
+    attach(again)  # as a checkpoint's loader does (models/load.py): build() makes the plain model
     assert again.state_dict().keys() == m.state_dict().keys()
     assert again.transformer.h["1"].self_attn.o_proj.lora_scaling == 2.0
 

@@ -197,7 +197,7 @@ class JobSpec:
             cfg = load_toml(self.config_path or "the job's config", Config(), text=self.config)
             if absolute_paths(cfg, base):
                 self.config = dump_toml(cfg)
-        if self.scheduler in ("local", "slurm"):  # its workers see this filesystem (Slurm: a shared one)
+        if self.scheduler == "local":  # its workers run here and see these paths (a cluster's may not)
             missing_paths(self.trainer_config(), base)
         if self.scheduler == "local" and self.trainer_config().model.attn_implementation == "flash_attention_2":
             from gptrain.models.flash import check_available
