@@ -53,6 +53,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+
+def stopped_by_request(code: int, stop_requested: bool, entry: str) -> bool:
+    """Whether an attempt that ended with `code` is `stopped`: the user asked, and it did not
+    complete. The built-in trainer exits 0 only after its last step, so a stop that came as it
+    ended is no stop (it is `succeeded`); a program of the user's may exit 0 when it is stopped."""
+    return stop_requested and not (code == 0 and entry == "trainer")
+
 class LostJob(Exception):
     """This supervisor no longer owns its job's record: it must stop the job and write nothing."""
 
@@ -287,7 +294,7 @@ class Supervisor:
             code = self.wait()
             self.end_attempt()
             self.sync_checkpoints()
-            if self.stop_requested:
+            if stopped_by_request(code, self.stop_requested, self.spec.entry):
                 self._set(JobState.STOPPED, "stopped on request", exit_code=code)
                 return
             if code == 0:
