@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gptrain import hf_flags
-from gptrain.config_aliases import ALIASES, DEEPSPEED_FLAGS
+from gptrain.config_aliases import ALIASES, DEEPSPEED_FLAGS, MEANT
 from gptrain.config_check import check
 from gptrain.errors import UserError, closest
 from gptrain.files import parse_user_text, read_user_text
@@ -199,21 +199,6 @@ class Config:
         return dataclasses.asdict(self)
 
 
-DEFAULT_EVAL_ITERS = 50
-
-
-def eval_block_limit(cfg: "Config") -> int | None:
-    """How many validation blocks an evaluation during training reads at most (None: all):
-    train.eval_iters batches, data.max_eval_samples blocks, the smaller where both are given."""
-    iters, cap = cfg.train.eval_iters, cfg.data.max_eval_samples
-    if iters is None:
-        return cap if cap is not None else DEFAULT_EVAL_ITERS * cfg.train.eval_batch_size
-    if iters == 0:
-        return cap
-    n = iters * cfg.train.eval_batch_size
-    return n if cap is None else min(n, cap)
-
-
 SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(Config)}
 
 def field_info(key: str) -> tuple[dataclasses.Field, type]:
@@ -385,12 +370,6 @@ def _is_flag(name: str) -> bool:
     if name in all_keys():
         return _base_type(field_info(name)[1])[0] is bool
     return False
-
-
-# Words users type for a setting whose nearest spelling is another one ('dataset' is nearest to
-# dataset_name, which only records a name): what they mean.
-MEANT = {"dataset": "--data.path", "data": "--data.path", "datasets": "--data.mix", "model": "--model.init_from",
-         "steps": "--max_steps", "lr": "--learning_rate", "batch_size": "--per_device_train_batch_size"}
 
 
 def apply_option(cfg: Config, name: str, value) -> None:

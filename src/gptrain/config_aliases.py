@@ -71,3 +71,8 @@ ALIASES: dict[str, tuple[str, dict | None]] = {
 }
 # Options that read a DeepSpeed JSON config into the settings gptrain has (deepspeed_config.py).
 DEEPSPEED_FLAGS = ("deepspeed_config", "deepspeed")
+
+# Words users type for a setting whose nearest spelling is another one ('dataset' is nearest to
+# dataset_name, which only records a name): what they mean.
+MEANT = {"dataset": "--data.path", "data": "--data.path", "datasets": "--data.mix", "model": "--model.init_from",
+         "steps": "--max_steps", "lr": "--learning_rate", "batch_size": "--per_device_train_batch_size"}

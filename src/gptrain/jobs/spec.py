@@ -197,12 +197,13 @@ class JobSpec:
             cfg = load_toml(self.config_path or "the job's config", Config(), text=self.config)
             if absolute_paths(cfg, base):
                 self.config = dump_toml(cfg)
-        if self.scheduler == "local":  # its workers run here and see these paths (a cluster's may not)
-            missing_paths(self.trainer_config(), base)
-        if self.scheduler == "local" and self.trainer_config().model.attn_implementation == "flash_attention_2":
-            from gptrain.models.flash import check_available
+        if self.scheduler == "local":  # its workers run here: what they would trip on is one line now
+            cfg = self.trainer_config()
+            missing_paths(cfg, base)  # (a cluster's workers may see other paths)
+            if cfg.model.attn_implementation == "flash_attention_2":
+                from gptrain.models.flash import check_available
 
-            check_available()  # this machine runs it: one line now, not a traceback from every worker
+                check_available()  # not a traceback from every worker
 
     def names_its_own_folder(self, value) -> bool:
         """Whether an --output_dir value is this job's own folder, or its checkpoints folder,

@@ -9,6 +9,21 @@ import torch
 import torch.distributed as dist
 
 
+DEFAULT_EVAL_ITERS = 50
+
+
+def eval_block_limit(cfg) -> int | None:
+    """How many validation blocks an evaluation during training reads at most (None: all):
+    train.eval_iters batches, data.max_eval_samples blocks, the smaller where both are given."""
+    iters, cap = cfg.train.eval_iters, cfg.data.max_eval_samples
+    if iters is None:
+        return cap if cap is not None else DEFAULT_EVAL_ITERS * cfg.train.eval_batch_size
+    if iters == 0:
+        return cap
+    n = iters * cfg.train.eval_batch_size
+    return n if cap is None else min(n, cap)
+
+
 @torch.no_grad()
 def evaluate(logits_of, batches, device, copies: int = 1) -> dict:
     """Metrics over `batches` of (x, y); `logits_of(x, y)` gives logits, or None on ranks that

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from gptrain.config import Config, dump_toml, eval_block_limit
+from gptrain.config import Config, dump_toml
 from gptrain.data.formats import open_examples, read_meta
 from gptrain.data import mixture
 from gptrain.data.loader import count_blocks, eval_batches, open_train_loader
@@ -35,7 +35,7 @@ from gptrain.train.checkpointing import Checkpointing, make_output_dir
 from gptrain.train import plan as run_plan
 from gptrain import stop
 from gptrain.train import finite
-from gptrain.train.evaluate import evaluate, reshard
+from gptrain.train.evaluate import eval_block_limit, evaluate, reshard
 from gptrain.train.loss_scale import LossScaler
 from gptrain.train.metrics import MetricsLogger, console_line, flops_per_token, peak_flops
 from gptrain.train.model_init import build_model, resolve_sources
