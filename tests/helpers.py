@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -118,3 +119,15 @@ def tmpfs(path: Path, size: str):
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def steps_lost(rank0_log: str) -> list[int]:
+    """Per attempt of a rank's log (`--- gptrain: attempt` opens each) that stopped before its end:
+    the last step it trained minus the step its last checkpoint holds (what a preemption lost)."""
+    lost = []
+    for attempt in rank0_log.split("--- gptrain: attempt")[1:]:
+        if "stopped at step" in attempt:
+            trained = max(int(s) for s in re.findall(r"step\s+(\d+)/", attempt))
+            saved = int(re.findall(r"saved checkpoint \S*step-(\d+)", attempt)[-1])
+            lost.append(trained - saved)
+    return lost

@@ -14,6 +14,10 @@ node back in service and runs the job again, which resumes from its latest check
 `succeeded` without anyone typing a command, its final loss within 2% of test 1's uninterrupted
 run of the same config. Runs in this order: test 2 kills h2.
 
+Then a SIGTERM to the trainer on h2 alone (an admin, an OOM killer's TERM, a container runtime):
+both ranks save at the step they agreed on (0 steps lost), the batch script requeues the job
+(`preempted`, no restart spent), and it continues on both hosts to `succeeded`.
+
 The CLI runs on h1 (the login node: its munged signs sbatch's and scontrol's requests); this
 process only reads the shared folder.
 """
@@ -24,7 +28,7 @@ import time
 
 import pytest
 
-from tests.helpers import TINY
+from tests.helpers import TINY, steps_lost
 from tests.hosts.conftest import final_eval_loss, gptrain_on_h1, job_home
 
 pytestmark = pytest.mark.slow
@@ -125,3 +129,47 @@ def test_host_killed_the_job_is_requeued_and_succeeds_when_the_host_returns(slur
     print(f"h2 killed and back: gptrain showed {' -> '.join(seen)}; final loss at step {STEPS}: "
           f"uninterrupted {ref:.4f}, interrupted {loss:.4f}; events:\n{story}")
     assert abs(loss - ref) <= 0.02 * ref, (loss, ref)
+
+
+# run on h2: SIGTERM to the trainer process of the job whose output folder is argv[1] (what an
+# admin's `kill` does; not the torchrun agent, not Slurm)
+KILL_TRAINER = """
+import os, signal, sys
+want = ("--train.output_dir=" + sys.argv[1]).encode()
+for d in os.listdir("/proc"):
+    if d.isdigit():
+        try:
+            cmd = open(f"/proc/{d}/cmdline", "rb").read().split(b"\\0")
+        except OSError:
+            continue
+        if want in cmd and b"torch.distributed.run" not in cmd and b"gptrain.jobs.rank_log" not in cmd:
+            os.kill(int(d), signal.SIGTERM)
+            print(d)
+"""
+
+
+def test_a_sigterm_to_the_trainer_on_one_host_preempts_and_the_job_continues(slurm_hosts, home):
+    import sys
+
+    cluster, hosts = slurm_hosts, slurm_hosts.hosts
+    gptrain(cluster, home, "run", "t", "--scheduler", "slurm", "--nodes", "2", "--accels", "1",
+            "--dataset", "tiny", "--", *TINY, "--train.max_steps=1500", "--train.batch_size=4",
+            "--checkpoint.every=100000", "--train.do_eval=false")
+    jdir = home / "jobs" / "t"
+    rank0 = jdir / "logs" / "rank-0.log"  # (rank 0 logs the steps)
+    deadline = time.time() + 180
+    while not (rank0.is_file() and re.search(r"step\s+\d+/", rank0.read_text(errors="replace"))):
+        assert time.time() < deadline, list((jdir / "logs").glob("*"))
+        time.sleep(0.2)
+    killed = hosts.exec(1, [sys.executable, "-c", KILL_TRAINER, str(jdir)]).stdout.split()
+    assert len(killed) == 1, killed  # the trainer on h2, and nothing else
+    report, seen = until(cluster, home, "t", timeout=400)
+    story = "\n".join(f"{e['kind']}: {e['message']}" for e in report["events"])
+    logs = "".join(p.read_text()[-3000:] for p in sorted((jdir / "logs").glob("*")))
+    assert report["job"]["state"] == "succeeded", (seen, story, logs)
+    assert any(e["kind"] == "preempted" and "got SIGTERM" in e["message"] for e in report["events"]), story
+    assert report["job"]["restarts"] == 0, story  # a preemption spends no restart meant for crashes
+    lost = steps_lost(rank0.read_text(errors="replace"))
+    assert lost == [0], logs
+    assert [c["step"] for c in json.loads(gptrain(cluster, home, "checkpoints", "t", "--json"))][-1] == 1500
+    print(f"SIGTERM to the trainer on h2: gptrain showed {' -> '.join(seen)}; steps lost {lost}; events:\n{story}")

@@ -11,6 +11,7 @@ import signal
 import pytest
 import torch
 
+from tests import helpers
 from tests.helpers import model_tensors
 from tests.integration.test_jobs import TRAIN, dataset, job, ok, wait_for  # noqa: F401 (fixture)
 from tests.reliability.test_job_death import job_processes, wait_until
@@ -55,14 +56,7 @@ def at_step_5(name) -> dict:
 
 
 def steps_lost(name) -> list[int]:
-    """Per preempted attempt of rank 0: the last step it trained minus the step its checkpoint holds."""
-    lost = []
-    for attempt in _log(name).split("--- gptrain: attempt")[1:]:
-        if "stopped at step" in attempt:
-            trained = max(int(s) for s in re.findall(r"step\s+(\d+)/", attempt))
-            saved = int(re.findall(r"saved checkpoint \S*step-(\d+)", attempt)[-1])
-            lost.append(trained - saved)
-    return lost
+    return helpers.steps_lost(_log(name))
 
 
 _CLEAN: dict = {}  # the uninterrupted run's weights, made once (the dataset is the same each time)

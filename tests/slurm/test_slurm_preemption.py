@@ -8,20 +8,14 @@ import time
 
 import pytest
 
+from tests import helpers
 from tests.slurm.test_slurm import TRAIN, _job_dir, _logs, dataset, ok, states_until_done  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
 
 def steps_lost(name) -> list[int]:
-    """Per attempt of rank 0 that stopped before its end: last step trained - step saved."""
-    text = (_job_dir(name) / "logs" / "rank-0.log").read_text(errors="replace")
-    lost = []
-    for attempt in re.split(r"--- gptrain: attempt", text)[1:]:
-        if "stopped at step" in attempt:
-            trained = max(int(s) for s in re.findall(r"step\s+(\d+)/", attempt))
-            lost.append(trained - int(re.findall(r"saved checkpoint \S*step-(\d+)", attempt)[-1]))
-    return lost
+    return helpers.steps_lost((_job_dir(name) / "logs" / "rank-0.log").read_text(errors="replace"))
 
 
 def _wait_for_a_step(name, timeout=300):
