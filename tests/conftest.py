@@ -65,12 +65,21 @@ def tiny_hf_llama(tmp_path_factory):
 @pytest.fixture
 def slots(isolated_home, monkeypatch):
     """Two local CPU slots, one thread each, for real jobs; no supervisor left behind."""
-    from tests.integration.test_jobs import _stop_all
+    from tests.job_helpers import stop_all
 
     monkeypatch.setenv("GPTRAIN_LOCAL_SLOTS", "2")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     yield
-    _stop_all()
+    stop_all()
+
+
+@pytest.fixture
+def dataset(slots, tmp_path):
+    """Two local slots and a tiny char dataset pushed as "tiny" (its name is the fixture's value)."""
+    from tests.helpers import make_dataset
+
+    assert run_cli("data", "push", "tiny", make_dataset(tmp_path)).returncode == 0
+    return "tiny"
 
 
 def run_cli(*args, env=None, cwd=None, timeout=600):

@@ -5,6 +5,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -131,3 +132,64 @@ def steps_lost(rank0_log: str) -> list[int]:
             saved = int(re.findall(r"saved checkpoint \S*step-(\d+)", attempt)[-1])
             lost.append(trained - saved)
     return lost
+
+
+def nothing_registered() -> None:
+    """No dataset in the store (of this test's GPTRAIN_HOME)."""
+    from gptrain.data.store import datasets_dir, list_all
+
+    assert list_all() == []
+    assert not datasets_dir().exists() or list(datasets_dir().iterdir()) == []
+
+
+def edit_meta(d, edit) -> None:
+    """`edit(meta)` applied to a prepared dataset's meta.json."""
+    meta = json.loads((d / "meta.json").read_text())
+    edit(meta)
+    (d / "meta.json").write_text(json.dumps(meta))
+
+
+def rewind_to(out, step):
+    """Make the run look as if it stopped right after the checkpoint at `step`."""
+    root = out / "checkpoints"
+    for p in root.glob("step-*"):
+        if int(p.name.split("-")[1]) > step:
+            shutil.rmtree(p)
+    (root / "latest").write_text(f"step-{step:06d}\n")
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    (out / "metrics.jsonl").write_text("".join(l + "\n" for l in lines if json.loads(l)["step"] <= step))
+
+
+def nanogpt_ckpt(path, iter_num=250, val=1.5, vocab=50304, n_layer=2, n_embd=32, block=64, seed=0):
+    """A checkpoint as nanoGPT's train.py writes it (Linear weights, compiled-model prefix)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    C = n_embd
+    sd = {"transformer.wte.weight": torch.randn(vocab, C, generator=g) * 0.02,
+          "transformer.wpe.weight": torch.randn(block, C, generator=g) * 0.02,
+          "transformer.ln_f.weight": torch.ones(C), "transformer.ln_f.bias": torch.zeros(C)}
+    for i in range(n_layer):
+        p = f"transformer.h.{i}."
+        for name, shape in (("attn.c_attn", (3 * C, C)), ("attn.c_proj", (C, C)),
+                            ("mlp.c_fc", (4 * C, C)), ("mlp.c_proj", (C, 4 * C))):
+            sd[p + name + ".weight"] = torch.randn(*shape, generator=g) * 0.02
+            sd[p + name + ".bias"] = torch.zeros(shape[0])
+        for ln in ("ln_1", "ln_2"):
+            sd[p + ln + ".weight"], sd[p + ln + ".bias"] = torch.ones(C), torch.zeros(C)
+    sd["lm_head.weight"] = sd["transformer.wte.weight"]
+    sd = {"_orig_mod." + k: v for k, v in sd.items()}
+    args = dict(n_layer=n_layer, n_head=4, n_embd=C, block_size=block, bias=True, vocab_size=vocab, dropout=0.0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": sd, "optimizer": {"state": {}, "param_groups": []}, "model_args": args,
+                "iter_num": iter_num, "best_val_loss": torch.tensor(val), "config": {"dataset": "x"}}, path)
+    return path
+
+
+def trainer_checkpoint(path, step, state=True):
+    """A folder as a HF Trainer writes checkpoint-N (its weights are a placeholder)."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    (path / "model.safetensors").write_bytes(b"x")
+    if state:  # a Trainer writes trainer_state.json last
+        (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))

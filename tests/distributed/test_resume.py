@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gptrain.weights.layout import find_latest
-from tests.helpers import TINY, env, losses, make_dataset, model_tensors, train
+from tests.helpers import TINY, env, losses, make_dataset, model_tensors, rewind_to, train
 
 pytestmark = pytest.mark.slow  # real multi-process runs: `pytest -m slow` runs them alone
 
@@ -38,19 +38,6 @@ def _args(data, out, *extra):
     return [f"--data.path={data}", f"--train.output_dir={out}", "--train.batch_size=4",
             f"--train.max_steps={N}", "--train.do_eval=false", "--model.dropout=0.1", *TINY,
             f"--checkpoint.every={K}", *extra]
-
-
-def rewind_to(out, step):
-    """Make the run look as if it stopped right after the checkpoint at `step`."""
-    root = out / "checkpoints"
-    for p in root.glob("step-*"):
-        if int(p.name.split("-")[1]) > step:
-            shutil.rmtree(p)
-    (root / "latest").write_text(f"step-{step:06d}\n")
-    lines = (out / "metrics.jsonl").read_text().splitlines()
-    import json
-
-    (out / "metrics.jsonl").write_text("".join(l + "\n" for l in lines if json.loads(l)["step"] <= step))
 
 
 @pytest.mark.parametrize("nproc, layout", [(1, []), (2, ["--parallel.dp_shard=2"])],

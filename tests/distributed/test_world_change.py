@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from gptrain.weights.layout import read_state
-from tests.distributed.test_resume import rewind_to
+from tests.helpers import rewind_to
 from tests.helpers import TINY, losses, make_dataset, train, write_corpus
 
 pytestmark = pytest.mark.slow  # real multi-process runs

@@ -12,60 +12,10 @@ import pytest
 import torch
 
 from tests.conftest import run_cli
-from tests.helpers import make_dataset, model_tensors
+from tests.helpers import model_tensors
+from tests.job_helpers import TRAIN, job, job_dir, kinds, ok, wait_for, worker_pids
 
 pytestmark = pytest.mark.slow  # real multi-process runs: `pytest -m slow` runs them alone
-
-TRAIN = ["--model.n_layer=2", "--model.n_head=2", "--model.n_embd=32", "--model.block_size=32",
-         "--train.batch_size=4", "--report_to=none", "--metrics.log_every=1", "--train.lr=1e-3"]
-
-
-@pytest.fixture
-def dataset(tmp_path, isolated_home, monkeypatch):
-    monkeypatch.setenv("GPTRAIN_LOCAL_SLOTS", "2")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    d = make_dataset(tmp_path)
-    assert run_cli("data", "push", "tiny", d).returncode == 0
-    yield "tiny"
-    _stop_all()
-
-
-def _stop_all():
-    """Leave no supervisor behind: stop whatever is still active."""
-    from gptrain.jobs import store
-
-    for job in store.list_jobs():
-        if job["state"] in store.ACTIVE:
-            run_cli("stop", job["name"], "--timeout", "5", "--wait")
-
-
-def job(name):
-    from gptrain.jobs import store
-
-    return store.get_job(name)
-
-
-def wait_for(name, states=("succeeded", "failed", "stopped"), timeout=300):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        j = job(name)
-        if j["state"] in states:
-            return j
-        time.sleep(0.3)
-    raise AssertionError(f"job {name} still {job(name)['state']} after {timeout}s")
-
-
-def kinds(name):
-    from gptrain.jobs import store
-
-    return [e["kind"] for e in store.events(name)]
-
-
-def ok(*args):
-    r = run_cli(*args)
-    assert r.returncode == 0, (args, r.stdout, r.stderr)
-    return r.stdout
-
 
 def test_two_process_job_full_lifecycle(dataset, tmp_path):
     out = ok("run", "life", "--dataset", dataset, "--accels", "2", "--",
@@ -105,21 +55,21 @@ def test_kill_9_of_a_worker_restarts_and_ends_with_the_same_weights(dataset):
     # way from one run (or restart) to the next, and bitwise equal weights need one precision
     args = ["--train.max_steps=40", "--checkpoint.every=5", "--train.precision=fp32", *TRAIN]
     ok("run", "faulty", "--dataset", dataset, "--accels", "2", "--max-restarts", "2", "--", *args)
-    ckpt_dir = _job_dir("faulty") / "checkpoints"
+    ckpt_dir = job_dir("faulty") / "checkpoints"
     deadline = time.time() + 300  # a guard against a hang: two torch workers on a busy machine
     while not (ckpt_dir / "step-000010").exists():
         assert time.time() < deadline and job("faulty")["state"] in ("queued", "starting", "running")
         time.sleep(0.1)
-    victim = _worker_pids("faulty")[1]
+    victim = worker_pids("faulty")[1]
     os.kill(victim, signal.SIGKILL)
     j = wait_for("faulty")
     assert j["state"] == "succeeded" and j["restarts"] == 1, j
     assert "restarting" in kinds("faulty")
-    assert "resumed from" in (_job_dir("faulty") / "logs" / "rank-0.log").read_text()
+    assert "resumed from" in (job_dir("faulty") / "logs" / "rank-0.log").read_text()
     ok("run", "clean", "--dataset", dataset, "--accels", "2", "--", *args)
     assert wait_for("clean")["state"] == "succeeded"
-    a = model_tensors(_job_dir("faulty") / "checkpoints" / "step-000040")
-    b = model_tensors(_job_dir("clean") / "checkpoints" / "step-000040")
+    a = model_tensors(job_dir("faulty") / "checkpoints" / "step-000040")
+    b = model_tensors(job_dir("clean") / "checkpoints" / "step-000040")
     for key in b:
         assert torch.equal(a[key], b[key]), key
 
@@ -127,7 +77,7 @@ def test_kill_9_of_a_worker_restarts_and_ends_with_the_same_weights(dataset):
 def test_stop_keeps_a_checkpoint_and_a_new_job_resumes_from_it(dataset):
     ok("run", "long", "--dataset", dataset, "--accels", "2", "--", "--train.max_steps=100000",
        "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)
-    log = _job_dir("long") / "logs" / "rank-0.log"  # "running" comes before the first step
+    log = job_dir("long") / "logs" / "rank-0.log"  # "running" comes before the first step
     deadline = time.time() + 300
     while not (log.is_file() and "| loss" in log.read_text(errors="replace")):
         assert time.time() < deadline and job("long")["state"] in ("queued", "starting", "running"), job("long")
@@ -177,9 +127,9 @@ def test_two_nodes_through_c10d_rendezvous(dataset):
     ok("run", "multi", "--dataset", dataset, "--nodes", "2", "--accels", "1", "--",
        "--train.max_steps=4", *TRAIN)
     j = wait_for("multi")
-    assert j["state"] == "succeeded", (j, (_job_dir("multi") / "logs" / "agent-node0.log").read_text()[-2000:])
-    assert (_job_dir("multi") / "logs" / "rank-1.log").is_file()
-    assert "--rdzv-backend=c10d" in (_job_dir("multi") / "logs" / "agent-node1.log").read_text()
+    assert j["state"] == "succeeded", (j, (job_dir("multi") / "logs" / "agent-node0.log").read_text()[-2000:])
+    assert (job_dir("multi") / "logs" / "rank-1.log").is_file()
+    assert "--rdzv-backend=c10d" in (job_dir("multi") / "logs" / "agent-node1.log").read_text()
 
 
 def test_custom_script_gets_paths_and_its_checkpoints_are_listed(dataset, tmp_path):
@@ -254,29 +204,6 @@ def test_duplicate_name_is_refused(dataset, tmp_path):
     r = run_cli("run", "dup", "--", script)
     assert r.returncode == 2 and "already exists" in r.stderr
     wait_for("dup")
-
-
-def _job_dir(name):
-    from gptrain.jobs.folder import job_dir
-
-    return job_dir(name)
-
-
-def _worker_pids(name):
-    """Training worker pids of a job, by rank (the processes that opened rank-R.log)."""
-    logs = str(_job_dir(name) / "logs")
-    pids = {}
-    for proc in os.listdir("/proc"):
-        if not proc.isdigit():
-            continue
-        try:
-            for fd in os.listdir(f"/proc/{proc}/fd"):
-                target = os.readlink(f"/proc/{proc}/fd/{fd}")
-                if target.startswith(logs + "/rank-"):
-                    pids[int(target.rsplit("-", 1)[1].split(".")[0])] = int(proc)
-        except OSError:
-            continue
-    return pids
 
 
 def test_jobs_inspect_and_checkpoints_do_not_import_torch(dataset, tmp_path):

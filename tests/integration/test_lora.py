@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from tests.distributed.test_resume import rewind_to
+from tests.helpers import rewind_to
 from tests.helpers import losses, make_dataset, train
 
 pytestmark = pytest.mark.slow

@@ -8,8 +8,7 @@ import textwrap
 import pytest
 
 from tests.conftest import run_cli
-from tests.integration.test_jobs import ok, wait_for
-
+from tests.job_helpers import ok, wait_for
 pytestmark = pytest.mark.slow
 
 # Where a script puts its outputs: $GPTRAIN_OUTPUT_DIR (jobs/NAME/output/)
@@ -146,7 +145,7 @@ def test_nanogpt_style_script_checkpoint_listed_and_generated(slots, tmp_path):
     s = script(tmp_path, "nano.py", textwrap.dedent("""
         import os, pathlib, sys
         sys.path.insert(0, sys.argv[1])
-        from tests.unit.test_found import nanogpt_ckpt
+        from tests.helpers import nanogpt_ckpt
         ck = pathlib.Path(os.environ["GPTRAIN_CHECKPOINT_DIR"])
         nanogpt_ckpt(ck / "ckpt.pt", iter_num=500, val=1.75)
         """))
@@ -175,7 +174,7 @@ def test_a_nanogpt_job_on_a_pushed_char_dataset_generates_with_that_datasets_tok
     s = script(tmp_path, "nano.py", textwrap.dedent(f"""
         import os, pathlib, sys
         sys.path.insert(0, sys.argv[1])
-        from tests.unit.test_found import nanogpt_ckpt
+        from tests.helpers import nanogpt_ckpt
         nanogpt_ckpt(pathlib.Path(os.environ["GPTRAIN_OUTPUT_DIR"]) / "ckpt.pt", iter_num=20, vocab={vocab})
         """))
     from tests.conftest import ROOT

@@ -39,8 +39,7 @@ def test_the_lora_sft_recipe_runs_as_a_2_process_job(tmp_path, slots, tiny_hf_ll
     """configs/tinyllama-lora-sft.toml as its comment says to run it, on a tiny Llama and a chat
     file: a 2-process FSDP2 job that trains adapters only and generates by its name."""
     from tests.conftest import ROOT
-    from tests.integration.test_jobs import wait_for
-
+    from tests.job_helpers import wait_for
     chat = [{"messages": [{"role": "user", "content": f"say {w}"}, {"role": "assistant", "content": f"ANSWER: {w}"}]}
             for w in WORDS * 4]
     (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in chat))

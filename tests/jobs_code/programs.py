@@ -178,3 +178,19 @@ def nanogpt_project(root: Path) -> Path:
     with open(data / "meta.pkl", "wb") as f:  # our own file, written here, read by nanoGPT
         pickle.dump({"vocab_size": len(chars), "itos": dict(enumerate(chars)), "stoi": stoi}, f)
     return root
+
+
+def tiny_wheel(root: Path) -> Path:
+    """A pure-Python wheel written by hand (no build tools, no network)."""
+    import zipfile
+
+    path = root / "tinypkg-0.1-py3-none-any.whl"
+    files = {"tinypkg/__init__.py": "VALUE = 42\n",
+             "tinypkg-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 0.1\n",
+             "tinypkg-0.1.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                            "Tag: py3-none-any\n"}
+    files["tinypkg-0.1.dist-info/RECORD"] = "".join(f"{n},,\n" for n in files) + "tinypkg-0.1.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for n, text in files.items():
+            z.writestr(n, text)
+    return path

@@ -12,27 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.integration.test_jobs import job, ok, wait_for
-from tests.jobs_code.programs import git_repository, head, project
+from tests.job_helpers import job, job_dir, ok, rank_log, succeeded, wait_for
+from tests.jobs_code.programs import git_repository, head, project, tiny_wheel
 
 pytestmark = pytest.mark.slow
-
-
-def jdir(name) -> Path:
-    from gptrain.jobs.folder import job_dir
-
-    return job_dir(name)
-
-
-def log(name, rank=0) -> str:
-    return (jdir(name) / "logs" / f"rank-{rank}.log").read_text()
-
-
-def succeeded(name):
-    j = wait_for(name)
-    assert j["state"] == "succeeded", (j, log(name)[-3000:] if (jdir(name) / "logs/rank-0.log").exists() else "",
-                                       (jdir(name) / "logs/agent-node0.log").read_text()[-3000:])
-    return j
 
 
 def test_nanogpt_style_script_runs_in_its_code_snapshot(slots, tmp_path):
@@ -45,11 +28,11 @@ def test_nanogpt_style_script_runs_in_its_code_snapshot(slots, tmp_path):
                 "--out_dir=$GPTRAIN_OUTPUT_DIR/run", cwd=elsewhere)
     assert r.returncode == 0, r.stderr
     succeeded("nano")
-    snap = jdir("nano") / "code"
+    snap = job_dir("nano") / "code"
     assert (snap / "configurator.py").is_file() and (snap / "config/tiny.py").is_file()
     assert not (snap / "data").exists() and not (snap / "weights.bin").exists()  # .gitignore honoured
-    out = jdir("nano") / "output" / "run"
-    text = log("nano")
+    out = job_dir("nano") / "output" / "run"
+    text = rank_log("nano")
     assert f"saved {out}/ckpt.pt iters 7 sum 3.0 cwd {snap}" in text, text
     import torch
 
@@ -65,10 +48,10 @@ def test_relative_script_snapshots_the_submit_directory(slots, tmp_path):
     ok_ = run_cli("run", "here", "--", "train.py", "--max_iters=2", "--out_dir=$GPTRAIN_OUTPUT_DIR", cwd=code)
     assert ok_.returncode == 0, ok_.stderr
     succeeded("here")
-    snap = jdir("here") / "code"
+    snap = job_dir("here") / "code"
     assert (snap / "untracked.py").is_file() and not (snap / ".git").exists()
     assert not (snap / "weights.bin").exists()
-    assert "iters 2" in log("here")
+    assert "iters 2" in rank_log("here")
 
 
 def test_kill_9_of_a_worker_restarts_from_the_latest_checkpoint(slots, tmp_path):
@@ -78,7 +61,7 @@ def test_kill_9_of_a_worker_restarts_from_the_latest_checkpoint(slots, tmp_path)
     repo = git_repository(project(tmp_path / "repo"))
     ok("run", "hf", "--accels", "2", "--max-restarts", "1", "--repository-url", f"file://{repo}",
        "--ref", "v1", "--", "hf_train.py", "--output_dir=$GPTRAIN_OUTPUT_DIR", "--max_steps=8", "--hold_at=3")
-    out = jdir("hf") / "output"
+    out = job_dir("hf") / "output"
     deadline = time.time() + 300  # a hang guard: the first attempt holds at step 3 until killed
     while not (out / "held-1").is_file() or not (out / "pid-1-0").is_file():
         assert time.time() < deadline and job("hf")["state"] not in ("succeeded", "failed"), job("hf")
@@ -86,7 +69,7 @@ def test_kill_9_of_a_worker_restarts_from_the_latest_checkpoint(slots, tmp_path)
     os.kill(int((out / "pid-1-0").read_text()), signal.SIGKILL)
     j = succeeded("hf")
     assert j["restarts"] == 1
-    text = log("hf")
+    text = rank_log("hf")
     assert "attempt 0 resume_from None start 0" in text
     resumed = [line for line in text.splitlines() if line.startswith("attempt 1 resume_from")][0]
     start = int(resumed.rsplit(" ", 1)[1])
@@ -109,9 +92,9 @@ def test_resume_of_a_failed_script_job_gets_its_latest_checkpoint(slots, tmp_pat
     assert wait_for("again")["state"] == "failed"
     ok("resume", "again")
     succeeded("again")
-    out = jdir("again") / "output"
-    assert f"attempt 0 resume_from {out}/checkpoint-2 start 2" in log("again")
-    assert "done at step 4 w 8.0" in log("again")
+    out = job_dir("again") / "output"
+    assert f"attempt 0 resume_from {out}/checkpoint-2 start 2" in rank_log("again")
+    assert "done at step 4 w 8.0" in rank_log("again")
     from gptrain.jobs import store
 
     assert any(e["message"] == "restarted from scratch: the program was given no resume arguments (see "
@@ -128,9 +111,9 @@ def test_shell_script_module_and_hosted_words(slots, tmp_path):
                 "run.sh", "$GPTRAIN_OUTPUT_DIR", cwd=code)
     assert r.returncode == 0, r.stderr
     succeeded("sh")
-    text = log("sh")
+    text = rank_log("sh")
     assert "node 0 of 1, 2 per node, world 2, master 127.0.0.1:" in text and \
-        f"out {jdir('sh')}/output" in text, text
+        f"out {job_dir('sh')}/output" in text, text
     assert text.count("module __main__ world 2 relative-import-ok") == 2, text
     assert json.loads(ok("training", "inspect", "sh", "--json"))["spec"]["command"] == "bash"
 
@@ -138,7 +121,7 @@ def test_shell_script_module_and_hosted_words(slots, tmp_path):
     assert r.returncode == 0, r.stderr
     succeeded("mod")
     for rank in (0, 1):
-        assert "module __main__ world 2 relative-import-ok node 0" in log("mod", rank), log("mod", rank)
+        assert "module __main__ world 2 relative-import-ok node 0" in rank_log("mod", rank), rank_log("mod", rank)
     assert "relative-import-ok" in ok("training", "logs", "mod", "--rank", "1")
     assert json.loads(ok("inspect", "mod", "--json"))["spec"]["module"] == "pkg.train"
     ok("training", "checkpoints", "mod")
@@ -170,7 +153,7 @@ def test_executable_file_runs_as_itself(slots, tmp_path):
     assert r.returncode == 0, r.stderr
     succeeded("tool")
     for node in (0, 1):  # once per node, each with its own NODE_RANK, in its node's first rank's log
-        assert f"tool node={node} nnodes=2 world=2 cwd={jdir('tool')}/code" in log("tool", node)
+        assert f"tool node={node} nnodes=2 world=2 cwd={job_dir('tool')}/code" in rank_log("tool", node)
 
 
 def test_stop_reaches_a_command(slots, tmp_path):
@@ -182,11 +165,11 @@ def test_stop_reaches_a_command(slots, tmp_path):
                                   "while true; do sleep 0.2; done\n")
     assert run_cli("run", "loop", "--", "loop.sh", cwd=code).returncode == 0
     deadline = time.time() + 180
-    while not (jdir("loop") / "logs/rank-0.log").is_file() or "started" not in log("loop"):
+    while not (job_dir("loop") / "logs/rank-0.log").is_file() or "started" not in rank_log("loop"):
         assert time.time() < deadline, job("loop")
         time.sleep(0.2)
     ok("stop", "loop", "--timeout", "120", "--wait")
-    assert job("loop")["state"] == "stopped" and "got-term" in log("loop"), (job("loop"), log("loop"))
+    assert job("loop")["state"] == "stopped" and "got-term" in rank_log("loop"), (job("loop"), rank_log("loop"))
 
 
 def test_requirements_install_into_a_layered_virtualenv(slots, tmp_path):
@@ -206,27 +189,11 @@ def test_requirements_install_into_a_layered_virtualenv(slots, tmp_path):
     assert [v.name for v in venvs if not v.name.startswith(".")].__len__() == 1, venvs
     venv = next(v for v in venvs if not v.name.startswith("."))
     for name in ("req1", "req2"):
-        assert f"tinypkg 42 python {venv}/bin/python" in log(name)
+        assert f"tinypkg 42 python {venv}/bin/python" in rank_log(name)
     import subprocess
 
     r = subprocess.run([sys.executable, "-c", "import tinypkg"], capture_output=True)
     assert r.returncode != 0  # installed for the job only
-
-
-def tiny_wheel(root: Path) -> Path:
-    """A pure-Python wheel written by hand (no build tools, no network)."""
-    import zipfile
-
-    path = root / "tinypkg-0.1-py3-none-any.whl"
-    files = {"tinypkg/__init__.py": "VALUE = 42\n",
-             "tinypkg-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 0.1\n",
-             "tinypkg-0.1.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                            "Tag: py3-none-any\n"}
-    files["tinypkg-0.1.dist-info/RECORD"] = "".join(f"{n},,\n" for n in files) + "tinypkg-0.1.dist-info/RECORD,,\n"
-    with zipfile.ZipFile(path, "w") as z:
-        for n, text in files.items():
-            z.writestr(n, text)
-    return path
 
 
 def test_accelerate_launch_command(slots, tmp_path):
@@ -246,4 +213,4 @@ def test_accelerate_launch_command(slots, tmp_path):
     assert r.returncode == 0, r.stderr
     succeeded("acc")
     for rank in (0, 1):
-        assert f"acc rank {rank} of 2 cwd {jdir('acc')}/code" in log("acc")
+        assert f"acc rank {rank} of 2 cwd {job_dir('acc')}/code" in rank_log("acc")

@@ -9,8 +9,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.jobs_code.programs import write
-from tests.jobs_code.test_code_jobs import jdir, log, succeeded
-
+from tests.job_helpers import job_dir, rank_log, succeeded
 pytestmark = pytest.mark.slow
 
 TRAIN = '''
@@ -44,8 +43,8 @@ def test_hf_trainer_job_resumes_after_kill_9(slots, tmp_path):
                 "--output_dir=$GPTRAIN_OUTPUT_DIR/run", cwd=code)
     assert r.returncode == 0, r.stderr
     j = succeeded("hft")
-    run = jdir("hft") / "output" / "run"
-    text = log("hft")
+    run = job_dir("hft") / "output" / "run"
+    text = rank_log("hft")
     assert j["restarts"] == 1 and "attempt 0 resume None" in text, text
     assert f"attempt 1 resume {run}/checkpoint-4" in text and "finished" in text, text
     steps = {p.name: json.loads((p / "trainer_state.json").read_text())["global_step"]

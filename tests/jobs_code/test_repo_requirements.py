@@ -13,10 +13,9 @@ import pytest
 from gptrain.errors import UserError
 from gptrain.jobs.code import read_in_snapshot
 from tests.conftest import run_cli
-from tests.integration.test_jobs import wait_for
+from tests.job_helpers import wait_for
 from tests.jobs_code.programs import git_repository, write
-from tests.jobs_code.test_code_jobs import tiny_wheel
-
+from tests.jobs_code.programs import tiny_wheel
 WORKER = """
 import os, sys, tinypkg
 rank = int(os.environ["RANK"])

@@ -9,11 +9,8 @@ import re
 import pytest
 
 from tests.conftest import run_cli
-from tests.integration.test_jobs import ok, wait_for
+from tests.job_helpers import job_dir, ok, rank_log, succeeded, wait_for
 from tests.jobs_code.programs import nanogpt_project, write
-from tests.jobs_code.test_code_jobs import jdir, log, succeeded
-
-
 def events(name, kind=None):
     from gptrain.jobs import store
 
@@ -23,9 +20,9 @@ def events(name, kind=None):
 def wait_for_line(name, text):
     import time
 
-    while text not in (log(name) if (jdir(name) / "logs" / "rank-0.log").exists() else ""):
+    while text not in (rank_log(name) if (job_dir(name) / "logs" / "rank-0.log").exists() else ""):
         assert wait_for(name, states=("succeeded", "failed", "stopped", "running"))["state"] == "running", \
-            log(name)[-3000:]
+            rank_log(name)[-3000:]
         time.sleep(0.2)
 
 
@@ -45,10 +42,10 @@ def test_nanogpt_as_typed_resumes_from_its_ckpt(slots, tmp_path, how):
         assert wait_for("nano")["state"] == "stopped"
         ok("resume", "nano")
     j = succeeded("nano")
-    text = log("nano")
+    text = rank_log("nano")
     first, again = text.split("halting at iter 20")
     assert "Initializing a new model from scratch" in first and "RANK" not in first, first[-2000:]
-    ckpt = jdir("nano") / "output" / "ckpt.pt"
+    ckpt = job_dir("nano") / "output" / "ckpt.pt"
     assert ", resumes with --init_from=resume" in again and f"Resuming training from {ckpt.parent}" in again
     iters = [int(n) for n in re.findall(r"^iter (\d+):", again, re.M)]
     assert iters == list(range(20, 31)), again[-3000:]  # no iteration trained twice, none skipped
@@ -99,11 +96,11 @@ def hf_job(tmp_path, name, *resume_args):
     assert r.returncode == 0, r.stderr
     j = succeeded(name)
     assert j["restarts"] == 1
-    out = jdir(name) / "output"
+    out = job_dir(name) / "output"
     steps = {p.name: json.loads((p / "trainer_state.json").read_text())["global_step"]
              for p in out.glob("checkpoint-*")}
     assert steps == {f"checkpoint-{n}": n for n in (2, 4, 6, 8)}, steps
-    return out, log(name).split("--- gptrain: attempt 1")
+    return out, rank_log(name).split("--- gptrain: attempt 1")
 
 
 def test_hf_trainer_resumes_with_resume_args_hf(slots, tmp_path):

@@ -36,10 +36,9 @@ def cluster():
 def ray_job(cluster, tmp_path, isolated_home, monkeypatch):
     """This test's GPTRAIN_HOME on the cluster (RAY_ADDRESS), with a tiny dataset `tiny` pushed;
     no job left running after it."""
-    from tests.integration.test_jobs import _stop_all
-
+    from tests.job_helpers import stop_all
     monkeypatch.setenv("RAY_ADDRESS", cluster.address)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert run_cli("data", "push", "tiny", make_dataset(tmp_path)).returncode == 0
     yield cluster
-    _stop_all()
+    stop_all()

@@ -4,8 +4,7 @@ Runs everywhere (Ray is hidden from the CLI's process, installed or not)."""
 import subprocess
 import sys
 
-from tests.integration.test_jobs import _job_dir, ok
-
+from tests.job_helpers import job_dir, ok
 HIDE_RAY = ("import sys; sys.modules['ray'] = None\n"  # `import ray` raises ImportError
             "from gptrain.cli import main; sys.exit(main(sys.argv[1:]))")
 
@@ -16,4 +15,4 @@ def test_without_ray_one_line_exit_2_nothing_recorded(isolated_home):
     assert r.returncode == 2, r
     assert r.stderr.strip().splitlines() == ["gptrain: error: --scheduler ray needs Ray on this machine: "
                                              "pip install 'gptrain[ray]'"], r.stderr
-    assert "noray" not in ok("jobs") and not _job_dir("noray").exists()
+    assert "noray" not in ok("jobs") and not job_dir("noray").exists()

@@ -8,9 +8,7 @@ import signal
 
 import pytest
 
-from tests.integration.test_jobs import TRAIN, dataset, job, ok, wait_for  # noqa: F401 (fixture)
-from tests.reliability.test_job_death import job_processes, wait_until
-
+from tests.job_helpers import TRAIN, job, job_processes, ok, wait_for, wait_until
 pytestmark = pytest.mark.slow
 
 

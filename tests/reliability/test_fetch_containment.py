@@ -8,8 +8,7 @@ import zipfile
 
 from tests.browser.recorded_jobs import record_job
 from tests.conftest import run_cli
-from tests.integration.test_jobs import ok
-
+from tests.job_helpers import ok
 SECRET = "hunter2xyz-do-not-show"
 
 

@@ -11,8 +11,7 @@ import zipfile
 
 from tests.browser.conftest import Console, wait_until
 from tests.conftest import run_cli
-from tests.integration.test_jobs import ok, wait_for
-
+from tests.job_helpers import ok, wait_for
 LONG = "x" * 252 + ".pt"  # 255 bytes: the longest name a file system allows
 # Made by the job's own program: os.open with bytes, as any C or shell program could.
 PROGRAM = textwrap.dedent("""

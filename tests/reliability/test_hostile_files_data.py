@@ -11,33 +11,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_cli
-from tests.helpers import TINY, make_dataset
-
-
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("hostile-data"))
-
-
-def _refused(r, *needles):
-    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-3000:])
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gptrain: error:"), r.stderr[-3000:]
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-
-
-def _nothing_registered():
-    from gptrain.data.store import datasets_dir, list_all
-
-    assert list_all() == []
-    assert not datasets_dir().exists() or list(datasets_dir().iterdir()) == []
-
-
-def _edit_meta(d, edit):
-    meta = json.loads((d / "meta.json").read_text())
-    edit(meta)
-    (d / "meta.json").write_text(json.dumps(meta))
+from tests.helpers import TINY, edit_meta, nothing_registered
+from tests.job_helpers import refused
 
 
 def _train(data, tmp_path):
@@ -61,7 +36,7 @@ def traversal(prepared, tmp_path, request):
         target = tmp_path / "abs-escaped.sh.copy"  # not created either way: the check is the name
         (tmp_path / "abs-escaped.sh").write_bytes(payload)
     entry = {"name": name, "tokens": 2, "sha256": hashlib.sha256(payload).hexdigest()}
-    _edit_meta(src, lambda m: m["splits"]["train"]["files"].append(entry) or
+    edit_meta(src, lambda m: m["splits"]["train"]["files"].append(entry) or
                m["splits"]["train"].update(tokens=m["splits"]["train"]["tokens"] + 2))
     return src, target
 
@@ -71,10 +46,10 @@ def test_token_file_names_outside_the_dataset_are_refused(traversal, tmp_path):
     src, target = traversal
     pushed = run_cli("data", "push", "ds", src)
     assert not target.exists(), "push wrote outside the store"
-    _refused(pushed, "not a plain file name")
-    _nothing_registered()
-    _refused(run_cli("data", "inspect", src), "not a plain file name")
-    _refused(_train(src, tmp_path), "not a plain file name")
+    refused(pushed, "not a plain file name")
+    nothing_registered()
+    refused(run_cli("data", "inspect", src), "not a plain file name")
+    refused(_train(src, tmp_path), "not a plain file name")
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
@@ -110,10 +85,10 @@ BROKEN = {
 def test_meta_json_lacking_fields_is_one_line(prepared, tmp_path, broken):
     d = tmp_path / "broken"
     shutil.copytree(prepared, d)
-    _edit_meta(d, BROKEN[broken])
-    _refused(run_cli("data", "push", "ds", d), str(d / "meta.json"))
-    _nothing_registered()
-    _refused(run_cli("data", "inspect", d), str(d / "meta.json"))
+    edit_meta(d, BROKEN[broken])
+    refused(run_cli("data", "push", "ds", d), str(d / "meta.json"))
+    nothing_registered()
+    refused(run_cli("data", "inspect", d), str(d / "meta.json"))
 
 
 def test_meta_json_that_is_not_json_is_one_line(prepared, tmp_path):
@@ -121,8 +96,8 @@ def test_meta_json_that_is_not_json_is_one_line(prepared, tmp_path):
     shutil.copytree(prepared, d)
     (d / "meta.json").write_bytes(b"\xff\xfe{not json")
     for args in (("data", "push", "ds", d), ("data", "inspect", d)):
-        _refused(run_cli(*args), str(d / "meta.json"))
-    _refused(_train(d, tmp_path), str(d / "meta.json"))
+        refused(run_cli(*args), str(d / "meta.json"))
+    refused(_train(d, tmp_path), str(d / "meta.json"))
 
 
 @pytest.fixture
@@ -131,19 +106,19 @@ def small_vocab(prepared, tmp_path):
     d = tmp_path / "small-vocab"
     shutil.copytree(prepared, d)
     assert np.fromfile(d / "train.bin", dtype=np.uint16).max() >= 5
-    _edit_meta(d, lambda m: m.update(vocab_size=5))
+    edit_meta(d, lambda m: m.update(vocab_size=5))
     return d
 
 
 def test_vocab_smaller_than_token_ids_is_refused_on_push_and_verify(small_vocab):
-    _refused(run_cli("data", "push", "ds", small_vocab), "vocab_size 5", str(small_vocab / "train.bin"))
-    _nothing_registered()
-    _refused(run_cli("data", "inspect", small_vocab, "--verify"), "vocab_size 5")
+    refused(run_cli("data", "push", "ds", small_vocab), "vocab_size 5", str(small_vocab / "train.bin"))
+    nothing_registered()
+    refused(run_cli("data", "inspect", small_vocab, "--verify"), "vocab_size 5")
 
 
 def test_vocab_smaller_than_token_ids_is_refused_when_training(small_vocab, tmp_path):
     r = _train(small_vocab, tmp_path)
-    _refused(r, "vocab_size 5", str(small_vocab))
+    refused(r, "vocab_size 5", str(small_vocab))
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
@@ -155,7 +130,7 @@ def test_a_token_file_linked_outside_the_dataset_is_refused_by_train(prepared, t
     shutil.copy(d / "train.bin", outside)
     (d / "train.bin").unlink()
     (d / "train.bin").symlink_to(outside)
-    _refused(_train(d, tmp_path), "is a link to a file outside")
+    refused(_train(d, tmp_path), "is a link to a file outside")
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
@@ -181,8 +156,8 @@ def test_a_save_to_disk_folder_naming_files_outside_it_is_refused(tmp_path, wher
         (tmp_path / "hf" / "state.json").write_text(json.dumps(state))
     folder = tmp_path / ("dd" if where == "split" else "hf")
     words = "is a link to a file outside" if where == "link" else "not a plain file name"
-    _refused(run_cli("data", "prepare", folder, "--out", tmp_path / "prep", "--tokenizer", "char"), words)
+    refused(run_cli("data", "prepare", folder, "--out", tmp_path / "prep", "--tokenizer", "char"), words)
     assert not (tmp_path / "prep").exists()
     if where != "link":  # (push refuses a link outside the folder in its own words, tested above)
-        _refused(run_cli("data", "push", "ds", folder), words)
-        _nothing_registered()
+        refused(run_cli("data", "push", "ds", folder), words)
+        nothing_registered()

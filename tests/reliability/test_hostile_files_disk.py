@@ -11,14 +11,9 @@ import sys
 import pytest
 
 from tests.conftest import run_cli
-from tests.helpers import TINY, env, make_dataset, tmpfs, write_corpus
+from tests.helpers import TINY, env, tmpfs, write_corpus
 
 FULL_LINE = "gptrain: error: no space left on device writing "
-
-
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("disk-data"))
 
 
 @pytest.fixture

@@ -7,8 +7,7 @@ read. Real CLI processes."""
 import pytest
 
 from tests.conftest import run_cli
-from tests.reliability.test_job_input import nothing_recorded, refused
-
+from tests.job_helpers import nothing_recorded, refused
 LIMIT_S = 60  # each command answers at once; before, /dev/zero was read until memory ran out
 
 

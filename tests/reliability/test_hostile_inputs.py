@@ -12,11 +12,8 @@ import sys
 import pytest
 
 from tests.conftest import run_cli
-from tests.helpers import write_corpus
-from tests.reliability.test_hostile_files_data import _edit_meta as edit_meta
-from tests.reliability.test_hostile_files_data import _nothing_registered as nothing_registered
-from tests.reliability.test_hostile_files_data import _refused as refused
-from tests.reliability.test_hostile_files_data import prepared  # noqa: F401  (a fixture)
+from tests.helpers import edit_meta, nothing_registered, write_corpus
+from tests.job_helpers import refused
 
 
 # ---- 1. a tokenizer folder with its own code: never run, never asked about ---------------------

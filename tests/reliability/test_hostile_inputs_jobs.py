@@ -7,8 +7,7 @@ import sqlite3
 import pytest
 
 from tests.conftest import run_cli
-from tests.reliability.test_job_input import nothing_recorded, refused
-
+from tests.job_helpers import nothing_recorded, refused
 SECRET = "hunter2xyz"
 CREDENTIAL_URLS = [
     f"HTTPS://u:{SECRET}@127.0.0.1:9/r.git",

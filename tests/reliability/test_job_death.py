@@ -11,50 +11,8 @@ import time
 import pytest
 
 from tests.conftest import run_cli
-from tests.integration.test_jobs import TRAIN, dataset, job, ok, wait_for  # noqa: F401 (fixture)
-
-
-def job_processes(name) -> set[int]:
-    """Every live process of a job, found independently of the code under test: the supervisor
-    recorded for it and whatever runs with the job's GPTRAIN_CHECKPOINT_DIR in its environment."""
-    from gptrain.jobs.folder import job_dir
-
-    found = live_with_env(f"GPTRAIN_CHECKPOINT_DIR={job_dir(name) / 'checkpoints'}")
-    sup = job(name)["supervisor_pid"]
-    if sup and os.path.exists(f"/proc/{sup}") and not _zombie(sup):
-        found.add(sup)
-    return found
-
-
-def live_with_env(entry: str) -> set[int]:
-    """The live processes whose environment holds `entry` (NAME=value)."""
-    needle, found = entry.encode(), set()
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/environ", "rb") as f:
-                    if needle in f.read().split(b"\0") and not _zombie(int(d)):
-                        found.add(int(d))
-            except OSError:
-                pass
-    return found
-
-
-def _zombie(pid) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] in "ZX"
-    except OSError:
-        return True
-
-
-def wait_until(cond, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what} after {timeout}s")
+from tests.job_helpers import (TRAIN, identity_of, job, job_processes, ok, parent_of, record_job,
+                               wait_for, wait_until)
 
 
 def noop_script(tmp_path, body="pass\n"):
@@ -92,36 +50,15 @@ def _text(path):
     return path.read_text(errors="replace") if path.is_file() else ""
 
 
-def _record(name, script, state, supervisor):
-    """A job row as a supervisor left it (what `gptrain run` + the supervisor record)."""
-    from gptrain.jobs import store
-    from gptrain.jobs.folder import job_dir
-    from gptrain.jobs.spec import JobSpec
-
-    store.create_job(name, JobSpec(name=name, script=str(script)).to_dict(), 1, 1, "local")
-    job_dir(name).mkdir(parents=True)
-    if supervisor:
-        store.update(name, supervisor_pid=supervisor[0], supervisor=json.dumps(supervisor))
-    if state != "queued":
-        store.set_state(name, state)
-
-
-def _identity_of(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        start = int(f.read().rsplit(") ", 1)[1].split()[19])
-    with open("/proc/sys/kernel/random/boot_id") as f:
-        return [pid, start, f.read().strip()]
-
-
 @pytest.mark.parametrize("change", ["start time", "boot id"])
 def test_a_reused_pid_is_never_signalled(tmp_path, change):
     """After a crash or a reboot the recorded pid may belong to an unrelated process: `stop`
     and the reconciler must leave it alone and still end the job."""
     bystander = subprocess.Popen(["sleep", "60"])
     try:
-        pid, start, boot = _identity_of(bystander.pid)
+        pid, start, boot = identity_of(bystander.pid)
         recorded = [pid, start - 1, boot] if change == "start time" else [pid, start, "boot-before-reboot"]
-        _record("ghost", noop_script(tmp_path), "running", recorded)
+        record_job("ghost", noop_script(tmp_path), "running", recorded)
         r = run_cli("stop", "ghost")
         assert r.returncode == 0, (r.stdout, r.stderr)
         time.sleep(0.5)
@@ -140,7 +77,7 @@ def test_a_run_killed_after_recording_does_not_freeze_the_queue(tmp_path, monkey
     row nobody owns: the jobs behind it must still run, and it ends with the reason."""
     monkeypatch.setenv("GPTRAIN_LOCAL_SLOTS", "1")
     script = noop_script(tmp_path)
-    _record("stuck", script, "queued", None)
+    record_job("stuck", script, "queued", None)
     ok("run", "after", "--", script)
     assert wait_for("after", timeout=180)["state"] == "succeeded"
     j = job("stuck")
@@ -149,10 +86,10 @@ def test_a_run_killed_after_recording_does_not_freeze_the_queue(tmp_path, monkey
 
 def test_a_queued_job_whose_supervisor_is_dead_is_ended_at_once(tmp_path):
     gone = subprocess.Popen(["sleep", "60"])
-    ident = _identity_of(gone.pid)
+    ident = identity_of(gone.pid)
     gone.kill()
     gone.wait()
-    _record("orphan", noop_script(tmp_path), "queued", ident)
+    record_job("orphan", noop_script(tmp_path), "queued", ident)
     out = ok("jobs")
     assert "failed" in out, out
     assert f"its supervisor died (pid {ident[0]}" in job("orphan")["error"]
@@ -183,8 +120,8 @@ def test_kill_9_of_the_torchrun_agent_takes_its_workers(dataset):
     wait_until(lambda: len(job_processes("headless")) >= 4 and "step" in _text(job_dir("headless") / "logs" / "rank-0.log"),
                300, "the job never ran")
     sup = job("headless")["supervisor_pid"]
-    agent = next(p for p in job_processes("headless") if _parent(p) == sup)
-    workers = {p for p in job_processes("headless") if _parent(p) == agent}
+    agent = next(p for p in job_processes("headless") if parent_of(p) == sup)
+    workers = {p for p in job_processes("headless") if parent_of(p) == agent}
     assert len(workers) == 2
     os.kill(agent, signal.SIGKILL)
     j = wait_for("headless", timeout=180)
@@ -192,9 +129,3 @@ def test_kill_9_of_the_torchrun_agent_takes_its_workers(dataset):
     wait_until(lambda: not (workers & job_processes("headless")), 60, "workers outlived their agent")
 
 
-def _parent(pid) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(") ", 1)[1].split()[1])
-    except OSError:
-        return -1

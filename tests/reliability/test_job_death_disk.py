@@ -11,9 +11,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.helpers import tmpfs
-from tests.integration.test_jobs import ok, wait_for
-from tests.reliability.test_job_death import _identity_of, _record
-
+from tests.job_helpers import identity_of, ok, record_job, wait_for
 FILL = ("import os, pathlib\n"
         "with open(pathlib.Path(os.environ['GPTRAIN_CHECKPOINT_DIR']) / 'huge.bin', 'wb') as f:\n"
         "    while True:\n"
@@ -57,10 +55,10 @@ def test_enospc_fails_the_job_once_and_reads_still_tell_the_truth(small_disk, tm
 
     # a job whose supervisor died, found while the disk is full: shown failed, not "running"
     gone = subprocess.Popen(["sleep", "60"])
-    ident = _identity_of(gone.pid)
+    ident = identity_of(gone.pid)
     gone.kill()
     gone.wait()
-    _record("ghost", script, "running", ident)
+    record_job("ghost", script, "running", ident)
     fill(small_disk / "more")
     time.sleep(0.2)
 

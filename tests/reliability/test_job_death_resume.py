@@ -11,9 +11,7 @@ import pytest
 import torch
 
 from tests.helpers import model_tensors
-from tests.integration.test_jobs import TRAIN, dataset, job, kinds, ok, wait_for  # noqa: F401 (fixture)
-from tests.reliability.test_job_death import job_processes, wait_until
-
+from tests.job_helpers import TRAIN, job, job_processes, kinds, ok, wait_for, wait_until
 pytestmark = pytest.mark.slow
 
 ARGS = ["--train.max_steps=20", "--checkpoint.every=2", "--train.precision=fp32",

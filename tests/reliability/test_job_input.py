@@ -1,26 +1,11 @@
 """Bad job input is refused at `gptrain run` (and `gptrain train`): one line, exit 2, nothing
 recorded (no job row, no job directory). Real CLI processes; no job ever starts here."""
 
-import sqlite3
 
 import pytest
 
 from tests.conftest import run_cli
-
-
-def refused(r, *words):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert r.stderr.startswith("gptrain: error: ") and r.stderr.count("\n") == 1, r.stderr
-    for word in words:
-        assert word in r.stderr, (word, r.stderr)
-
-
-def nothing_recorded(home):
-    jobs = home / "jobs"
-    assert not jobs.exists() or not any(jobs.iterdir()), list(jobs.iterdir())
-    if (home / "gptrain.db").exists():
-        with sqlite3.connect(home / "gptrain.db") as conn:
-            assert conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 0
+from tests.job_helpers import nothing_recorded, refused
 
 
 @pytest.mark.parametrize("line, words", [

@@ -5,9 +5,9 @@ $GPTRAIN_HOME is private (files 0600, directories 0700); `gptrain rm` deletes th
 
 import json
 import stat
-import time
 
 from tests.conftest import run_cli
+from tests.job_helpers import ok, wait_until_done
 
 SECRET = "s3cr3t-value"
 WORKER = """import os
@@ -15,22 +15,6 @@ key = os.environ["WANDB_API_KEY"]
 print("the key is", key, flush=True)
 raise RuntimeError(f"login refused for key {key}")
 """
-
-
-def ok(*args):
-    r = run_cli(*args)
-    assert r.returncode == 0, (args, r.stdout, r.stderr)
-    return r.stdout
-
-
-def wait_until_done(name, timeout=180):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        report = json.loads(ok("inspect", name, "--json"))
-        if report["job"]["state"] in ("succeeded", "failed", "stopped"):
-            return report
-        time.sleep(0.5)
-    raise AssertionError(f"{name} did not finish")
 
 
 def test_secret_reaches_the_worker_and_nothing_else(tmp_path, isolated_home, monkeypatch):

@@ -11,10 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import run_cli
-from tests.integration.test_jobs import job, kinds, ok, wait_for
-from tests.reliability.test_job_death import live_with_env, wait_until
-
-
+from tests.job_helpers import job, kinds, live_with_env, ok, wait_for, wait_until
 def gated_script(tmp_path, after_go="", name="gated.py"):
     """A program that waits for a file `go` beside it, then (after `after_go`) writes `done`."""
     script = tmp_path / name
@@ -164,7 +161,7 @@ def test_a_database_corrupted_under_a_running_job_costs_no_step(slots, tmp_path)
     still answers, through the job's folder."""
     import re
 
-    from tests.integration.test_jobs import TRAIN
+    from tests.job_helpers import TRAIN
     from tests.helpers import make_dataset
 
     data = make_dataset(tmp_path)

@@ -183,16 +183,15 @@ def test_logs_follow_reads_through_the_same_reader(isolated_home, tmp_path):
 def test_a_killed_agent_is_named_by_its_node(slots, tmp_path):
     """kill -9 of the torchrun agent: no rank reported anything, and the reason was
     "rank ? exited with code -9"; now it names the node whose agent died."""
-    from tests.integration.test_jobs import job, ok, wait_for
-    from tests.reliability.test_job_death import _parent, job_processes, wait_until
-
+    from tests.job_helpers import job, ok, wait_for
+    from tests.job_helpers import job_processes, parent_of, wait_until
     script = tmp_path / "sleepy.py"
     script.write_text("import time\nprint('ready', flush=True)\ntime.sleep(120)\n")
     ok("run", "headless", "--", script)
     log = job_dir_log("headless")
     wait_until(lambda: log.is_file() and "ready" in log.read_text(), 120, "the job never ran")
     sup = job("headless")["supervisor_pid"]
-    agent = next(p for p in job_processes("headless") if _parent(p) == sup)
+    agent = next(p for p in job_processes("headless") if parent_of(p) == sup)
     os.kill(agent, 9)
     j = wait_for("headless", timeout=180)
     assert j["state"] == "failed", j

@@ -13,8 +13,7 @@ import torch
 
 from tests import helpers
 from tests.helpers import model_tensors
-from tests.integration.test_jobs import TRAIN, dataset, job, ok, wait_for  # noqa: F401 (fixture)
-from tests.reliability.test_job_death import job_processes, wait_until
+from tests.job_helpers import TRAIN, job, ok, wait_for, wait_until
 
 pytestmark = pytest.mark.slow
 

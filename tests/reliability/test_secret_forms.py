@@ -16,9 +16,7 @@ import zipfile
 import pytest
 
 from tests.conftest import run_cli
-from tests.reliability.test_job_input import nothing_recorded, refused
-from tests.reliability.test_job_input_secrets import ok, wait_until_done
-
+from tests.job_helpers import nothing_recorded, ok, refused, wait_until_done
 SECRET = "Zq8#Tok3n>>>???/x é~"  # base64 of it holds + and /; quoting changes #, >, ?, space, é
 PIECES = ["Zq8#Tok", "3n>>>???"]  # the two halves of the split print: neither may show
 WORKER = r"""

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.helpers import TINY, env, write_corpus
-from tests.integration.test_jobs import job, ok, wait_for  # noqa: F401
+from tests.job_helpers import wait_for
 
 pytestmark = pytest.mark.slow
 

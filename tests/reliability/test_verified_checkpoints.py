@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.helpers import TINY, make_dataset, train
-from tests.integration.test_jobs import TRAIN, dataset, job, ok, wait_for  # noqa: F401 (fixture)
+from tests.job_helpers import TRAIN, job, ok, wait_for
 
 RUN = [*TINY, "--train.batch_size=2", "--train.do_eval=false", "--train.precision=fp32", "--checkpoint.every=2"]
 

@@ -2,6 +2,8 @@ import os
 
 import pytest
 
+from tests.conftest import run_cli
+from tests.helpers import make_dataset
 from tests.slurm.cluster import Cluster, Unavailable
 
 
@@ -23,3 +25,10 @@ def slurm(slurm_cluster, monkeypatch):
     """Point the gptrain CLI (and everything it starts) at the test cluster."""
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
     return slurm_cluster
+
+
+@pytest.fixture
+def dataset(slurm, tmp_path):
+    """A tiny char dataset pushed to this test's GPTRAIN_HOME, for jobs on the test cluster."""
+    assert run_cli("data", "push", "tiny", make_dataset(tmp_path)).returncode == 0
+    return "tiny"

@@ -9,38 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.helpers import make_dataset
+from tests.job_helpers import TRAIN, job_dir, logs_tail, ok, requeue_when_written, states_until_done
 
 pytestmark = pytest.mark.slow
 
-TRAIN = ["--model.n_layer=2", "--model.n_head=2", "--model.n_embd=32", "--model.block_size=32",
-         "--train.batch_size=4", "--report_to=none", "--metrics.log_every=1", "--train.lr=1e-3"]
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "slurm.md"
-
-
-@pytest.fixture
-def dataset(slurm, tmp_path):
-    assert run_cli("data", "push", "tiny", make_dataset(tmp_path)).returncode == 0
-    return "tiny"
-
-
-def ok(*args):
-    r = run_cli(*args)
-    assert r.returncode == 0, (args, r.stdout, r.stderr)
-    return r.stdout
-
-
-def states_until_done(name, timeout=600):
-    """Poll `gptrain inspect` (as a user would) and return the states it showed."""
-    seen, deadline = [], time.time() + timeout
-    while time.time() < deadline:
-        state = json.loads(ok("inspect", name, "--json"))["job"]["state"]
-        if not seen or seen[-1] != state:
-            seen.append(state)
-        if state in ("succeeded", "failed", "stopped"):
-            return seen
-        time.sleep(0.5)
-    raise AssertionError(f"{name} still {seen[-1]} after {timeout}s")
 
 
 def test_two_node_ddp_job_succeeds(dataset, tmp_path):
@@ -49,10 +22,10 @@ def test_two_node_ddp_job_succeeds(dataset, tmp_path):
        "--checkpoint.every=3", *TRAIN)
     seen = states_until_done("sddp")
     report = json.loads(ok("inspect", "sddp", "--json"))
-    assert seen[-1] == "succeeded", (seen, report["events"], _logs("sddp"))
+    assert seen[-1] == "succeeded", (seen, report["events"], logs_tail("sddp"))
     assert "running" in [e["kind"] for e in report["events"]]
     assert report["job"]["external_id"] and report["job"]["scheduler"] == "slurm"
-    logs = _job_dir("sddp") / "logs"
+    logs = job_dir("sddp") / "logs"
     for node in (0, 1):  # one torchrun agent per node, each with its own output, and one rank each
         assert (logs / f"agent-node{node}.log").is_file() and (logs / f"rank-{node}.log").is_file()
     assert "completed at step 6" in ok("logs", "sddp") and "rank 1" in ok("logs", "sddp", "--rank", "1")
@@ -71,7 +44,7 @@ def test_stop_ends_a_running_job_with_a_checkpoint(dataset):
     job = json.loads(ok("inspect", "slong", "--json"))["job"]
     assert job["state"] == "stopped", job
     ckpts = json.loads(ok("checkpoints", "slong", "--json"))
-    assert ckpts and ckpts[-1]["step"] >= 1, _logs("slong")
+    assert ckpts and ckpts[-1]["step"] >= 1, logs_tail("slong")
 
 
 def test_failing_training_reports_the_rank_error(dataset):
@@ -85,8 +58,8 @@ def test_failing_training_reports_the_rank_error(dataset):
 def test_requeue_resumes_from_the_latest_checkpoint(dataset, slurm):
     ok("run", "sreq", "--scheduler", "slurm", "--nodes", "1", "--accels", "1", "--dataset", dataset,
        "--", "--train.max_steps=400", "--checkpoint.every=20", "--train.do_eval=false", *TRAIN)
-    seen = requeue_when_written("sreq", _job_dir("sreq") / "checkpoints" / "step-000020", slurm)
-    assert seen[-1] == "succeeded", (seen, _logs("sreq"))
+    seen = requeue_when_written("sreq", job_dir("sreq") / "checkpoints" / "step-000020", slurm)
+    assert seen[-1] == "succeeded", (seen, logs_tail("sreq"))
     log = ok("logs", "sreq")
     assert "attempt 1" in log and re.search(r"resumed from .*step-\d+ at step", log), log[-2000:]
 
@@ -101,10 +74,10 @@ def test_resume_submits_a_stopped_job_again_from_its_checkpoint(dataset):
     assert "resumed job sres" in ok("resume", "sres")  # was: "resume works for local jobs"
     seen = states_until_done("sres")
     report = json.loads(ok("inspect", "sres", "--json"))
-    assert seen[-1] == "succeeded", (seen, _logs("sres"))
+    assert seen[-1] == "succeeded", (seen, logs_tail("sres"))
     assert report["job"]["external_id"] != first["external_id"]
     assert any("submitted again as Slurm job" in e["message"] for e in report["events"]), report["events"]
-    assert re.search(r"resumed from .*step-\d+ at step", ok("logs", "sres")), _logs("sres")
+    assert re.search(r"resumed from .*step-\d+ at step", ok("logs", "sres")), logs_tail("sres")
     assert json.loads(ok("checkpoints", "sres", "--json"))[-1]["step"] == 60
 
 
@@ -136,35 +109,14 @@ def test_bad_input(dataset, monkeypatch):
     assert json.loads(ok("jobs", "--json")) == []
 
 
-def _job_dir(name):
-    from gptrain.jobs.folder import job_dir
-
-    return job_dir(name)
-
-
-def requeue_when_written(name, path, slurm, timeout=300):
-    """`scontrol requeue` the job once `path` exists; the states it then goes through."""
-    deadline = time.time() + timeout
-    while not path.exists():
-        assert time.time() < deadline, _logs(name)
-        time.sleep(0.2)
-    slurm.run("scontrol", "requeue", json.loads(ok("inspect", name, "--json"))["job"]["external_id"])
-    return states_until_done(name)
-
-
-def _logs(name):
-    logs = _job_dir(name) / "logs"
-    return {p.name: p.read_text()[-1500:] for p in logs.glob("*")} if logs.is_dir() else {}
-
-
 def _wait_for_log(name, text, timeout=300):
     deadline = time.time() + timeout
-    path = _job_dir(name) / "logs" / "rank-0.log"
+    path = job_dir(name) / "logs" / "rank-0.log"
     while time.time() < deadline:
         if path.is_file() and text in path.read_text():
             return
         time.sleep(0.3)
-    raise AssertionError(f"{text!r} never appeared: {_logs(name)}")
+    raise AssertionError(f"{text!r} never appeared: {logs_tail(name)}")
 
 
 def test_scheduler_defaults_from_user_config_and_job_yaml(tmp_path, monkeypatch):

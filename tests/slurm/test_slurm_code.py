@@ -7,8 +7,7 @@ import sys
 import pytest
 
 from tests.jobs_code.programs import project
-from tests.slurm.test_slurm import _job_dir, _logs, ok, requeue_when_written, states_until_done
-
+from tests.job_helpers import job_dir, logs_tail, ok, requeue_when_written, states_until_done
 pytestmark = pytest.mark.slow
 
 
@@ -18,8 +17,8 @@ def test_code_snapshot_script_on_two_nodes(slurm, tmp_path, monkeypatch):
     ok("run", "scode", "--scheduler", "slurm", "--nodes", "2", "--accels", "1", "--code", code, "--",
        "train.py", "config/tiny.py", "--out_dir=$GPTRAIN_OUTPUT_DIR")
     seen = states_until_done("scode")
-    assert seen[-1] == "succeeded", (seen, _logs("scode"))
-    jdir = _job_dir("scode")
+    assert seen[-1] == "succeeded", (seen, logs_tail("scode"))
+    jdir = job_dir("scode")
     assert f"saved {jdir}/output/ckpt.pt iters 7 sum 3.0 cwd {jdir}/code" in ok("logs", "scode")
     assert not (jdir / "code" / "weights.bin").exists()
 
@@ -30,8 +29,8 @@ def test_shell_script_once_per_node(slurm, tmp_path, monkeypatch):
     ok("run", "ssh", "--scheduler", "slurm", "--nodes", "2", "--accels", "1", "--env",
        f"PYTHON={sys.executable}", "--", "run.sh", "$GPTRAIN_OUTPUT_DIR")
     seen = states_until_done("ssh")
-    assert seen[-1] == "succeeded", (seen, _logs("ssh"))
-    jdir = _job_dir("ssh")
+    assert seen[-1] == "succeeded", (seen, logs_tail("ssh"))
+    jdir = job_dir("ssh")
     for node in (0, 1):  # node N's output: the log of its first rank (N x 1)
         text = (jdir / "logs" / f"rank-{node}.log").read_text()
         assert f"node {node} of 2, 1 per node, world 2" in text and f"out {jdir}/output" in text, text
@@ -65,8 +64,8 @@ def test_requeue_gives_the_program_its_resume_args(slurm, tmp_path, monkeypatch)
     (tmp_path / "holds.py").write_text(HOLDS)
     monkeypatch.chdir(tmp_path)
     ok("run", "sresume", "--scheduler", "slurm", "--resume-args", "--resume {checkpoint}", "--", "holds.py")
-    out = _job_dir("sresume") / "output" / "my run's"
+    out = job_dir("sresume") / "output" / "my run's"
     seen = requeue_when_written("sresume", out / "held", slurm)
-    assert seen[-1] == "succeeded", (seen, _logs("sresume"))
+    assert seen[-1] == "succeeded", (seen, logs_tail("sresume"))
     log = ok("logs", "sresume")
     assert "argv []" in log and f"argv {json.dumps(['--resume', str(out / 'checkpoint-2')])}" in log, log

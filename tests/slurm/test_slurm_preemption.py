@@ -9,20 +9,20 @@ import time
 import pytest
 
 from tests import helpers
-from tests.slurm.test_slurm import TRAIN, _job_dir, _logs, dataset, ok, states_until_done  # noqa: F401
+from tests.job_helpers import TRAIN, job_dir, logs_tail, ok, states_until_done
 
 pytestmark = pytest.mark.slow
 
 
 def steps_lost(name) -> list[int]:
-    return helpers.steps_lost((_job_dir(name) / "logs" / "rank-0.log").read_text(errors="replace"))
+    return helpers.steps_lost((job_dir(name) / "logs" / "rank-0.log").read_text(errors="replace"))
 
 
 def _wait_for_a_step(name, timeout=300):
     deadline = time.time() + timeout
-    path = _job_dir(name) / "logs" / "rank-0.log"
+    path = job_dir(name) / "logs" / "rank-0.log"
     while not (path.is_file() and re.search(r"step\s+\d+/", path.read_text(errors="replace"))):
-        assert time.time() < deadline, _logs(name)
+        assert time.time() < deadline, logs_tail(name)
         time.sleep(0.2)
 
 
@@ -38,10 +38,10 @@ def test_the_pre_timeout_signal_checkpoints_requeues_and_the_job_succeeds(datase
     slurm.run("scancel", "--batch", "--signal=USR1", _external_id("stime"))
     seen = states_until_done("stime")
     report = json.loads(ok("inspect", "stime", "--json"))
-    assert seen[-1] == "succeeded", (seen, report["events"], _logs("stime"))
+    assert seen[-1] == "succeeded", (seen, report["events"], logs_tail("stime"))
     assert any(e["kind"] == "preempted" and "time limit was near" in e["message"] for e in report["events"]), \
         report["events"]
-    assert steps_lost("stime") == [0], _logs("stime")
+    assert steps_lost("stime") == [0], logs_tail("stime")
     assert re.search(r"resumed from .*step-\d+ at step", ok("logs", "stime"))
     assert json.loads(ok("checkpoints", "stime", "--json"))[-1]["step"] == 3000
 
@@ -56,16 +56,16 @@ def test_a_real_time_limit_shorter_than_the_training(dataset, slurm):
     while time.time() < deadline:
         report = json.loads(ok("inspect", "slimit", "--json"))
         seen.append(report["job"]["state"])
-        log = _job_dir("slimit") / "logs" / "rank-0.log"
+        log = job_dir("slimit") / "logs" / "rank-0.log"
         if log.is_file() and "resumed from" in log.read_text(errors="replace"):
             break
-        assert report["job"]["state"] not in ("failed", "succeeded", "stopped"), (report, _logs("slimit"))
+        assert report["job"]["state"] not in ("failed", "succeeded", "stopped"), (report, logs_tail("slimit"))
         time.sleep(1)
     else:
-        raise AssertionError(f"never resumed after its time limit: {seen[-5:]} {_logs('slimit')}")
+        raise AssertionError(f"never resumed after its time limit: {seen[-5:]} {logs_tail('slimit')}")
     events = json.loads(ok("inspect", "slimit", "--json"))["events"]
     assert any(e["kind"] == "preempted" for e in events), events
-    assert steps_lost("slimit") == [0], _logs("slimit")
+    assert steps_lost("slimit") == [0], logs_tail("slimit")
     ok("stop", "slimit", "--wait", "--timeout", "120")
     assert json.loads(ok("inspect", "slimit", "--json"))["job"]["state"] == "stopped"
 
@@ -75,15 +75,15 @@ def test_a_users_scancel_is_stopped_with_its_checkpoint(dataset, slurm):
        "--", "--train.max_steps=1000000", "--checkpoint.every=100000000", "--train.do_eval=false", *TRAIN)
     _wait_for_a_step("scan")
     slurm.run("scancel", _external_id("scan"))
-    assert states_until_done("scan")[-1] == "stopped", _logs("scan")
-    assert steps_lost("scan") == [0], _logs("scan")
+    assert states_until_done("scan")[-1] == "stopped", logs_tail("scan")
+    assert steps_lost("scan") == [0], logs_tail("scan")
 
 
 def _worker_pid(name) -> int:
     """The trainer process of a 1x1 job (its command line names the job's output folder)."""
     import os
 
-    want = f"--train.output_dir={_job_dir(name)}".encode()
+    want = f"--train.output_dir={job_dir(name)}".encode()
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
@@ -109,7 +109,7 @@ def test_a_sigterm_to_a_worker_requeues_the_job_and_it_succeeds(dataset, slurm):
     os.kill(_worker_pid("sterm"), signal.SIGTERM)
     seen = states_until_done("sterm")
     report = json.loads(ok("inspect", "sterm", "--json"))
-    assert seen[-1] == "succeeded", (seen, report["events"], _logs("sterm"))
+    assert seen[-1] == "succeeded", (seen, report["events"], logs_tail("sterm"))
     assert any(e["kind"] == "preempted" and "got SIGTERM" in e["message"] for e in report["events"]), report["events"]
-    assert steps_lost("sterm") == [0], _logs("sterm")
+    assert steps_lost("sterm") == [0], logs_tail("sterm")
     assert json.loads(ok("checkpoints", "sterm", "--json"))[-1]["step"] == 3000

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.helpers import make_dataset, write_corpus
-from tests.slurm.test_slurm import ok, states_until_done
+from tests.job_helpers import ok, states_until_done
 from tests.workflows.conftest import assert_workflow_outcome
 
 pytestmark = pytest.mark.slow

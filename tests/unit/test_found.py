@@ -11,30 +11,7 @@ import pytest
 import torch
 
 from tests.conftest import run_cli
-
-
-def nanogpt_ckpt(path, iter_num=250, val=1.5, vocab=50304, n_layer=2, n_embd=32, block=64, seed=0):
-    """A checkpoint as nanoGPT's train.py writes it (Linear weights, compiled-model prefix)."""
-    g = torch.Generator().manual_seed(seed)
-    C = n_embd
-    sd = {"transformer.wte.weight": torch.randn(vocab, C, generator=g) * 0.02,
-          "transformer.wpe.weight": torch.randn(block, C, generator=g) * 0.02,
-          "transformer.ln_f.weight": torch.ones(C), "transformer.ln_f.bias": torch.zeros(C)}
-    for i in range(n_layer):
-        p = f"transformer.h.{i}."
-        for name, shape in (("attn.c_attn", (3 * C, C)), ("attn.c_proj", (C, C)),
-                            ("mlp.c_fc", (4 * C, C)), ("mlp.c_proj", (C, 4 * C))):
-            sd[p + name + ".weight"] = torch.randn(*shape, generator=g) * 0.02
-            sd[p + name + ".bias"] = torch.zeros(shape[0])
-        for ln in ("ln_1", "ln_2"):
-            sd[p + ln + ".weight"], sd[p + ln + ".bias"] = torch.ones(C), torch.zeros(C)
-    sd["lm_head.weight"] = sd["transformer.wte.weight"]
-    sd = {"_orig_mod." + k: v for k, v in sd.items()}
-    args = dict(n_layer=n_layer, n_head=4, n_embd=C, block_size=block, bias=True, vocab_size=vocab, dropout=0.0)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"model": sd, "optimizer": {"state": {}, "param_groups": []}, "model_args": args,
-                "iter_num": iter_num, "best_val_loss": torch.tensor(val), "config": {"dataset": "x"}}, path)
-    return path
+from tests.helpers import nanogpt_ckpt
 
 
 def hf_trainer_checkpoint(tiny_hf_gpt2, path, step, losses=((10, 3.0), (20, 2.5)), eval_loss=2.7):

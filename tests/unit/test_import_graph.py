@@ -1,8 +1,9 @@
 """The shape of src/gptrain, read from the source with ast (every import, function-level ones
 included, and the module names held in `importlib` tables): each module in a layer, imports only
 downward, no circle between modules or between packages, the faces reaching the library only
-through its API modules, and docs/architecture.md naming every module. Each check is a function
-over a graph, and each is shown failing on a violation planted in a copy of the real graph."""
+through its API modules, and docs/architecture.md naming every module; and in tests/, no module
+importing a test module (what tests share lives in helpers and conftest files). Each check is a
+function over a graph, and each is shown failing on a violation planted in a copy of the real graph."""
 
 import ast
 import re
@@ -173,6 +174,31 @@ def undocumented(mods, doc: str) -> list[str]:
     return sorted(missing)
 
 
+def imports_of_test_modules(files: dict[str, ast.AST]) -> list[str]:
+    """'FILE imports MODULE' for each module under tests/ (test modules, conftest files, helpers)
+    that imports a test module (`test_*`, by absolute or relative import): a test module is
+    collected for its tests, and what tests share belongs in a helper or a conftest."""
+    found = []
+    for name, tree in sorted(files.items()):
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                targets = [base] + [f"{base}.{a.name}".strip(".") for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            for t in targets:
+                if t.rsplit(".", 1)[-1].startswith("test_"):
+                    found.append(f"{name} imports {t}")
+                    break
+    return found
+
+
+def parsed_tests() -> dict[str, ast.AST]:
+    tests = ROOT / "tests"
+    return {f.relative_to(ROOT).as_posix(): ast.parse(f.read_text()) for f in tests.rglob("*.py")}
+
+
 # ---- the project as it is ----------------------------------------------------------------------
 
 def test_every_module_has_a_layer():
@@ -197,6 +223,10 @@ def test_the_faces_reach_the_library_only_through_its_api_modules():
 
 def test_architecture_md_names_every_module():
     assert undocumented(modules(), DOCS.read_text()) == []
+
+
+def test_no_test_module_imports_another():
+    assert imports_of_test_modules(parsed_tests()) == []
 
 
 # ---- each check fails on a planted violation ----------------------------------------------------
@@ -265,3 +295,15 @@ def test_a_module_the_docs_do_not_name_is_found():
     assert undocumented(mods, DOCS.read_text()) == ["gptrain.jobs.newthing", "gptrain.newtop"]
     doc = DOCS.read_text().replace("- `submission.py`", "- `submitting.py`")
     assert "gptrain.jobs.submission" in undocumented(modules(), doc)
+
+
+def test_a_test_module_imported_by_another_is_found():
+    files = parsed_tests()
+    files["tests/reliability/test_planted.py"] = ast.parse("from tests.integration.test_jobs import ok\n")
+    files["tests/unit/planted_helpers.py"] = ast.parse("def f():\n    from .test_mixture import T\n")
+    files["tests/planted_conftest.py"] = ast.parse("import tests.unit.test_found as found\n")
+    files["tests/fine.py"] = ast.parse("from tests.job_helpers import ok\nfrom tests import helpers\n")
+    assert imports_of_test_modules(files) == [
+        "tests/planted_conftest.py imports tests.unit.test_found",
+        "tests/reliability/test_planted.py imports tests.integration.test_jobs",
+        "tests/unit/planted_helpers.py imports test_mixture"]

@@ -1,7 +1,6 @@
 """The launcher's pure parts: `$GPTRAIN_*` expansion, the checkpoint a restart resumes from,
 the .gitignore matcher of code snapshots outside git, and the Slurm script of each entry kind."""
 
-import json
 import subprocess
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 from gptrain.errors import UserError
 from gptrain.jobs import code, folder, found, launch
 from gptrain.jobs.spec import JobSpec
+from tests.helpers import trainer_checkpoint
 
 
 def test_expand_only_gptrain_variables():
@@ -19,20 +19,12 @@ def test_expand_only_gptrain_variables():
         ["--output_dir=/o/x", "j-1", "$HOME", "$GPTRAIN_NOPE", "$j", "plain"]
 
 
-def _hf_checkpoint(path, step, state=True):
-    path.mkdir(parents=True)
-    (path / "config.json").write_text("{}")
-    (path / "model.safetensors").write_bytes(b"x")
-    if state:  # a Trainer writes trainer_state.json last
-        (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-
-
 def test_resume_from_the_newest_complete_checkpoint(tmp_path):
     assert found.latest(tmp_path) is None
     out = tmp_path / "output" / "run"
     for step in (2, 10, 9):
-        _hf_checkpoint(out / f"checkpoint-{step}", step)
-    _hf_checkpoint(out / "checkpoint-11", 11, state=False)  # killed while it was being written
+        trainer_checkpoint(out / f"checkpoint-{step}", step)
+    trainer_checkpoint(out / "checkpoint-11", 11, state=False)  # killed while it was being written
     assert found.latest(tmp_path) == out / "checkpoint-10"
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "step-12.pt").write_bytes(b"x")

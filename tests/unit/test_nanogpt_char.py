@@ -10,8 +10,7 @@ import pytest
 from gptrain.errors import UserError
 from gptrain.models.nanogpt import load_nanogpt
 from tests.conftest import run_cli
-from tests.unit.test_found import nanogpt_ckpt
-
+from tests.helpers import nanogpt_ckpt
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n"
 
 

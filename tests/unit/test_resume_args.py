@@ -11,9 +11,7 @@ from gptrain.errors import UserError
 from gptrain.jobs import folder, launch, resume
 from gptrain.jobs.spec import JobSpec
 from tests.conftest import run_cli
-from tests.unit.test_launch import _hf_checkpoint
-
-
+from tests.helpers import trainer_checkpoint
 def test_presets_and_placeholder_one_word_whatever_the_path():
     ckpt = Path("/jobs/a b/output/it's $HOME; rm -rf ~/checkpoint-20")
     assert resume.words("hf", ckpt) == (["--resume_from_checkpoint", str(ckpt)], None)
@@ -40,7 +38,7 @@ def test_the_launch_appends_them_only_when_a_checkpoint_is_found(isolated_home, 
     env = {resume.ENV: "hf", "GPTRAIN_OUTPUT_DIR": str(jdir / "output")}
     argv, said = launch.finish(env, jdir, ["python", "t.py", "--out=$GPTRAIN_OUTPUT_DIR"])
     assert argv == ["python", "t.py", f"--out={jdir}/output"] and said == "" and "GPTRAIN_RESUME_FROM" not in env
-    _hf_checkpoint(jdir / "output" / "checkpoint-4", 4)
+    trainer_checkpoint(jdir / "output" / "checkpoint-4", 4)
     argv, said = launch.finish(env, jdir, ["python", "t.py"])
     assert argv == ["python", "t.py", "--resume_from_checkpoint", f"{jdir}/output/checkpoint-4"]
     assert said == f", resumes with --resume_from_checkpoint '{jdir}/output/checkpoint-4'"
@@ -53,7 +51,7 @@ def test_restart_line_says_what_the_program_is_given(isolated_home, tmp_path):
     jdir = tmp_path / "j"
     script = JobSpec(name="j", script="t.py", code="/c")
     assert resume.restart_line(script, jdir) == "starts again (no checkpoint yet)"
-    _hf_checkpoint(jdir / "output" / "checkpoint-4", 4)
+    trainer_checkpoint(jdir / "output" / "checkpoint-4", 4)
     assert resume.restart_line(script, jdir).startswith(
         "restarted from scratch: the program was given no resume arguments (see --resume-args)")
     script.resume_args = "hf"

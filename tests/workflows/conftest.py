@@ -5,18 +5,15 @@ import json
 import pytest
 import torch
 
-from tests.integration.test_jobs import ok, wait_for
-
-
+from tests.job_helpers import ok, wait_for
 @pytest.fixture
 def jobs_home(isolated_home, monkeypatch):
     """Two CPU slots, one thread per rank; whatever is still running at the end is stopped."""
     monkeypatch.setenv("GPTRAIN_LOCAL_SLOTS", "2")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     yield isolated_home
-    from tests.integration.test_jobs import _stop_all
-
-    _stop_all()
+    from tests.job_helpers import stop_all
+    stop_all()
 
 
 def metrics(name: str) -> list[dict]:

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.helpers import http_server, make_dataset, save_as_hf_blocks, write_corpus
-from tests.integration.test_jobs import ok
+from tests.job_helpers import ok
 from tests.workflows.conftest import assert_workflow_outcome, metrics
 
 pytestmark = pytest.mark.slow  # real jobs: detached supervisors, torchrun, 2 processes each
