@@ -174,6 +174,26 @@ def undocumented(mods, doc: str) -> list[str]:
     return sorted(missing)
 
 
+def capability_breaks(doc: str, readme: str) -> list[str]:
+    """What the capabilities table of docs/architecture.md names that is not there: a module under
+    src/gptrain, a page, or a README section ("## NAME"); and too few rows (12 at least)."""
+    section = doc.split("## Capabilities", 1)[-1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| ") and not line.startswith("| capability")]
+    heads = {line[3:].split(" (")[0].strip() for line in readme.splitlines() if line.startswith("## ")}
+    found = [] if len(rows) >= 12 else [f"{len(rows)} capabilities (12 at least)"]
+    for capability, where, owners, page in rows:
+        if where not in heads:
+            found.append(f"{capability}: no README section {where!r}")
+        for owner in re.findall(r"`([^`]+)`", owners):
+            if not (SRC / "gptrain" / owner).is_file():
+                found.append(f"{capability}: no module {owner}")
+        for doc_page in re.findall(r"`([^`]+)`", page):
+            if not (ROOT / doc_page).is_file():
+                found.append(f"{capability}: no page {doc_page}")
+    return found
+
+
 def imports_of_test_modules(files: dict[str, ast.AST]) -> list[str]:
     """'FILE imports MODULE' for each module under tests/ (test modules, conftest files, helpers)
     that imports a test module (`test_*`, by absolute or relative import): a test module is
@@ -223,6 +243,10 @@ def test_the_faces_reach_the_library_only_through_its_api_modules():
 
 def test_architecture_md_names_every_module():
     assert undocumented(modules(), DOCS.read_text()) == []
+
+
+def test_each_readme_capability_is_one_hop_from_architecture_md():
+    assert capability_breaks(DOCS.read_text(), (ROOT / "README.md").read_text()) == []
 
 
 def test_no_test_module_imports_another():
@@ -307,3 +331,13 @@ def test_a_test_module_imported_by_another_is_found():
         "tests/planted_conftest.py imports tests.unit.test_found",
         "tests/reliability/test_planted.py imports tests.integration.test_jobs",
         "tests/unit/planted_helpers.py imports test_mixture"]
+
+
+def test_a_capability_pointing_nowhere_is_found():
+    doc, readme = DOCS.read_text(), (ROOT / "README.md").read_text()
+    doc = doc.replace("`jobs/slurm.py`", "`jobs/slurm_engine.py`").replace("`docs/ray.md`", "`docs/rays.md`")
+    assert capability_breaks(doc, readme.replace("## Web console", "## Console")) == [
+        "jobs on Slurm: no module jobs/slurm_engine.py", "jobs on Ray: no page docs/rays.md",
+        "the web console: no README section 'Web console'"]
+    few = "\n".join(line for line in doc.splitlines() if "jobs on" not in line)
+    assert capability_breaks(few, readme)[0] == "10 capabilities (12 at least)"
