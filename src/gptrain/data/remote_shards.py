@@ -106,11 +106,19 @@ def is_remote_dataset(path: str) -> bool:
     return "://" in path and not path.rstrip("/").lower().endswith(TEXT_SUFFIXES)
 
 
-def _read_url(url: str, limit: int, timeout_s: float = DEFAULT_FETCH_TIMEOUT_S) -> bytes:
+def _open_whole(url: str):
+    """`url` opened to be read once from start to end: over HTTP one streaming GET (fsspec's
+    default reads blocks by Range requests, which a server without Range support, such as
+    `python -m http.server`, answers with the whole file: past the first block, every try failed)."""
     import fsspec
 
+    whole = {"block_size": 0} if url.split("://", 1)[0].lower() in ("http", "https") else {}
+    return fsspec.open(url, "rb", **whole)
+
+
+def _read_url(url: str, limit: int, timeout_s: float = DEFAULT_FETCH_TIMEOUT_S) -> bytes:
     def work(alive):
-        with fsspec.open(url, "rb") as f:
+        with _open_whole(url) as f:
             return f.read(limit + 1)
 
     try:
@@ -291,8 +299,6 @@ class ShardCache:
 
     def _download(self, f: dict, size: int, path: Path) -> None:
         """Shard `f` into `path`, checked against meta.json, each try watched by _patiently."""
-        import fsspec
-
         url = f"{self.url}/{f['name']}"
         tries = iter(range(TRIES))
 
@@ -300,7 +306,7 @@ class ShardCache:
             tmp = self.root / f".tmp-{f['name']}-{os.getpid()}-{threading.get_ident()}-{next(tries)}"
             h, got = hashlib.sha256(), 0
             try:
-                with fsspec.open(url, "rb") as src, open(tmp, "wb") as out:
+                with _open_whole(url) as src, open(tmp, "wb") as out:
                     while got <= size:
                         block = src.read(min(1 << 22, size + 1 - got))
                         if not block or not alive():
@@ -339,6 +345,7 @@ class ShardTokens:
         self.starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])  # each shard's first token
         self.held: set[int] = set()
         self._queue: queue.Queue | None = None
+        self._failed: set[int] = set()  # shards whose read-ahead failed: left to the reader
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -390,17 +397,21 @@ class ShardTokens:
         if self._queue is None:
             self._queue = queue.Queue()
             threading.Thread(target=self._prefetcher, daemon=True).start()
-        shards = tuple(s for s in shards if not self.cache.path(self.files[s]).is_file())
+        shards = tuple(s for s in shards if not self.cache.path(self.files[s]).is_file() and s not in self._failed)
         if shards:
             self._queue.put(shards)
 
     def _prefetcher(self) -> None:
         while True:
             shards = self._queue.get()
-            for s in shards:  # in order; each keeps the held ones and the others of its group
-                try:
-                    if self.cache.ensure(self.files[s], self.dtype.itemsize, self._paths(shards), prefetch=True,
-                                         held=self._paths(self.held)) is None:
+            try:
+                for s in shards:  # in order; each keeps the held ones and the others of its group
+                    try:
+                        if self.cache.ensure(self.files[s], self.dtype.itemsize, self._paths(shards), prefetch=True,
+                                             held=self._paths(self.held)) is None:
+                            break
+                    except Exception:  # once: the reader meets the error when it needs the shard, and reports it
+                        self._failed.add(s)  # (asked again at every batch, a failing store saw TRIES reads a step)
                         break
-                except Exception:  # the reader meets the same error when it needs the shard, and reports it
-                    break
+            finally:
+                self._queue.task_done()
