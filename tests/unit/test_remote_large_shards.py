@@ -7,6 +7,7 @@ needs the shard, reads it itself and reports what is wrong)."""
 import functools
 import http.server
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -75,3 +76,21 @@ def test_a_failed_read_ahead_is_not_tried_again_at_every_batch(big, tmp_path, mo
     assert server.gets.get("train-00001.bin") == 1, server.gets
     with pytest.raises(Exception, match="train-00001.bin"):  # the reader, when it needs it, says why
         tokens[tokens.files[0]["tokens"] + 10:tokens.files[0]["tokens"] + 20]
+
+
+def test_a_short_run_fetches_the_shard_it_trains_on_and_not_the_next(big, tmp_path, monkeypatch):
+    """The read-ahead starts once the stream is past half of its shard (or near its end), never
+    before the reader has its own shard: 5 batches at the start of a 16.8 MB shard fetch that
+    shard alone (they fetched it and the next, 2x what a 5-step run reads)."""
+    from gptrain.data.loader import ShardedLoader
+
+    root, url, server = big
+    monkeypatch.setenv("GPTRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    server.missing.clear()
+    server.gets.clear()
+    tokens = open_remote_split(open_remote(url, 1 << 30), "train")
+    loader = ShardedLoader(tokens, 32, 4, seed=7)
+    for _ in range(5):
+        loader.next_batch()
+    time.sleep(1)  # (a read-ahead, had one started, has asked by now)
+    assert sum(n for name, n in server.gets.items() if name.startswith("train-")) == 1, server.gets

@@ -177,6 +177,16 @@ class ShardOrder:
     def shard_of(self, block: int) -> int:
         return int(np.searchsorted(self.lo, block, "right") - 1)
 
+    def left_in_shard(self, seed: int, epoch: int, offset: int) -> tuple[int, int]:
+        """(blocks left, blocks in all) of the shard holding stream position `offset`."""
+        order, _ = self.shard_order(seed, epoch)
+        ends = np.cumsum(self.hi[order] - self.lo[order])
+        g = int(np.searchsorted(ends, offset, "right"))
+        if g >= len(ends):
+            return 0, 0
+        start = int(ends[g - 1]) if g else 0
+        return int(ends[g]) - offset, int(ends[g]) - start
+
     def next_shard(self, seed: int, epoch: int, offset: int) -> int:
         """The shard whose blocks come after those of the shard holding stream position `offset`."""
         order, _ = self.shard_order(seed, epoch)
@@ -194,6 +204,9 @@ def make_loader(tokens, *args, **kwargs) -> BlockLoader:
     return (ShardedLoader if getattr(tokens, "remote", False) else BlockLoader)(tokens, *args, **kwargs)
 
 
+READ_AHEAD_BATCHES = 64  # the next shard is fetched at the latest this many global batches before it is read
+
+
 class ShardedLoader(BlockLoader):
     """A BlockLoader over a ShardTokens: the shard-grouped order, the shards of each batch held
     while it is read, and the next shard of the stream fetched meanwhile."""
@@ -205,14 +218,21 @@ class ShardedLoader(BlockLoader):
         self.order = ShardOrder(tokens.starts, self.T, self.n_blocks)
 
     def batch(self, indices):
-        """Hold what this batch and the rest of its shard's blocks read; prefetch the next shard's."""
+        """Hold what this batch and the rest of its shard's blocks read; read this batch (its own
+        shards first: a run's first step waits for one shard, never for the read-ahead); then,
+        once the stream is past half of its shard or within READ_AHEAD_BATCHES global batches of
+        its end, have the next shard's fetched meanwhile (so a short run fetches about the shard
+        it trains on, not the ones after it, and a long one never waits)."""
         starts = np.asarray(indices, dtype=np.int64) * self.T
         now = self.order.shard_of(self._permutation()[self.offset])  # where the stream goes on
         self.tokens.hold({s for a in starts for s in self.tokens.shards_of(int(a), int(a) + self.T + 1)}
                          | set(self.order.reads(now, self.tokens)))
-        nxt = self.order.next_shard(self.seed, self.epoch, self.offset)
-        self.tokens.prefetch(self.order.reads(nxt, self.tokens))
-        return super().batch(indices)
+        rows = super().batch(indices)
+        left, size = self.order.left_in_shard(self.seed, self.epoch, self.offset)
+        if 2 * left <= size or left <= READ_AHEAD_BATCHES * self.global_batch:
+            nxt = self.order.next_shard(self.seed, self.epoch, self.offset)
+            self.tokens.prefetch(self.order.reads(nxt, self.tokens))
+        return rows
 
 
 def open_train_loader(path, block_size: int, batch_size: int, rank: int, world: int, seed: int,
