@@ -10,7 +10,9 @@ take it. A field is one of:
 - refused (REFUSED): one line says why it does not apply and what to use instead.
 
 docs/hf-trainer-flags.md is `table()` of the installed transformers, and a test fails when
-transformers has a field that is none of these (so the table cannot go stale).
+transformers has a field that is none of these (so the table cannot go stale). The same table
+holds FMEngine's flags (FMENGINE_FIELDS: its cli/train.py's argument dataclasses, listed from its
+source since FMEngine needs DeepSpeed and CUDA to install).
 """
 
 from __future__ import annotations
@@ -62,6 +64,12 @@ ACCEPTED: dict[str, str] = {
     "trackio_bucket_id": _TRACKIO,
     "trackio_static_space_id": _TRACKIO,
     "restore_callback_states_from_checkpoint": "gptrain has no callbacks; a resume restores its whole state",
+    # FMEngine's own (cli/train.py)
+    "use_deepspeed": "gptrain's own engine does what DeepSpeed did for FMEngine: pipeline stages "
+                     "(--pipe_parallel_size), tensor parallelism, ZeRO-style sharding (--parallel.dp_shard)",
+    "rank": "set by the launcher; gptrain reads RANK from torchrun",
+    "world_size": "set by the launcher; gptrain reads WORLD_SIZE from torchrun",
+    "num_workers": _LOADER,
 }
 
 REFUSED: dict[str, str] = {
@@ -110,6 +118,8 @@ REFUSED: dict[str, str] = {
     "fsdp": "use --parallel.dp_shard=N (FSDP2 over N ranks)",
     "fsdp_config": "use --parallel.dp_shard=N (FSDP2 over N ranks); its options are not offered",
     "debug": "debug features are not offered; --train.nan_policy=stop stops at a non-finite loss",
+    "cache_dir": "where Hugging Face downloads go is HF's own setting: set HF_HOME (a local --init_ckpt "
+                 "folder is read in place); for the shard cache of a dataset at a URL: --data.cache_dir",
 }
 
 # flag -> {value: None (what gptrain does: accepted) | (setting, value) | "*" -> the reason others are refused}
@@ -122,8 +132,20 @@ BY_VALUE: dict[str, dict] = {
                          "*": "progress is logged every --logging_steps steps; per epoch or never is not offered"},
     "lr_scheduler_type": {"*": "gptrain's schedules are cosine, linear and constant (constant_with_warmup), each "
                                "with --warmup_steps; this one is not offered"},
+    "pretrain": {"false": None,
+                 "*": "--pretrain true (FMEngine: random weights, --init_ckpt's not loaded) is not a flag here: "
+                      "give the model's shape (--model.preset, --model.n_layer, ...) and no --init_ckpt"},
 }
 SCHEDULES = ("cosine", "linear", "constant", "constant_with_warmup")
+
+# FMEngine's cli/train.py (github.com/eth-easl/fmengine): the fields of its ModelArguments,
+# DeepspeedArguments, DataArguments and TrainerArguments, which HfArgumentParser makes its flags.
+FMENGINE_FIELDS = ("init_ckpt", "use_flash_attn", "use_fused_ops",
+                   "use_deepspeed", "rank", "local_rank", "pipe_parallel_size", "model_parallel_size",
+                   "world_size", "seed", "deepspeed_config",
+                   "data_path", "num_workers",
+                   "cache_dir", "output_dir", "max_seq_len", "train_steps", "eval_steps", "save_steps",
+                   "log_steps", "pretrain")
 
 
 def kind_of(name: str, aliases: dict) -> str | None:
@@ -160,12 +182,9 @@ def training_arguments() -> list[str]:
     return [f.name for f in dataclasses.fields(TrainingArguments) if f.init]
 
 
-def table(aliases: dict, deepspeed_flags=()) -> str:
-    """docs/hf-trainer-flags.md: every TrainingArguments field and what gptrain does with it."""
-    import transformers
-
+def _rows(names, aliases: dict, deepspeed_flags) -> list[tuple[str, str, str]]:
     rows = []
-    for name in training_arguments():
+    for name in names:
         if name in deepspeed_flags:
             rows.append((name, "mapped", "a DeepSpeed JSON config: the settings gptrain has are read from it"))
         elif name in BY_VALUE:
@@ -181,6 +200,14 @@ def table(aliases: dict, deepspeed_flags=()) -> str:
             rows.append((name, "refused", REFUSED[name]))
         else:
             rows.append((name, "MISSING", "not in gptrain's table (src/gptrain/hf_flags.py)"))
+    return rows
+
+
+def table(aliases: dict, deepspeed_flags=()) -> str:
+    """docs/hf-trainer-flags.md: every TrainingArguments field and FMEngine flag, and what gptrain
+    does with it."""
+    import transformers
+
     lines = ["# The Hugging Face Trainer's flags in gptrain", "",
              f"Every field of `transformers.TrainingArguments` (transformers {transformers.__version__}), as "
              "`gptrain train` and a job's trainer flags take it: **mapped** to the gptrain setting with the same "
@@ -190,7 +217,15 @@ def table(aliases: dict, deepspeed_flags=()) -> str:
              "`python -m gptrain.hf_flags > docs/hf-trainer-flags.md`; tests/unit/test_hf_flags.py fails when "
              "a field is missing or this file is stale.", "",
              "| flag | gptrain | what it means here |", "| --- | --- | --- |"]
-    lines += [f"| `--{n}` | {k} | {why.replace('|', '/')} |" for n, k, why in rows]
+    lines += [f"| `--{n}` | {k} | {why.replace('|', '/')} |"
+              for n, k, why in _rows(training_arguments(), aliases, deepspeed_flags)]
+    lines += ["", "## FMEngine's flags", "",
+              "Every flag of FMEngine's `cli/train.py` (its ModelArguments, DeepspeedArguments, DataArguments "
+              "and TrainerArguments), as the seed's `deepspeed ... cli/train.py` line passes them to "
+              "`gptrain run NAME -- ...`; the same kinds as above.", "",
+              "| flag | gptrain | what it means here |", "| --- | --- | --- |"]
+    lines += [f"| `--{n}` | {k} | {why.replace('|', '/')} |" for n, k, why in _rows(FMENGINE_FIELDS, aliases,
+                                                                                   deepspeed_flags)]
     return "\n".join(lines) + "\n"
 
 

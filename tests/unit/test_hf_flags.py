@@ -48,3 +48,19 @@ def test_the_flags_a_new_user_met_work_or_say_why_not():
                        (["--save_strategy", "epoch"], "every --save_steps steps")):
         with pytest.raises(UserError, match=says):
             parse_train_args(argv)
+
+
+def test_every_fmengine_flag_has_a_meaning_here_and_the_seed_line_parses():
+    missing = [n for n in hf_flags.FMENGINE_FIELDS if n not in DEEPSPEED_FLAGS and hf_flags.kind_of(n, ALIASES) is None]
+    assert missing == [], f"add these to src/gptrain/hf_flags.py: {missing}"
+    # the seed's line (tests/workflows run it as a job), with FMEngine's launcher-set and default flags spelled out
+    cfg = parse_train_args(["--max_seq_len", "128", "--train_steps", "1000", "--eval_steps", "10", "--save_steps",
+                            "1000", "--log_steps", "10", "--pipe_parallel_size", "2", "--model_parallel_size", "1",
+                            "--use_fused_ops", "false", "--use_deepspeed", "true", "--local_rank", "0",
+                            "--num_workers", "1", "--pretrain", "false", "--seed", "3407"])
+    assert (cfg.model.block_size, cfg.train.max_steps, cfg.parallel.pp, cfg.train.seed) == (128, 1000, 2, 3407)
+    for flags, words in ((["--pretrain", "true"], ["--pretrain", "random weights"]),
+                         (["--cache_dir", "/x"], ["--cache_dir", "HF_HOME", "--data.cache_dir"])):
+        with pytest.raises(UserError) as e:
+            parse_train_args(flags)
+        assert all(w in str(e.value) for w in words) and "\n" not in str(e.value), str(e.value)
