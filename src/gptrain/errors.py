@@ -157,3 +157,23 @@ def disk_full(error: BaseException, path=None) -> UserError | None:
             return UserError(f"{what} writing {where}: free space on that disk and retry")
         error, seen = error.__cause__ or error.__context__, seen + 1
     return None
+
+
+# What a collective says when another rank of the job is gone (gloo's TCP pair, NCCL).
+_PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "remote process exited")
+
+
+def lost_peer(error: BaseException) -> InfraError | None:
+    """A one-line InfraError for a collective that failed because another rank of the job died
+    (its process, its host or the network between): the survivors' torch traceback says nothing
+    the user can act on, the dead rank's own log does. None for anything else."""
+    import os
+
+    text = str(error) if isinstance(error, RuntimeError) else ""
+    if not any(word in text for word in _PEER_GONE) or not ("gloo" in text or "NCCL" in text):
+        return None
+    what = text.split("] ", 1)[-1].split(". This is typically", 1)[0].splitlines()[0].strip()
+    rank = os.environ.get("RANK", "?")
+    return InfraError(f"rank {rank} lost another rank of the job ({what}): a worker, its host or the network "
+                      "between them failed; that worker's log says why (gptrain logs NAME --rank R). A job "
+                      "restarts from its latest checkpoint while it has restarts left (--max-restarts)")

@@ -65,7 +65,12 @@ def test_kill_9_of_a_worker_restarts_and_ends_with_the_same_weights(dataset):
     j = wait_for("faulty")
     assert j["state"] == "succeeded" and j["restarts"] == 1, j
     assert "restarting" in kinds("faulty")
-    assert "resumed from" in (job_dir("faulty") / "logs" / "rank-0.log").read_text()
+    rank0 = (job_dir("faulty") / "logs" / "rank-0.log").read_text()
+    assert "resumed from" in rank0
+    # the survivor of attempt 0 says in one line that it lost its peer, with no torch traceback
+    first = rank0.split("--- gptrain: attempt 1")[0]
+    assert "gptrain: error: rank 0 lost another rank of the job (" in first and "by peer" in first, first[-3000:]
+    assert "Traceback" not in first, first[-3000:]
     ok("run", "clean", "--dataset", dataset, "--accels", "2", "--", *args)
     assert wait_for("clean")["state"] == "succeeded"
     a = model_tensors(job_dir("faulty") / "checkpoints" / "step-000040")

@@ -99,7 +99,7 @@ def _quiet_full_disk_in_threads() -> None:
 def _run(argv: list[str] | None) -> int:
     import sqlite3
 
-    from gptrain.errors import InfraError, Interrupted, UserError, disk_full
+    from gptrain.errors import InfraError, Interrupted, UserError, disk_full, lost_peer
     from gptrain.home import sweep_leftovers
 
     argv = sys.argv[1:] if argv is None else argv
@@ -122,6 +122,12 @@ def _run(argv: list[str] | None) -> int:
         return 2
     except InfraError as e:  # not the user's: a restart may succeed (jobs/supervisor.py restarts on 1)
         _error_line(e)
+        return 1
+    except RuntimeError as e:  # a collective whose peer died: the survivor says so in one line
+        lost = lost_peer(e)
+        if lost is None:
+            raise
+        _error_line(lost)
         return 1
     except Interrupted as e:  # a stop before anything was trained (nothing to save)
         print(f"gptrain: {e}", file=sys.stderr, flush=True)
