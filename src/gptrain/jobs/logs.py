@@ -158,11 +158,28 @@ SIGTERM_CODES = (-signal.SIGTERM, 128 + signal.SIGTERM)  # killed by it, or exit
 _AGENT_SIGNALLED = re.compile(r"Received (?:Signals\.)?(SIG[A-Z]+|\d+) death signal")  # torchrun's agent
 
 
+_LOST_PEER = "lost another rank of the job"  # errors.lost_peer: a rank whose peer died, not a cause
+
+
+def failed_on_its_own(logs: Path) -> str | None:
+    """'rank R: ERROR' for the first rank whose last attempt logged an error of its own, else None.
+    srun (--kill-on-bad-exit) and torchrun end the other ranks of a failed attempt with SIGTERM,
+    so a SIGTERM after such an error is their teardown, never a preemption."""
+    for path in sorted(logs.glob(rank_log(logs, "*").name)):
+        errors = [e for e in error_lines(path) if _LOST_PEER not in e]
+        if errors:
+            return f"{path.stem.replace('-', ' ')}: {errors[-1]}"
+    return None
+
+
 def signal_ended(logs: Path, code: int) -> str | None:
     """Who a SIGTERM ended this attempt through, when one did ('rank 1 got SIGTERM'...): the
     program or agent itself (`code`), a torchrun agent that received it (its log says so), or
     the worker torchrun names as the first failure. None when the attempt failed otherwise (a
-    crash, a SIGKILL, the OOM killer's kill)."""
+    crash, a SIGKILL, the OOM killer's kill; a rank's own error, after which the SIGTERMs are
+    the teardown of the others: a failing 2-node Slurm job was requeued as preempted 13 times)."""
+    if failed_on_its_own(logs):
+        return None
     if code in SIGTERM_CODES:
         return "its process got SIGTERM"
     for path in sorted(logs.glob(agent_log(logs, "*").name)):
