@@ -134,6 +134,22 @@ def worker_pids(name) -> dict[int, int]:
     return pids
 
 
+def trainer_pids(output_dir) -> list[int]:
+    """The trainer processes (not the torchrun agents, not the log tee) of this machine's (or this
+    container's) /proc whose command line names `output_dir` as --train.output_dir."""
+    want, found = f"--train.output_dir={output_dir}".encode(), []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                cmd = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if want in cmd and b"train" in cmd and b"gptrain.jobs.rank_log" not in cmd \
+                    and b"torch.distributed.run" not in cmd:
+                found.append(int(d))
+    return found
+
+
 def job_processes(name) -> set[int]:
     """Every live process of a job, found independently of the code under test: the supervisor
     recorded for it and whatever runs with the job's GPTRAIN_CHECKPOINT_DIR in its environment."""

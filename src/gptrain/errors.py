@@ -161,6 +161,7 @@ def disk_full(error: BaseException, path=None) -> UserError | None:
 
 # What a collective says when another rank of the job is gone (gloo's TCP pair, NCCL).
 _PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "remote process exited")
+LOST_PEER = "lost another rank of the job"  # what lost_peer's line says (jobs/logs.py: never a cause)
 
 
 def lost_peer(error: BaseException) -> InfraError | None:
@@ -174,6 +175,6 @@ def lost_peer(error: BaseException) -> InfraError | None:
         return None
     what = text.split("] ", 1)[-1].split(". This is typically", 1)[0].splitlines()[0].strip()
     rank = os.environ.get("RANK", "?")
-    return InfraError(f"rank {rank} lost another rank of the job ({what}): a worker, its host or the network "
+    return InfraError(f"rank {rank} {LOST_PEER} ({what}): a worker, its host or the network "
                       "between them failed; that worker's log says why (gptrain logs NAME --rank R). A job "
                       "restarts from its latest checkpoint while it has restarts left (--max-restarts)")

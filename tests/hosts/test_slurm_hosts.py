@@ -29,6 +29,7 @@ import time
 import pytest
 
 from tests.helpers import TINY, steps_lost
+from tests.conftest import ROOT
 from tests.hosts.conftest import final_eval_loss, gptrain_on_h1, job_home
 
 pytestmark = pytest.mark.slow
@@ -131,20 +132,14 @@ def test_host_killed_the_job_is_requeued_and_succeeds_when_the_host_returns(slur
     assert abs(loss - ref) <= 0.02 * ref, (loss, ref)
 
 
-# run on h2: SIGTERM to the trainer process of the job whose output folder is argv[1] (what an
-# admin's `kill` does; not the torchrun agent, not Slurm)
+# run on h2 (the container sees its own processes only): SIGTERM to the trainer of the job whose
+# output folder is argv[1] (what an admin's `kill` does; not the torchrun agent, not Slurm)
 KILL_TRAINER = """
 import os, signal, sys
-want = ("--train.output_dir=" + sys.argv[1]).encode()
-for d in os.listdir("/proc"):
-    if d.isdigit():
-        try:
-            cmd = open(f"/proc/{d}/cmdline", "rb").read().split(b"\\0")
-        except OSError:
-            continue
-        if want in cmd and b"torch.distributed.run" not in cmd and b"gptrain.jobs.rank_log" not in cmd:
-            os.kill(int(d), signal.SIGTERM)
-            print(d)
+from tests.job_helpers import trainer_pids
+for pid in trainer_pids(sys.argv[1]):
+    os.kill(pid, signal.SIGTERM)
+    print(pid)
 """
 
 
@@ -161,7 +156,8 @@ def test_a_sigterm_to_the_trainer_on_one_host_preempts_and_the_job_continues(slu
     while not (rank0.is_file() and re.search(r"step\s+\d+/", rank0.read_text(errors="replace"))):
         assert time.time() < deadline, list((jdir / "logs").glob("*"))
         time.sleep(0.2)
-    killed = hosts.exec(1, [sys.executable, "-c", KILL_TRAINER, str(jdir)]).stdout.split()
+    killed = hosts.exec(1, [sys.executable, "-c", KILL_TRAINER, str(jdir)],
+                        env={"PYTHONPATH": f"{ROOT}:{ROOT / 'src'}"}).stdout.split()
     assert len(killed) == 1, killed  # the trainer on h2, and nothing else
     report, seen = until(cluster, home, "t", timeout=400)
     story = "\n".join(f"{e['kind']}: {e['message']}" for e in report["events"])

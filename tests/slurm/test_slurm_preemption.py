@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests import helpers
-from tests.job_helpers import TRAIN, job_dir, logs_tail, ok, states_until_done
+from tests.job_helpers import TRAIN, job_dir, logs_tail, ok, states_until_done, trainer_pids
 
 pytestmark = pytest.mark.slow
 
@@ -80,20 +80,9 @@ def test_a_users_scancel_is_stopped_with_its_checkpoint(dataset, slurm):
 
 
 def _worker_pid(name) -> int:
-    """The trainer process of a 1x1 job (its command line names the job's output folder)."""
-    import os
-
-    want = f"--train.output_dir={job_dir(name)}".encode()
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                cmd = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
-            except OSError:
-                continue
-            if want in cmd and b"train" in cmd and b"gptrain.jobs.rank_log" not in cmd \
-                    and b"torch.distributed.run" not in cmd:
-                return int(d)
-    raise AssertionError(f"no trainer process of {name}")
+    """The trainer process of a 1x1 job."""
+    (pid,) = trainer_pids(job_dir(name))
+    return pid
 
 
 def test_a_sigterm_to_a_worker_requeues_the_job_and_it_succeeds(dataset, slurm):

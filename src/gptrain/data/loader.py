@@ -177,11 +177,16 @@ class ShardOrder:
     def shard_of(self, block: int) -> int:
         return int(np.searchsorted(self.lo, block, "right") - 1)
 
-    def left_in_shard(self, seed: int, epoch: int, offset: int) -> tuple[int, int]:
-        """(blocks left, blocks in all) of the shard holding stream position `offset`."""
+    def _where(self, seed: int, epoch: int, offset: int):
+        """(the epoch's shard order, where each shard's blocks end in the stream, the index in that
+        order of the shard holding stream position `offset`)."""
         order, _ = self.shard_order(seed, epoch)
         ends = np.cumsum(self.hi[order] - self.lo[order])
-        g = int(np.searchsorted(ends, offset, "right"))
+        return order, ends, int(np.searchsorted(ends, offset, "right"))
+
+    def left_in_shard(self, seed: int, epoch: int, offset: int) -> tuple[int, int]:
+        """(blocks left, blocks in all) of the shard holding stream position `offset`."""
+        _, ends, g = self._where(seed, epoch, offset)
         if g >= len(ends):
             return 0, 0
         start = int(ends[g - 1]) if g else 0
@@ -189,9 +194,8 @@ class ShardOrder:
 
     def next_shard(self, seed: int, epoch: int, offset: int) -> int:
         """The shard whose blocks come after those of the shard holding stream position `offset`."""
-        order, _ = self.shard_order(seed, epoch)
-        ends = np.cumsum(self.hi[order] - self.lo[order])
-        later = order[np.searchsorted(ends, offset, "right") + 1:]
+        order, _, g = self._where(seed, epoch, offset)
+        later = order[g + 1:]
         later = later[self.hi[later] > self.lo[later]]
         if len(later):
             return int(later[0])

@@ -17,6 +17,8 @@ import signal
 import time
 from pathlib import Path
 
+from gptrain.errors import LOST_PEER
+
 ATTEMPT_MARK = "--- gptrain: attempt"
 NO_SPACE = "no space left on device"
 PAGE_BYTES = 64 * 1024  # a page of log, and a log view's first look: its last 64 KiB
@@ -158,15 +160,12 @@ SIGTERM_CODES = (-signal.SIGTERM, 128 + signal.SIGTERM)  # killed by it, or exit
 _AGENT_SIGNALLED = re.compile(r"Received (?:Signals\.)?(SIG[A-Z]+|\d+) death signal")  # torchrun's agent
 
 
-_LOST_PEER = "lost another rank of the job"  # errors.lost_peer: a rank whose peer died, not a cause
-
-
 def failed_on_its_own(logs: Path) -> str | None:
     """'rank R: ERROR' for the first rank whose last attempt logged an error of its own, else None.
     srun (--kill-on-bad-exit) and torchrun end the other ranks of a failed attempt with SIGTERM,
     so a SIGTERM after such an error is their teardown, never a preemption."""
     for path in sorted(logs.glob(rank_log(logs, "*").name)):
-        errors = [e for e in error_lines(path) if _LOST_PEER not in e]
+        errors = [e for e in error_lines(path) if LOST_PEER not in e]  # its peer died: not a cause
         if errors:
             return f"{path.stem.replace('-', ' ')}: {errors[-1]}"
     return None
