@@ -17,10 +17,17 @@ from tests.job_helpers import wait_for
 from tests.jobs_code.programs import git_repository, write
 from tests.jobs_code.programs import tiny_wheel
 WORKER = """
-import os, sys, tinypkg
+import os, sys, time, tinypkg
 rank = int(os.environ["RANK"])
 sys.stdout.write(f"worker {rank} tinypkg {tinypkg.VALUE}\\n")  # one write: the two ranks share the log
-if rank == 1:
+sys.stdout.flush()
+seen = "rank-0-wrote"  # rank 1 fails only after rank 0's line (torchrun then ends rank 0)
+if rank == 0:
+    open(seen, "w").close()
+    time.sleep(120)
+else:
+    while not os.path.exists(seen):
+        time.sleep(0.05)
     raise ValueError(f"boom from worker {rank}")
 """
 
