@@ -47,10 +47,12 @@ def test_the_pre_timeout_signal_checkpoints_requeues_and_the_job_succeeds(datase
 
 
 def test_a_real_time_limit_shorter_than_the_training(dataset, slurm):
-    """--time 2 with the signal 100 s before it: Slurm signals 0-60 s before that, the job saves,
-    requeues and runs again (then the test stops it: each attempt has its own 2 minutes)."""
+    """--time 2 with the signal 40 s before it: Slurm sends it at its first check (every 30 s) with
+    less than 40 + 30 s left, 50-80 s after the start; the job saves, requeues and runs again (then
+    the test stops it: each attempt has its own 2 minutes). With the signal 100 s before the limit
+    it came at the first check, 0-30 s after the start: in CI, before the first step, each time."""
     ok("run", "slimit", "--scheduler", "slurm", "--nodes", "1", "--accels", "1", "--time", "2",
-       "--sbatch-arg=--signal=B:USR1@100", "--dataset", dataset,
+       "--sbatch-arg=--signal=B:USR1@40", "--dataset", dataset,
        "--", "--train.max_steps=10000000", "--checkpoint.every=100000000", "--train.do_eval=false", *TRAIN)
     deadline, seen = time.time() + 400, []
     while time.time() < deadline:
@@ -68,6 +70,35 @@ def test_a_real_time_limit_shorter_than_the_training(dataset, slurm):
     assert steps_lost("slimit") == [0], logs_tail("slimit")
     ok("stop", "slimit", "--wait", "--timeout", "120")
     assert json.loads(ok("inspect", "slimit", "--json"))["job"]["state"] == "stopped"
+
+
+STALLS = """
+import os, sys, time
+print("attempt", os.environ["GPTRAIN_ATTEMPT"], "started", flush=True)
+time.sleep(3600)  # never a checkpoint, and a SIGTERM ends it
+"""
+
+
+def test_a_time_limit_that_ends_every_attempt_before_a_checkpoint_is_not_requeued_forever(slurm, tmp_path,
+                                                                                          monkeypatch):
+    """Slurm's pre-timeout signal (sent by the test, as in the first test) to a program that has
+    not saved anything: requeued twice, then the job fails with the reason and what to change."""
+    (tmp_path / "stalls.py").write_text(STALLS)
+    monkeypatch.chdir(tmp_path)
+    ok("run", "sstall", "--scheduler", "slurm", "--", "stalls.py")
+    log = job_dir("sstall") / "logs" / "rank-0.log"
+    for attempt in range(3):
+        deadline = time.time() + 300
+        while not (log.is_file() and f"attempt {attempt} started" in log.read_text(errors="replace")):
+            assert time.time() < deadline, logs_tail("sstall")
+            time.sleep(0.2)
+        slurm.run("scancel", "--batch", "--signal=USR1", _external_id("sstall"))
+    seen = states_until_done("sstall")
+    job = json.loads(ok("inspect", "sstall", "--json"))["job"]
+    assert seen[-1] == "failed", (seen, logs_tail("sstall"))
+    assert "its time limit was near in 3 attempts in a row before a new checkpoint (there is none yet)" \
+        in job["error"] and "a longer --time" in job["error"], job
+    assert "attempt 3 started" not in log.read_text(errors="replace")
 
 
 def test_a_users_scancel_is_stopped_with_its_checkpoint(dataset, slurm):

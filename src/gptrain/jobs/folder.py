@@ -8,7 +8,8 @@ read from it as a whole: the free space of its disk, a stop request.
       logs/                rank-R.log, agent-nodeN.log             checkpoints/  GPTRAIN_CHECKPOINT_DIR
       stop-request         a stop asked for (its timeout)          submitted-config.toml, job.sbatch,
       resume-from          the checkpoint `resume --from` chose
-                                                                   slurm-exit (Slurm's), kubernetes.yaml
+                                                                   slurm-exit, slurm-preempted, slurm-gave-up,
+                                                                   slurm-requeues.json (Slurm's), kubernetes.yaml
 """
 
 from __future__ import annotations
@@ -87,6 +88,18 @@ def slurm_preempted(jdir: Path) -> Path:
     """Written by a Slurm job's batch script when a SIGTERM before the time limit (or a
     preemption) made it requeue the job; removed when the job starts again."""
     return jdir / "slurm-preempted"
+
+
+def slurm_requeues(jdir: Path) -> Path:
+    """The newest checkpoint at a Slurm job's last requeue and how many time-limit requeues in a
+    row saw no new one (jobs/slurm_attempt.py)."""
+    return jdir / "slurm-requeues.json"
+
+
+def slurm_gave_up(jdir: Path) -> Path:
+    """Why a Slurm job's batch script stopped requeuing it (a time limit that ends every attempt
+    before a checkpoint); removed when the job starts again."""
+    return jdir / "slurm-gave-up"
 
 
 def slurm_exit(jdir: Path) -> Path:

@@ -258,23 +258,3 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m gptrain.jobs.logs signal-ended LOGS CODE`: how a SIGTERM ended the attempt whose
-    logs are in LOGS and whose node process exited with CODE, printed (exit 0), or exit 1 when no
-    SIGTERM did. A Slurm job's batch script asks it, to requeue a preempted job (jobs/slurm.py)."""
-    import sys
-
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 3 or args[0] != "signal-ended" or not args[2].lstrip("-").isdigit():
-        print("usage: python -m gptrain.jobs.logs signal-ended LOGS CODE", file=sys.stderr)
-        return 2
-    why = signal_ended(Path(args[1]), int(args[2]))
-    if why:
-        print(why)
-    return 0 if why else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

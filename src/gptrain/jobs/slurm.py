@@ -13,7 +13,8 @@ Preemption and time limits: the script asks for SIGUSR1 SIGNAL_GRACE_S before th
 (`--signal=B:USR1@120`; not TERM, which a `scancel` also sends) and traps it (srun runs in the
 background so the trap runs at once): every task is sent SIGTERM, the trainer saves a checkpoint
 at the step it reached and exits, and the script requeues the job (`--requeue`), which continues
-from that checkpoint. Slurm's own preemption (PreemptMode=REQUEUE) signals the tasks and
+from that checkpoint (jobs/slurm_attempt.py decides, and stops requeuing a job whose time limit
+ends attempt after attempt before a new checkpoint). Slurm's own preemption (PreemptMode=REQUEUE) signals the tasks and
 requeues the job itself. Either is
 `preempted`, never `failed` or `succeeded`; `gptrain stop` (a stop request, then SIGTERM to the
 tasks) and a user's `scancel` end `stopped`.
@@ -168,28 +169,25 @@ def build_script(spec: JobSpec) -> str:
     cut = len(node) - len(launch.entry_command(spec, jdir))
     words = [shlex.quote(w) if i < 1 or i >= cut or w == str(logs) else w for i, w in enumerate(node)]
     agent = f"{prefix}cd {shlex.quote(str(launch.workdir(spec, jdir)))} && exec {' '.join(words)}"
-    marker, stop_file = (shlex.quote(str(p)) for p in (folder.slurm_preempted(jdir), folder.stop_request(jdir)))
+    marker, gave_up, stop_file = (shlex.quote(str(p)) for p in (
+        folder.slurm_preempted(jdir), folder.slurm_gave_up(jdir), folder.stop_request(jdir)))
     lines += [
-        f"rm -f {marker}",
+        f"rm -f {marker} {gave_up}",
         "# SIGUSR1: the time limit is near (--signal). Every task gets SIGTERM and saves a checkpoint;",
         "# then, unless the user asked for a stop meanwhile, the job is requeued and continues from it",
         'near_limit=""',
-        'trap \'near_limit=1; scancel --signal=TERM "$SLURM_JOB_ID"\' USR1',
+        'trap \'near_limit=near-limit; scancel --signal=TERM "$SLURM_JOB_ID"\' USR1',
         f"srun --kill-on-bad-exit=1 --output={shlex.quote(str(agent_log(logs, '%n')))} "
         f"--open-mode=append bash -c {shlex.quote(agent)} &",
         "tasks=$!",
         'wait "$tasks"; rc=$?',
         'while kill -0 "$tasks" 2>/dev/null; do wait "$tasks"; rc=$?; done  # (a trap cut the wait short)',
         f"echo $rc > {shlex.quote(str(folder.slurm_exit(jdir)))}",
-        "# a SIGTERM nobody asked for with `gptrain stop` (an admin, an eviction) ended it: preempted too",
-        'why=""',
-        f'if [ -z "$near_limit" ] && [ "$rc" != 0 ] && [ ! -e {stop_file} ]; then',
-        f'  why=$({shlex.quote(sys.executable)} -m gptrain.jobs.logs signal-ended {shlex.quote(str(logs))} "$rc") || why=""',
-        "fi",
-        f'if {{ [ -n "$near_limit" ] || [ -n "$why" ]; }} && [ ! -e {stop_file} ]; then',
-        f'  echo "${{why:-its time limit was near}} ($(date -u +%FT%TZ)): checkpoint saved, requeued" > {marker}',
-        '  echo "--- gptrain: ${why:-the time limit is near}: checkpoint saved, job requeued"',
-        '  scontrol requeue "$SLURM_JOB_ID"',
+        "# requeued after its time limit's signal, or a SIGTERM nobody asked for with `gptrain stop` (an",
+        "# admin, an eviction): preempted; not after a time limit that leaves no time for a checkpoint",
+        f'if [ ! -e {stop_file} ] && {{ [ -n "$near_limit" ] || [ "$rc" != 0 ]; }} && '
+        f'{shlex.quote(sys.executable)} -m gptrain.jobs.slurm_attempt {shlex.quote(str(jdir))} "$rc" $near_limit; then',
+        '  [ -e {} ] || scontrol requeue "$SLURM_JOB_ID"'.format(stop_file),
         "fi",
         "exit $rc", ""]
     return "\n".join(lines)
@@ -244,7 +242,8 @@ def resume(name: str) -> str:
     job = refresh(name)
     store.reopen(name, resume_mod.restart_line(JobSpec.from_dict(job["spec"]), jdir))
     folder.stop_request(jdir).unlink(missing_ok=True)
-    folder.slurm_exit(jdir).unlink(missing_ok=True)
+    for path in (folder.slurm_exit(jdir), folder.slurm_requeues(jdir)):
+        path.unlink(missing_ok=True)
     r = _run(["sbatch", "--parsable", str(script)])
     if r.returncode != 0:
         reason = f"sbatch refused the job: {(r.stderr.strip().splitlines() or ['?'])[-1]}"
@@ -317,8 +316,10 @@ def refresh(name: str) -> dict:
     note = f"Slurm {said}"
     fields = {}
     if state == "failed":
-        fields = {"exit_code": info["exit_code"],
-                  "error": failure_summary(folder.logs_dir(jdir), info["exit_code"])}
+        gave_up = folder.slurm_gave_up(jdir)  # its time limit ends every attempt (jobs/slurm_attempt.py)
+        error = (gave_up.read_text(errors="replace").strip()[:400] if gave_up.is_file()
+                 else failure_summary(folder.logs_dir(jdir), info["exit_code"]))
+        fields = {"exit_code": info["exit_code"], "error": error}
         note = f"{note}: {fields['error']}"
     elif state in ("succeeded", "stopped"):
         fields = {"exit_code": info["exit_code"]}
