@@ -54,6 +54,9 @@ def refused(r, *words):
     (["--time", "1:00; id"], ["--time", "is not a Slurm time"]),
     (["--time", "01:00:00\ntouch /tmp/x"], ["--time"]),
     (["--sbatch-arg=--exclusive\nid"], ["--sbatch-arg", "one line"]),
+    # the time limit's signal (120 s before it, at a check every 30 s) would come before any step
+    (["--time", "2"], ["--time 2 leaves no time to train", "120 s before", "give --time 3 or more"]),
+    (["--time", "0:02:30", "--sbatch-arg=--signal=B:USR1@100"], ["--time 0:02:30", "100 s before", "--time 3 "]),
     (["--sbatch-arg=id"], ["--sbatch-arg", "starting with --"]),
     (["--env", "X=1; touch f; Y=2", "--env", "A;B=1"], ["invalid --env name 'A;B'"]),
 ])
@@ -64,6 +67,17 @@ def test_hostile_slurm_options_are_refused(tmp_path, isolated_home, flags, words
                 "--train.max_steps=1", cwd=cwd)
     refused(r, *words)
     assert list(cwd.iterdir()) == [] and not (isolated_home / "jobs").exists()
+
+
+def test_a_time_limit_with_time_to_train_is_taken():
+    from gptrain.jobs.slurm import check_options, signal_lead_s, time_limit_s
+
+    assert [time_limit_s(v) for v in ("2", "2:30", "1:00:00", "1-0", "1-2:3", "1-2:3:4", "UNLIMITED")] == \
+        [120, 150, 3600, 86400, 93780, 93784, None]
+    assert signal_lead_s(["--signal=USR1@10", "--exclusive", "--signal=B:USR1@40"]) == 40  # sbatch: the last
+    check_options({"time": "2", "sbatch_args": ["--signal=B:USR1@40"]})  # 50 s before the signal
+    check_options({"time": "3"})
+    check_options({"time": "UNLIMITED"})
 
 
 @pytest.mark.parametrize("yaml, words", [

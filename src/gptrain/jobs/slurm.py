@@ -71,6 +71,46 @@ def check_options(opts: dict) -> None:
         if not isinstance(arg, str) or not arg.startswith("--") or any(c in arg for c in "\n\r\0"):
             raise UserError(f"--sbatch-arg {arg!r} must be one sbatch option on one line, starting "
                             "with -- (e.g. --sbatch-arg=--exclusive)")
+    _check_time_left(opts.get("time"), args)
+
+
+SLURM_CHECK_S = 30  # slurmctld looks at time limits this often: the signal comes up to this much early
+MIN_TRAIN_S = 30  # what an attempt must have, at least, between its start and the time limit's signal
+
+
+def time_limit_s(value: str) -> int | None:
+    """The seconds of a Slurm time (OPTION_FORMS["time"]); None when unlimited."""
+    if value.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days, dash, rest = value.partition("-") if "-" in value else ("0", "", value)
+    parts = [int(p) for p in rest.split(":")]
+    if dash:  # D-H, D-H:M, D-H:M:S
+        h, m, sec = parts + [0] * (3 - len(parts))
+    elif len(parts) == 3:  # H:M:S
+        h, m, sec = parts
+    else:  # M, M:S
+        h, (m, sec) = 0, (parts + [0])[:2]
+    return ((int(days) * 24 + h) * 60 + m) * 60 + sec
+
+
+def signal_lead_s(sbatch_args: list[str]) -> int:
+    """How long before the time limit the job's script asks for SIGUSR1: the last --signal=...@S
+    of --sbatch-arg (sbatch takes the last one), else SIGNAL_GRACE_S."""
+    leads = [m.group(1) for a in sbatch_args for m in [re.fullmatch(r"--signal=\S*@(\d+)", a)] if m]
+    return int(leads[-1]) if leads else SIGNAL_GRACE_S
+
+
+def _check_time_left(time: str | None, sbatch_args: list[str]) -> None:
+    """Refuse a --time that leaves no time to train before its own signal: Slurm sends it at its
+    first check with less than lead + SLURM_CHECK_S seconds left, and the requeued attempts would
+    get it as soon as they start (jobs/slurm_attempt.py ends such a job after 3 of them)."""
+    limit = time_limit_s(time) if time else None
+    lead = signal_lead_s(sbatch_args)
+    if limit is not None and limit - lead - SLURM_CHECK_S < MIN_TRAIN_S:
+        least = -(-(lead + SLURM_CHECK_S + MIN_TRAIN_S) // 60)
+        raise UserError(f"--time {time} leaves no time to train: Slurm signals the job {lead} s before its "
+                        f"time limit (up to {SLURM_CHECK_S} s earlier) to save and requeue it; give --time {least} "
+                        f"or more, or a shorter lead with --sbatch-arg=--signal=B:USR1@SECONDS")
 
 
 def _sbatch_value(value: str) -> str:
