@@ -152,6 +152,10 @@ class ParallelConfig:
 class CheckpointConfig:
     every: int = opt(500, "Save a checkpoint every this many steps (0: only at the end).", ge=0)
     keep_last: int | None = opt(None, "Keep only the newest this many checkpoints.", ge=1)
+    keep_best: bool = opt(False, "Keep the checkpoint evaluated lowest at its step through keep_last, and "
+                          "let the run stand for it as a model (generate, eval, export NAME; `best` in "
+                          "its checkpoints/); a resume still continues from the newest. Needs do_eval "
+                          "and checkpoint.every a multiple of eval_every (HF's load_best_model_at_end).")
     async_save: bool = opt(False, "Write checkpoints in the background while training goes on.")
     remote: str = opt("", "Also copy each checkpoint to this fsspec URL (s3://bucket/run, oci://, "
                       "gs://, file://); resume_from=auto then fetches the newest from there "

@@ -34,6 +34,7 @@ def check(cfg):
     if cfg.lora.quantize_base != "none" and not (cfg.lora.r and cfg.model.init_from):
         raise UserError("--lora.quantize_base (QLoRA) quantizes the frozen base of a LoRA run from weights: "
                         "set --lora_r and --model.init_from")
+    _check_keep_best(cfg)
     check_no_credentials(cfg)
     from gptrain.data.mixture import check_config
 
@@ -43,6 +44,21 @@ def check(cfg):
     check_shape(cfg.model)
     check_memory(cfg.model)
     return cfg
+
+
+def _check_keep_best(cfg) -> None:
+    """checkpoint.keep_best needs an eval loss at each checkpoint's own step (as HF's
+    load_best_model_at_end needs save_steps a multiple of eval_steps)."""
+    ck, tr = cfg.checkpoint, cfg.train
+    if not ck.keep_best:
+        return
+    if not tr.do_eval or tr.eval_strategy == "no":
+        raise UserError("--checkpoint.keep_best (load_best_model_at_end) picks by eval loss: set --do_eval "
+                        "and an --eval_strategy")
+    if ck.every and ck.every % tr.eval_every:
+        raise UserError(f"--checkpoint.keep_best (load_best_model_at_end) needs an eval at every checkpoint: "
+                        f"checkpoint.every ({ck.every}, --save_steps) must be a multiple of train.eval_every "
+                        f"({tr.eval_every}, --eval_steps)")
 
 
 # Trainer settings that name a file, folder or URL (besides datasets by name and hub ids): made

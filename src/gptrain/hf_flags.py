@@ -97,10 +97,6 @@ REFUSED: dict[str, str] = {
     "include_for_metrics": "there is no compute_metrics in gptrain",
     "save_only_model": "every checkpoint holds the optimizer state, so any of them resumes exactly",
     "enable_jit_checkpoint": "a SIGTERM always saves a checkpoint at the end of the step (docs/reliability.md)",
-    "load_best_model_at_end": "gptrain keeps each checkpoint's eval loss (gptrain checkpoints NAME); generate, "
-                              "export or resume from the best by its ID",
-    "metric_for_best_model": "there is no best-model selection at the end of training (see load_best_model_at_end)",
-    "greater_is_better": "there is no best-model selection at the end of training (see load_best_model_at_end)",
     "ignore_data_skip": "a resume restores the data position exactly, without reading skipped batches",
     "full_determinism": "runs are deterministic on a CPU with --train.seed; not a setting",
     "data_seed": "the data order comes from --seed (train.seed); a separate data seed is not kept",
@@ -132,6 +128,12 @@ BY_VALUE: dict[str, dict] = {
                          "*": "progress is logged every --logging_steps steps; per epoch or never is not offered"},
     "lr_scheduler_type": {"*": "gptrain's schedules are cosine, linear and constant (constant_with_warmup), each "
                                "with --warmup_steps; this one is not offered"},
+    "metric_for_best_model": {"loss": None, "eval_loss": None,
+                              "*": "the best checkpoint (--load_best_model_at_end) is the one with the lowest "
+                                   "eval loss; another metric is not offered"},
+    "greater_is_better": {"false": None,
+                          "*": "the best checkpoint (--load_best_model_at_end) is the one with the lowest eval "
+                               "loss: greater is not better"},
     "pretrain": {"false": None,
                  "*": "--pretrain true (FMEngine: random weights, --init_ckpt's not loaded) is not a flag here: "
                       "give the model's shape (--model.preset, --model.n_layer, ...) and no --init_ckpt"},

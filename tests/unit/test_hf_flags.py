@@ -40,9 +40,16 @@ def test_the_flags_a_new_user_met_work_or_say_why_not():
     tc = cfg.train
     assert (tc.grad_clip, tc.warmup_ratio, tc.beta2, tc.compile, tc.lr_schedule) == (0.5, 0.1, 0.95, True, "linear")
     assert cfg.checkpoint.every == 0
+    best = parse_train_args(["--load_best_model_at_end", "--metric_for_best_model", "eval_loss", "--eval_steps",
+                             "50", "--save_steps", "100", "--save_total_limit", "2"]).checkpoint
+    assert (best.keep_best, best.keep_last, best.every) == (True, 2, 100)
     assert lr_at(0, tc, 100) == pytest.approx(tc.lr / 10) and lr_at(9, tc, 100) == pytest.approx(tc.lr)
     for argv, says in ((["--lr_scheduler_type", "cosine_with_restarts"], "schedules are cosine, linear and constant"),
-                       (["--load_best_model_at_end"], "keeps each checkpoint's eval loss"),
+                       (["--metric_for_best_model", "accuracy"], "lowest eval loss; another metric"),
+                       (["--load_best_model_at_end", "--greater_is_better", "true"], "greater is not better"),
+                       (["--load_best_model_at_end", "--eval_steps", "3", "--save_steps", "5"],
+                        "checkpoint.every .5, --save_steps. must be a multiple of train.eval_every .3"),
+                       (["--load_best_model_at_end", "--do_eval", "false"], "picks by eval loss: set --do_eval"),
                        (["--optim", "sgd"], "trains with AdamW"),
                        (["--push_to_hub"], "does not push to the Hugging Face Hub"),
                        (["--save_strategy", "epoch"], "every --save_steps steps")):

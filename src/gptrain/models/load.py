@@ -112,7 +112,7 @@ def load_for_inference(path, device="cpu", **overrides):
     from gptrain.weights.dcp import load_tensors
     from gptrain.weights.layout import STATE_FILE, read_state, resolve
 
-    path = resolve(path)
+    path = resolve(path, as_model=True)
     state = read_state(path)
     with reading(path / STATE_FILE, "checkpoint state"):
         cfg = config_from_dict(state["model_config"], overrides)

@@ -5,6 +5,7 @@
                                       trainer_state.json         step, losses, loader, config...
                                       checksums.json             size and CRC-32C of each file
     OUTPUT/checkpoints/latest         the name of the newest complete checkpoint
+    OUTPUT/checkpoints/best           with keep_best: the one evaluated lowest at its step
 
 A checkpoint is written into .tmp-step-N and renamed only when every rank has finished and
 trainer_state.json is in place, so it is complete or absent; `latest` moves after the rename.
@@ -34,7 +35,7 @@ from torch.distributed.checkpoint.filesystem import FileSystem
 from gptrain.errors import UserError
 from gptrain.weights import checksums
 from gptrain.weights.dcp import dcp_error, load_tensors
-from gptrain.weights.layout import STATE_FILE, resume_order, root_of, step_name
+from gptrain.weights.layout import BEST, STATE_FILE, lowest_eval, resume_order, root_of, step_name
 
 
 def _barrier():
@@ -89,8 +90,9 @@ class PendingSave:
     `written`: this rank's files so far, with their sizes and checksums."""
 
     def __init__(self, root: Path, name: str, trainer_state: dict, keep_last: int | None, written: dict,
-                 future=None, remote: str = ""):
+                 future=None, remote: str = "", keep_best: bool = False):
         self.root, self.name, self.state, self.keep_last, self.future = root, name, trainer_state, keep_last, future
+        self.keep_best = keep_best
         self.remote, self.written = remote, written
         self.path = root / name
 
@@ -110,8 +112,8 @@ class PendingSave:
                     shutil.rmtree(self.path)
                 os.rename(tmp, self.path)
                 checksums.fsync_dir(self.root)
-                _write_latest(self.root, self.name)
-                _prune(self.root, self.keep_last)
+                _write_pointer(self.root, "latest", self.name)
+                _prune(self.root, self.keep_last, self.keep_best)
                 if self.remote:
                     from gptrain.train import remote
 
@@ -140,11 +142,12 @@ def _save_failed(e: BaseException, tmp: Path) -> BaseException:
 
 
 def save(output_dir, step: int, tensors: dict, trainer_state: dict, keep_last: int | None,
-         asynchronous: bool = False, group=None, remote: str = "") -> PendingSave:
+         asynchronous: bool = False, group=None, remote: str = "", keep_best: bool = False) -> PendingSave:
     """Write a checkpoint on every rank. A synchronous save is committed before this returns;
     an asynchronous one copies the tensors aside, writes them in the background (its
     collectives on `group`, a process group of its own) and is committed by `finish()`.
-    With `remote`, the committed checkpoint is then copied there (train/remote.py)."""
+    With `remote`, the committed checkpoint is then copied there (train/remote.py). With
+    `keep_best`, pruning keeps the one evaluated lowest and `best` names it."""
     from safetensors.torch import save
 
     root, name = root_of(output_dir), step_name(step)
@@ -161,35 +164,43 @@ def save(output_dir, step: int, tensors: dict, trainer_state: dict, keep_last: i
             warnings.filterwarnings("ignore", message=".*assuming the intent is to")
             if asynchronous:
                 future = dcp.async_save(tensors, storage_writer=_Writer(tmp, written), process_group=group)
-                return PendingSave(root, name, dict(trainer_state, step=step), keep_last, written, future, remote)
+                return PendingSave(root, name, dict(trainer_state, step=step), keep_last, written, future, remote,
+                                   keep_best)
             dcp.save(tensors, storage_writer=_Writer(tmp, written))
     except BaseException as e:
         raise _save_failed(e, tmp) from None
-    pending = PendingSave(root, name, dict(trainer_state, step=step), keep_last, written, remote=remote)
+    pending = PendingSave(root, name, dict(trainer_state, step=step), keep_last, written, remote=remote,
+                          keep_best=keep_best)
     pending.finish()
     return pending
 
 
-def _write_latest(root: Path, name: str) -> None:
-    """Point `latest` at `name`: written beside, fsync'd, renamed over, the folder fsync'd."""
-    tmp = root / f".latest.tmp-{os.getpid()}"
+def _write_pointer(root: Path, pointer: str, name: str) -> None:
+    """Point `latest` (or `best`) at `name`: written beside, fsync'd, renamed over, the folder fsync'd."""
+    tmp = root / f".{pointer}.tmp-{os.getpid()}"
     try:
         checksums.write_synced(tmp, (name + "\n").encode())
-        os.replace(tmp, root / "latest")
+        os.replace(tmp, root / pointer)
     finally:
         tmp.unlink(missing_ok=True)
     checksums.fsync_dir(root)
 
 
-def _prune(root: Path, keep_last: int | None) -> None:
+def _prune(root: Path, keep_last: int | None, keep_best: bool = False) -> None:
     """Remove unfinished writes, and all but the `keep_last` newest checkpoints a resume would
     take (one marked damaged is kept for a look until a new save of its step replaces it; it
-    never counts as one of the kept)."""
+    never counts as one of the kept), and with `keep_best` the one evaluated lowest, which
+    `best` then names."""
     for stale in root.glob(".tmp-step-*"):
         shutil.rmtree(stale, ignore_errors=True)
+    order = resume_order(root.parent)
+    best = lowest_eval(order) if keep_best else None
+    if best is not None:
+        _write_pointer(root, BEST, best.name)
     if keep_last:
-        for old in resume_order(root.parent)[keep_last:]:
-            shutil.rmtree(old, ignore_errors=True)
+        for old in order[keep_last:]:
+            if old != best:
+                shutil.rmtree(old, ignore_errors=True)
 
 
 def load_rng(path) -> None:

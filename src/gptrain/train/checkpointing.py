@@ -50,6 +50,7 @@ class Checkpointing:
         state = {
             "step": self.step, "total_steps": self.total_steps, "loader": self.reader.position(),
             "train_loss": self.last["train_loss"], "eval_loss": self.last["eval_loss"],
+            "eval_step": self.last.get("eval_step"),  # the step eval_loss was measured at
             "model_config": self.model_cfg.to_dict(), "tokenizer": self.tokenizer_spec,
             "config": self.cfg.to_dict(), "dataset": str(self.data_dir), "world_size": self.env.world,
             "scaler": self.scaler.state_dict() if self.scaler else None,
@@ -61,7 +62,7 @@ class Checkpointing:
         use_async = self.cfg.checkpoint.async_save and not final
         pending = ckpt.save(self.out, self.step, tensors, state, self.cfg.checkpoint.keep_last,
                             asynchronous=use_async, group=self._async_group() if use_async else None,
-                            remote=self.cfg.checkpoint.remote)
+                            remote=self.cfg.checkpoint.remote, keep_best=self.cfg.checkpoint.keep_best)
         if use_async:
             self.pending_save = pending
             self.log_main(f"writing checkpoint {pending.path} in the background")
@@ -127,7 +128,8 @@ class Checkpointing:
                 + "; start from it with --model.init_from, or resume with the same base")
         ckpt.load_training_tensors(path, self.parts, self.optims, adapters_only=theirs is not None)
         self.step = state["step"]
-        self.last.update(train_loss=state.get("train_loss"), eval_loss=state.get("eval_loss"))
+        self.last.update(train_loss=state.get("train_loss"), eval_loss=state.get("eval_loss"),
+                         eval_step=state.get("eval_step"))
         try:
             self.loader.load_state_dict(state["loader"])
         except ValueError:

@@ -109,7 +109,7 @@ class Trainer(Checkpointing):
         self.steps_per_epoch = max(1, math.ceil(batches_per_epoch))
         self.total_steps = tc.max_steps if tc.max_steps > 0 else max(1, math.ceil(tc.epochs * batches_per_epoch))
         self.step, self.skipped = 0, 0
-        self.last = {"train_loss": None, "eval_loss": None}
+        self.last = {"train_loss": None, "eval_loss": None, "eval_step": None}
         self._step_loss = None
         self.data_check = DataCheck([path for _, _, path in self.sources], env.rank, env.world)
         self.reader = StepReader(self.loader, 1 if self.schedule is not None else self.plan.grad_accum_steps,
@@ -323,7 +323,7 @@ class Trainer(Checkpointing):
         if not results:
             return {}
         result = next(iter(results.values()))[1] if not self.cfg.data.mix else mixture.weighted(results)
-        self.last["eval_loss"] = result["loss"]
+        self.last.update(eval_loss=result["loss"], eval_step=self.step)
         self.metrics.log(self.step, result, prefix="eval")
         self.log_main(f"eval step {self.step} | loss {result['loss']:.4f} | ppl "
                       f"{result['perplexity']:.2f} | acc {result['accuracy']:.3f} | {result['tokens']:,} tokens")

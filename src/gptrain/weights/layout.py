@@ -3,6 +3,7 @@
     OUTPUT/checkpoints/step-000100/   trainer_state.json and DCP's .metadata (weights/dcp.py)
     OUTPUT/checkpoints/step-000100/damaged.txt   why a resume refused it (weights/checksums.py)
     OUTPUT/checkpoints/latest         the name of the newest complete one
+    OUTPUT/checkpoints/best           the one evaluated lowest at its step (checkpoint.keep_best)
     OUTPUT/checkpoints/damaged.jsonl  each refusal (name, why, time): kept when the step is rewritten
 
 train/checkpoint.py writes them. "Which is newer" among them is `by_step`: the number in the
@@ -21,6 +22,7 @@ from gptrain import run_layout
 from gptrain.weights.names import step_of
 
 STATE_FILE = "trainer_state.json"
+BEST = "best"  # names the checkpoint the run stands for as a model, with checkpoint.keep_best
 DAMAGED = "damaged.txt"  # written into a checkpoint that failed verification when a run resumed
 
 
@@ -64,6 +66,41 @@ def find_latest(output_dir) -> Path | None:
     if there is none): the first of `resume_order`."""
     order = resume_order(output_dir)
     return order[0] if order else None
+
+
+def best_checkpoint(output_dir) -> Path | None:
+    """The checkpoint `best` names (checkpoint.keep_best: HF's load_best_model_at_end) while it
+    is complete and not marked damaged; None otherwise."""
+    root = root_of(output_dir)
+    try:
+        name = (root / BEST).read_text(errors="replace").strip()
+    except OSError:
+        return None
+    path = root / name
+    ok = is_plain_name(name) and is_checkpoint_dir(path) and damaged(path) is None  # never a path outside
+    return path if ok else None
+
+
+def lowest_eval(paths) -> Path | None:
+    """Of these checkpoints, the one whose eval loss was measured at its own step and is the
+    lowest (the later one at a tie); None when none was evaluated at its step."""
+    scored = []
+    for p in by_step(paths):
+        try:
+            state = read_state(p)
+        except UserError:
+            continue
+        loss = state.get("eval_loss")
+        if state.get("eval_step") == state["step"] and isinstance(loss, (int, float)) and loss == loss:
+            scored.append((loss, -(step_of(p.name) or 0), p))
+    return min(scored)[2] if scored else None
+
+
+def find_model(output_dir) -> Path | None:
+    """The checkpoint a run's folder stands for as a model (generate, eval, export, init_from):
+    the one `best` names when the run keeps it, else the newest (find_latest). A resume always
+    continues from the newest."""
+    return best_checkpoint(output_dir) or find_latest(output_dir)
 
 
 def resume_order(output_dir) -> list[Path]:
@@ -132,12 +169,13 @@ def damage_reports(output_dir) -> list[dict]:
     return out
 
 
-def resolve(path) -> Path:
-    """A checkpoint directory from a checkpoint directory or a training output directory."""
+def resolve(path, as_model: bool = False) -> Path:
+    """A checkpoint directory from a checkpoint directory or a training output directory: its
+    newest, to resume from; `as_model`: the one it stands for as a model (find_model)."""
     p = Path(path)
     if is_checkpoint_dir(p):
         return p
-    latest = find_latest(p)
+    latest = find_model(p) if as_model else find_latest(p)
     if latest is None:
         raise UserError(f"{path} is not a gptrain checkpoint (no {STATE_FILE}) and holds none")
     return latest
