@@ -55,13 +55,25 @@ def test_tensorboard_events_are_readable(tmp_path):
 
     data = make_dataset(tmp_path)
     out = tmp_path / "out"
-    train(f"--data.path={data}", f"--train.output_dir={out}", "--train.max_steps=4",
-          "--train.eval_every=2", *TINY, "--report_to=tensorboard")
+    r = train(f"--data.path={data}", f"--train.output_dir={out}", "--train.max_steps=4", "--logging_steps=1",
+              "--train.eval_every=2", *TINY, "--report_to=tensorboard", "--max_grad_norm=0.001")
     acc = EventAccumulator(str(out / "tensorboard"))
     acc.Reload()
     tags = acc.Tags()["scalars"]
-    assert {"train/loss", "train/lr", "train/tokens_per_s", "eval/loss", "eval/perplexity"} <= set(tags)
+    assert {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "eval/loss", "eval/perplexity"} <= set(tags)
     assert [e.step for e in acc.Scalars("train/loss")] == [1, 2, 3, 4]
+    # each logged step's gradient norm before clipping, as torchtitan and the HF Trainer log it:
+    # in metrics.jsonl, TensorBoard and the console line
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    norms = [r["train/grad_norm"] for r in rows if "train/grad_norm" in r]
+    assert [e.value for e in acc.Scalars("train/grad_norm")] == pytest.approx(norms) and len(norms) == 4
+    assert all(n > 0.001 for n in norms)  # (so each step was clipped)
+    assert f"| grad {norms[0]:.3g} |" in r.stdout, r.stdout
+    unclipped = tmp_path / "unclipped"  # the same first step, measured without clipping: the same norm
+    train(f"--data.path={data}", f"--train.output_dir={unclipped}", "--train.max_steps=1", *TINY,
+          "--train.do_eval=false", "--train.grad_clip=0")
+    first = [json.loads(line) for line in (unclipped / "metrics.jsonl").read_text().splitlines()][0]
+    assert first["train/grad_norm"] == pytest.approx(norms[0], rel=1e-6)
 
 
 def test_nan_loss_stops_without_a_poisoned_checkpoint(tmp_path):

@@ -6,7 +6,7 @@ Each file is read from the byte offset where the last read stopped, whole lines 
 trainer is still writing waits for the next read), so a live chart costs only the new rows per
 tick, never a re-parse of the file. A file that shrank or was replaced (a job removed and
 submitted again under the same name) is read again from the start. Columns are float arrays
-(NaN where a row lacks the value): 10^6 rows of 7 values take 56 MB. With `tail_bytes` only the
+(NaN where a row lacks the value): 10^6 rows of 8 values take 64 MB. With `tail_bytes` only the
 file's last that many bytes are read at first (the first, partial line dropped): a jobs list of
 long runs reads no whole file.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from gptrain.files import is_num
 
-TRAIN_KEYS = ("loss", "lr", "tokens_per_s", "mfu", "tokens")
+TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "tokens")
 BLOCK = 1 << 20  # bytes parsed at a time (one json.loads holds the GIL: short, so requests interleave)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -126,8 +127,25 @@ class MetricsLogger:
             self.wandb.finish()
 
 
+def step_health(grad_norm, device) -> dict:
+    """What a logged step says besides its loss: the global gradient norm before clipping
+    (`grad_norm`, as torchtitan and the HF Trainer log it) and, on a GPU, the peak memory
+    allocated since the last logged step (`mem_gib`; the peak is then reset)."""
+    import torch
+
+    out = {}
+    if grad_norm is not None and math.isfinite(norm := float(grad_norm)):
+        out["grad_norm"] = norm
+    if device.type == "cuda":
+        out["mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+        torch.cuda.reset_peak_memory_stats(device)
+    return out
+
+
 def console_line(step: int, total: int, loss: float, lr: float, tok_s: float, mfu: float,
-                 eta_s: float) -> str:
+                 eta_s: float, grad_norm: float | None = None, mem_gib: float | None = None) -> str:
     eta = time.strftime("%H:%M:%S", time.gmtime(max(0, eta_s)))
-    return (f"step {step:>6}/{total} | loss {loss:.4f} | lr {lr:.2e} | {tok_s:,.0f} tok/s | "
+    grad = f" | grad {grad_norm:.3g}" if grad_norm is not None else ""
+    mem = f" | mem {mem_gib:.1f} GiB" if mem_gib is not None else ""
+    return (f"step {step:>6}/{total} | loss {loss:.4f} | lr {lr:.2e}{grad}{mem} | {tok_s:,.0f} tok/s | "
             f"mfu {100 * mfu:.1f}% | eta {eta}")

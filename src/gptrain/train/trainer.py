@@ -37,7 +37,7 @@ from gptrain import stop
 from gptrain.train import finite
 from gptrain.train.evaluate import eval_block_limit, evaluate, reshard
 from gptrain.train.loss_scale import LossScaler
-from gptrain.train.metrics import MetricsLogger, console_line, flops_per_token, peak_flops
+from gptrain.train.metrics import MetricsLogger, console_line, flops_per_token, peak_flops, step_health
 from gptrain.train.model_init import build_model, resolve_sources
 from gptrain.train.optim import build_optimizer, clip_grads, lr_at
 from gptrain.train.data_check import DataCheck
@@ -111,6 +111,7 @@ class Trainer(Checkpointing):
         self.step, self.skipped = 0, 0
         self.last = {"train_loss": None, "eval_loss": None, "eval_step": None}
         self._step_loss = None
+        self.grad_norm = None
         self.data_check = DataCheck([path for _, _, path in self.sources], env.rank, env.world)
         self.reader = StepReader(self.loader, 1 if self.schedule is not None else self.plan.grad_accum_steps,
                                  remote=any(is_remote_folder(path) for _, _, path in self.sources))
@@ -231,6 +232,7 @@ class Trainer(Checkpointing):
         if self.scaler:
             self.scaler.unscale_(self.parts)
         norm = clip_grads(self.parts, tc.grad_clip, self.pp_group if self.schedule else None)
+        self.grad_norm = norm  # the global norm before clipping; read (a sync) only on logged steps
         # fp16: an overflow shows in the (global) gradient norm; else a NaN/inf loss or norm
         finite = torch.isfinite(norm) if self.scaler else torch.isfinite(mean_loss) & torch.isfinite(norm)
         if dist.is_initialized():
@@ -388,10 +390,11 @@ class Trainer(Checkpointing):
                         peak, mfu = flops_tok * tok_s, 1.0
                         self.log_main("note: this run beats the measured peak; mfu is against its best rate now")
                     self.last["train_loss"] = value
-                    self.metrics.log(self.step, {"loss": value, "lr": lr, "tokens_per_s": tok_s,
+                    health = step_health(self.grad_norm, self.env.device)
+                    self.metrics.log(self.step, {"loss": value, "lr": lr, **health, "tokens_per_s": tok_s,
                                                  "mfu": mfu, "tokens": self.step * tokens_per_step})
                     eta = (self.total_steps - self.step) * elapsed / window_steps
-                    self.log_main(console_line(self.step, self.total_steps, value, lr, tok_s, mfu, eta))
+                    self.log_main(console_line(self.step, self.total_steps, value, lr, tok_s, mfu, eta, **health))
                     window_start, window_steps = time.perf_counter(), 0
                 if self._should_eval() and self.step < self.total_steps and not stopping:
                     self._eval()

@@ -9,6 +9,7 @@ from pathlib import Path
 from gptrain.jobs.api import MetricsFile
 
 CURVES = {"loss": ("train", "loss"), "eval_loss": ("eval", "loss"), "lr": ("train", "lr"),
+          "grad_norm": ("train", "grad_norm"),
           "tokens_per_s": ("train", "tokens_per_s"), "mfu": ("train", "mfu")}
 XS = ("step", "tokens", "time")
 

@@ -84,7 +84,8 @@
   }
 
   // ---- curves
-  const CHARTS = [["loss", "loss (train, eval)"], ["lr", "learning rate"], ["tokens_per_s", "tokens/s"], ["mfu", "MFU"]];
+  const CHARTS = [["loss", "loss (train, eval)"], ["lr", "learning rate"], ["grad_norm", "gradient norm"],
+                  ["tokens_per_s", "tokens/s"], ["mfu", "MFU"]];
   gp.charts = {};
   gp.curves = {};
   function draw() {
