@@ -54,14 +54,26 @@ def test_a_job_row_reads_the_same_in_both_faces(isolated_home, console, browser,
     """A recorded job (its store row, as `gptrain jobs` and the console both read it)."""
     from gptrain.jobs import store
 
+    import json
+
+    from gptrain.jobs import folder
+
     store.create_job("shown", {"name": "shown"}, 1, 2, "local")
     store.set_state("shown", "failed", "made by the test", exit_code=1)
+    store.create_job("going", {"name": "going"}, 1, 1, "local")  # running: step of total, time left
+    store.set_state("going", "running", "made by the test")
+    metrics = folder.metrics_files(folder.job_dir("going"))[0]
+    metrics.parent.mkdir(parents=True, exist_ok=True)
+    metrics.write_text(json.dumps({"step": 120, "time": time.time(), "total_steps": 3000, "eta_s": 5400.0,
+                                   "train/loss": 2.5}) + "\n")
     cli = run_cli("jobs").stdout.splitlines()
-    row = next(line for line in cli if line.startswith("shown"))
     starts = [cli[0].index(h) for h in cli[0].split()] + [None]  # left-aligned columns
-    cells = {h: row[a:b].strip() for h, a, b in zip(cli[0].split(), starts, starts[1:])}
     browser.get(console.url)
-    tr = wait_until(lambda: browser.find_element(By.CSS_SELECTOR, 'tr[data-job="shown"]'), 30, "no row")
-    shown = [td.text for td in tr.find_elements(By.TAG_NAME, "td")][1:]  # (the checkbox)
-    assert shown[0] == cells["NAME"] and shown[1] == cells["STATE"] and shown[2] == cells["RESOURCES"]
-    assert shown[3] == cells["STEP"] and shown[4] == cells["LOSS"]  # '-' and '-': no step, no loss yet
+    for name in ("shown", "going"):
+        row = next(line for line in cli if line.startswith(name))
+        cells = {h: row[a:b].strip() for h, a, b in zip(cli[0].split(), starts, starts[1:])}
+        tr = wait_until(lambda: browser.find_element(By.CSS_SELECTOR, f'tr[data-job="{name}"]'), 30, "no row")
+        shown = [td.text for td in tr.find_elements(By.TAG_NAME, "td")][1:]  # (the checkbox)
+        assert shown[0] == cells["NAME"] and shown[1] == cells["STATE"] and shown[2] == cells["RESOURCES"]
+        assert shown[3] == cells["STEP"] and shown[4] == cells["LOSS"] and shown[5] == cells["ETA"], (shown, cells)
+    assert cells["STEP"] == "120/3000" and cells["ETA"] == "1h"  # ('-' each for `shown`: no step, no loss yet)

@@ -55,9 +55,10 @@ def cmd_jobs(args, extra) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    render.table([("NAME", "STATE", "RESOURCES", "STEP", "LOSS", "AGE"),
-                  *((j["name"], j["state"], f"{render.nodes(j)}x{j['accels']} {j['scheduler']}", j["step"],
-                     render.loss(j["loss"]), render.age(j["created"])) for j in rows)])
+    render.table([("NAME", "STATE", "RESOURCES", "STEP", "LOSS", "ETA", "AGE"),
+                  *((j["name"], j["state"], f"{render.nodes(j)}x{j['accels']} {j['scheduler']}",
+                     render.steps(j["step"], j["total_steps"]), render.loss(j["loss"]), render.duration(j["eta_s"]),
+                     render.age(j["created"])) for j in rows)])
     return 0
 
 

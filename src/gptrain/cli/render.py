@@ -37,13 +37,24 @@ def when(t: float | None) -> str:
 
 def age(t: float | None) -> str:
     """How long ago: '3d', '5h', '12m', '40s' ('-' when unknown)."""
-    if not t:
+    return duration(max(time.time() - t, 0)) if t else MISSING
+
+
+def duration(s: float | None) -> str:
+    """Seconds as '3d', '5h', '12m', '40s', the largest unit whole ('-' when unknown)."""
+    if s is None:
         return MISSING
-    s = max(time.time() - t, 0)
     for unit, scale in SPEC["age_units"]:
         if s >= scale:
             return f"{int(s // scale)}{unit}"
     return f"{int(s)}{SPEC['age_seconds_unit']}"
+
+
+def steps(step: int | None, total: int | None) -> str:
+    """'120/3000' (or '120' when the total is unknown; '-' when there is no step)."""
+    if step is None:
+        return MISSING
+    return f"{step}/{total}" if total is not None else str(step)
 
 
 def loss(v: float | None) -> str:

@@ -232,9 +232,18 @@ def rows(state: str | None = None, force: bool = False) -> list[dict]:
         if state and row["state"] != state:
             continue
         last = last_train(row["name"])
-        out.append(shown(row) | {"step": last.get("step"), "loss": last.get("loss")})
+        out.append(shown(row) | {"step": last.get("step"), "loss": last.get("loss"),
+                                 **how_far(last.get("progress") or {}, row["state"])})
     _rows[state] = (now, out)
     return out
+
+
+def how_far(progress: dict, state: str) -> dict:
+    """The jobs table's total_steps and eta_s (seconds left, counted from the last logged step's
+    time and estimate; only while the job runs) from a train record's progress."""
+    total, eta, at = (progress.get(k) for k in ("total_steps", "eta_s", "time"))
+    left = max(0.0, at + eta - time.time()) if state == "running" and eta is not None and at is not None else None
+    return {"total_steps": int(total) if total is not None else None, "eta_s": left}
 
 
 def last_train(name: str) -> dict:

@@ -22,6 +22,7 @@ from pathlib import Path
 from gptrain.files import is_num
 
 TRAIN_KEYS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "tokens")
+PROGRESS_KEYS = ("time", "total_steps", "eta_s")  # a row's own (train/metrics.py): how far the run is
 BLOCK = 1 << 20  # bytes parsed at a time (one json.loads holds the GIL: short, so requests interleave)
 
 
@@ -85,8 +86,10 @@ class MetricsFile:
             rows = [r for r in records if isinstance(r, dict) and f"{prefix}/loss" in r]
             for r in reversed(rows):
                 if isinstance(r.get("step"), int) and is_num(r[f"{prefix}/loss"]):
+                    progress = {k: r[k] for k in PROGRESS_KEYS if is_num(r.get(k))}
                     self.records[prefix] = {"step": r["step"], **{k.split("/", 1)[1]: v for k, v in r.items()
-                                                                  if k.startswith(prefix + "/") and is_num(v)}}
+                                                                  if k.startswith(prefix + "/") and is_num(v)},
+                                            **({"progress": progress} if progress else {})}
                     break
             for key, col in cols.items():
                 name = key if key in ("step", "time") else f"{prefix}/{key}"
@@ -103,8 +106,9 @@ class MetricsFile:
         return {k: (int(v[-1]) if k == "step" else v[-1]) for k, v in cols.items() if v[-1] == v[-1]}
 
     def last_record(self, prefix: str = "train") -> dict:
-        """The last record with an integer step and a numeric PREFIX/loss: its step and every
-        numeric PREFIX/* value, the prefix left out ({} when there is none)."""
+        """The last record with an integer step and a numeric PREFIX/loss: its step, every
+        numeric PREFIX/* value (the prefix left out) and its `progress`: the row's time,
+        total_steps and eta_s, when it has any ({} when there is no such record)."""
         return dict(self.records.get(prefix, {}))
 
     def count(self, prefix: str = "train") -> int:

@@ -77,10 +77,12 @@ class MetricsLogger:
             self.wandb = wandb.init(project=mc.wandb_project, name=run_name, config=config,
                                     dir=str(output_dir), mode=mc.wandb_mode)
 
-    def log(self, step: int, values: dict, prefix: str = "train") -> None:
+    def log(self, step: int, values: dict, prefix: str = "train", progress: dict | None = None) -> None:
+        """One row of metrics.jsonl (and TensorBoard, W&B). `progress`: how far the run is
+        ({"total_steps", "eta_s"}), in the row only, for `gptrain jobs` and the console."""
         if not self.enabled:
             return
-        record = {"step": step, "time": round(time.time(), 3),
+        record = {"step": step, "time": round(time.time(), 3), **(progress or {}),
                   **{f"{prefix}/{k}": v for k, v in values.items()}}
         self.jsonl.write(json.dumps(record) + "\n")
         self.jsonl.flush()

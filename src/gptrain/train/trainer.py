@@ -391,9 +391,10 @@ class Trainer(Checkpointing):
                         self.log_main("note: this run beats the measured peak; mfu is against its best rate now")
                     self.last["train_loss"] = value
                     health = step_health(self.grad_norm, self.env.device)
-                    self.metrics.log(self.step, {"loss": value, "lr": lr, **health, "tokens_per_s": tok_s,
-                                                 "mfu": mfu, "tokens": self.step * tokens_per_step})
                     eta = (self.total_steps - self.step) * elapsed / window_steps
+                    self.metrics.log(self.step, {"loss": value, "lr": lr, **health, "tokens_per_s": tok_s,
+                                                 "mfu": mfu, "tokens": self.step * tokens_per_step},
+                                     progress={"total_steps": self.total_steps, "eta_s": round(eta, 1)})
                     self.log_main(console_line(self.step, self.total_steps, value, lr, tok_s, mfu, eta, **health))
                     window_start, window_steps = time.perf_counter(), 0
                 if self._should_eval() and self.step < self.total_steps and not stopping:

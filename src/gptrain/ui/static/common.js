@@ -57,12 +57,13 @@ gp.bytes = function (n) {
   for (const [u, s] of gp.R.size_units) if (n >= s) return (n / s).toFixed(gp.R.size_decimals) + " " + u;
   return Math.trunc(n) + " " + gp.R.size_bytes_unit;
 };
-gp.age = function (t) {
-  if (!t) return gp.R.missing;
-  const s = Math.max(Date.now() / 1000 - t, 0);
+gp.age = (t) => (t ? gp.duration(Math.max(Date.now() / 1000 - t, 0)) : gp.R.missing);
+gp.duration = function (s) {
+  if (gp.missing(s)) return gp.R.missing;
   for (const [u, n] of gp.R.age_units) if (s >= n) return Math.floor(s / n) + u;
   return Math.floor(s) + gp.R.age_seconds_unit;
 };
+gp.steps = (step, total) => (gp.missing(step) ? gp.R.missing : gp.missing(total) ? String(step) : `${step}/${total}`);
 gp.tick = (v, digits = 1) => (v === null ? "" : v !== 0 && (Math.abs(v) >= 1e5 || Math.abs(v) < 1e-2) ? v.toExponential(digits) : String(+v.toPrecision(digits + 2)));
 // An axis's labels with as many digits as it takes to tell them apart (a learning-rate axis
 // from 2.00e-3 to 2.10e-3 read "2.0e-3" three times).

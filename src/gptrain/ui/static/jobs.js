@@ -21,7 +21,7 @@
       ...sets.map((d) => gp.el("option", { value: d.name }, d.name)));
   });
   main.append(gp.el("h1", {}, "Jobs"), gp.el("div", { class: "toolbar" }, gp.el("label", {}, "show ", filter), compare), details,
-    gp.el("table", { id: "jobs" }, gp.el("thead", {}, gp.el("tr", {}, ["", "name", "state", "resources", "step", "loss", "age"].map((h) => gp.el("th", {}, h)))), body));
+    gp.el("table", { id: "jobs" }, gp.el("thead", {}, gp.el("tr", {}, ["", "name", "state", "resources", "step", "loss", "eta", "age"].map((h) => gp.el("th", {}, h)))), body));
 
   let stream = null;
   function render(rows) {
@@ -31,8 +31,9 @@
       gp.el("td", {}, gp.el("a", { href: "/jobs/" + encodeURIComponent(j.name) }, j.name)),
       gp.el("td", { class: "state-cell" }, gp.stateBadge(j.state)),
       gp.el("td", {}, `${gp.nodes(j)}x${j.accels} ${j.scheduler}`),
-      gp.el("td", { class: "num" }, gp.plain(j.step)),
+      gp.el("td", { class: "num" }, gp.steps(j.step, j.total_steps)),
       gp.el("td", { class: "num" }, gp.loss(j.loss)),
+      gp.el("td", { class: "num" }, gp.duration(j.eta_s)),
       gp.el("td", { class: "num" }, gp.age(j.created)))));
     gp.jobs = rows;
     gp.drawnAt = gp.drawnAt || performance.now();
