@@ -36,6 +36,8 @@ def test_a_mix_trains_evaluates_each_source_and_resumes_exactly(two_datasets, tm
     rows = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
     ev = next(row for row in rows if "eval/loss" in row)
     assert ev["eval/loss"] == pytest.approx(0.7 * ev["eval/web/loss"] + 0.3 * ev["eval/code/loss"])
+    # each source's loss on the console too, not only in `inspect`
+    assert f"| by source: web {ev['eval/web/loss']:.4f}, code {ev['eval/code/loss']:.4f}" in r.stdout, r.stdout
     mix = read_state(straight / "checkpoints" / f"step-{N:06d}")["loader"]["mix"]
     assert [s["name"] for s in mix] == [str(web), str(code)]
     taken = [s["epoch"] * s["n_blocks"] + s["offset"] for s in mix]

@@ -327,8 +327,10 @@ class Trainer(Checkpointing):
         result = next(iter(results.values()))[1] if not self.cfg.data.mix else mixture.weighted(results)
         self.last.update(eval_loss=result["loss"], eval_step=self.step)
         self.metrics.log(self.step, result, prefix="eval")
+        by_source = ", ".join(f"{k[:-5]} {v:.4f}" for k, v in result.items() if k.endswith("/loss"))  # a mix's
         self.log_main(f"eval step {self.step} | loss {result['loss']:.4f} | ppl "
-                      f"{result['perplexity']:.2f} | acc {result['accuracy']:.3f} | {result['tokens']:,} tokens")
+                      f"{result['perplexity']:.2f} | acc {result['accuracy']:.3f} | {result['tokens']:,} tokens"
+                      + (f" | by source: {by_source}" if by_source else ""))
         return result
 
     def _should_eval(self) -> bool:
