@@ -5,6 +5,7 @@ program's $GPTRAIN_OUTPUT_DIR is read with the same names.
     OUTPUT/
       config.toml      the resolved config the run trained with (train/checkpointing.py)
       metrics.jsonl    one JSON row per logged step (train/metrics.py; jobs/progress.py reads it)
+      run.json         how the trainer runs: precision and why, kernels, the MFU basis (`inspect`)
       checkpoints/     step-NNNNNN/ folders and `latest` (weights/layout.py)
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 CONFIG = "config.toml"
 METRICS = "metrics.jsonl"
+RUN_INFO = "run.json"
 CHECKPOINTS = "checkpoints"
 
 
@@ -23,6 +25,10 @@ def config_file(output_dir) -> Path:
 
 def metrics_file(output_dir) -> Path:
     return Path(output_dir) / METRICS
+
+
+def run_info_file(output_dir) -> Path:
+    return Path(output_dir) / RUN_INFO
 
 
 def checkpoints_dir(output_dir) -> Path:

@@ -1,6 +1,7 @@
 """The local scheduler end to end, with real detached supervisors, torchrun and SQLite."""
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -28,6 +29,10 @@ def test_two_process_job_full_lifecycle(dataset, tmp_path):
     report = json.loads(ok("inspect", "life", "--json"))
     assert report["job"]["state"] == "succeeded" and report["metrics"]["train"]["step"] == 12
     assert "[train]" in report["config"]
+    # the details the one-line header leaves out (issue 39): in inspect, from the run's run.json
+    assert report["trainer"]["processes"] == 2 and "GFLOP/s" in report["trainer"]["precision"], report["trainer"]
+    shown = ok("inspect", "life")
+    assert re.search(r"\ntrainer    precision (fp32|bf16) \(", shown) and "\n           mfu basis 2 x (" in shown, shown
     assert "completed at step 12" in ok("logs", "life") and "rank 1" in ok("logs", "life", "--rank", "1")
     ckpts = json.loads(ok("checkpoints", "life", "--json"))
     assert [c["step"] for c in ckpts] == [4, 8, 12]

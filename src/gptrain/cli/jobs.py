@@ -92,6 +92,9 @@ def cmd_inspect(args, extra) -> int:
     line = api.loss_line(args.name)
     if line:
         print(f"loss       {line}")
+    for i, key in enumerate(("precision", "kernels", "mfu_basis")):  # how the built-in trainer runs
+        if (report["trainer"] or {}).get(key):
+            print(f"{'trainer' if i == 0 else '':<10} {key.replace('_', ' ')} {report['trainer'][key]}")
     print(f"checkpoints ({len(report['checkpoints'])})")
     for c in report["checkpoints"]:
         print(f"  {c['id']}  {c['name']}  " + (f"step {c['step']}" if c["step"] is not None else "(no step recorded)"))

@@ -152,7 +152,8 @@ def report(name: str, fresh: bool = True) -> dict:
            "runs": {"entry": runs.entry, "argv": runs.argv, "args": runs.args, "commit": runs.commit},
            "events": [{**e, "message": secrets.mask(e["message"], values)} for e in store.events(name)],
            "checkpoints": [{k: c.get(k) for k in CHECKPOINT_SHOWN} for c in checkpoints(name)],
-           "config": secrets.mask(cfg.read_text(), values) if cfg.is_file() else None}
+           "config": secrets.mask(cfg.read_text(), values) if cfg.is_file() else None,
+           "trainer": _run_info(folder.trainer_run_info(d))}
     if fresh:
         describe = scheduler(full["scheduler"]).describe(full)  # the whole record: engines read its spec
         out.update(metrics=progress.latest(d), describe=secrets.mask(describe, values) if describe else None)
@@ -160,6 +161,15 @@ def report(name: str, fresh: bool = True) -> dict:
 
 
 PRIVATE = ("spec", "supervisor", "supervisor_pid", "run_id")  # kept to the engines
+
+
+def _run_info(path: Path) -> dict | None:
+    """The built-in trainer's run.json (its precision, kernels, MFU basis), or None."""
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
 
 
 def shown(row: dict, values=None) -> dict:

@@ -67,6 +67,11 @@ def trainer_config(jdir: Path) -> Path:
     return run_layout.config_file(jdir)
 
 
+def trainer_run_info(jdir: Path) -> Path:
+    """How the built-in trainer runs (precision and why, kernels, MFU basis): run_layout's run.json."""
+    return run_layout.run_info_file(jdir)
+
+
 def spec_file(jdir: Path) -> Path:
     return jdir / "job.json"
 

@@ -14,6 +14,7 @@ first.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import time
 from pathlib import Path
@@ -33,7 +34,8 @@ from gptrain.errors import UserError, disk_full
 from gptrain.models.base import cross_entropy
 from gptrain.train.checkpointing import Checkpointing, make_output_dir
 from gptrain.train import plan as run_plan
-from gptrain import stop
+from gptrain import run_layout, stop
+from gptrain.atomic import write_text_atomic
 from gptrain.train import finite
 from gptrain.train.evaluate import eval_block_limit, evaluate, reshard
 from gptrain.train.loss_scale import LossScaler
@@ -354,17 +356,22 @@ class Trainer(Checkpointing):
         flops_tok = flops_per_token(self.model_cfg, self.n_params)
         lora = (f" (LoRA r={self.model_cfg.lora_r}: {self.n_trained:,} trained, the rest frozen"
                 f"{' in NF4' if self.model_cfg.lora_quant else ''})" if self.model_cfg.lora_r else "")
-        self.log_main(f"training {self.n_params / 1e6:.2f}M parameters{lora} on {env.world} x {env.device.type} "
-                      f"({self.plan.precision}), {self.total_steps} steps, {tokens_per_step:,} tokens/step")
-        self.log_main(f"precision {self.plan.precision_why}")
         mode = "compiled" if self.plan.compile else "eager"
         loss = "fused chunked" if self.plan.fused_loss else f"{mode} plain"
-        self.log_main(f"kernels: {mode} blocks, {loss} loss")
-        peak = 0.0
+        peak, basis = 0.0, None
         if env.is_main:  # only rank 0 reports MFU; peers on one host would time each other
             peak, basis = peak_flops(env.device, self.cfg.metrics.peak_flops, self.plan.precision)
             peak *= env.world
-            self.log_main(f"mfu basis: {env.world} x ({basis})")
+        info = run_layout.run_info_file(self.out)
+        self.log_main(f"training {self.n_params / 1e6:.2f}M parameters{lora} on {env.world} x {env.device.type} "
+                      f"in {self.plan.precision}: {self.total_steps:,} steps of {tokens_per_step:,} tokens "
+                      f"(how and why: {info})")
+        if env.is_main:  # the details a user looks up (`gptrain inspect`), not a header to read
+            write_text_atomic(info, json.dumps({
+                "parameters": self.n_params, "trained_parameters": self.n_trained, "processes": env.world,
+                "device": env.device.type, "precision": f"{self.plan.precision} ({self.plan.precision_why})",
+                "kernels": f"{mode} blocks, {loss} loss", "mfu_basis": f"{env.world} x ({basis})",
+                "steps": self.total_steps, "tokens_per_step": tokens_per_step}, indent=2) + "\n")
         window_start, window_steps, run_start = time.perf_counter(), 0, time.perf_counter()
         status = "completed"
         training = tc.do_train and self.step < self.total_steps
