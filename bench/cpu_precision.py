@@ -41,11 +41,12 @@ def child(args) -> None:
     with tempfile.TemporaryDirectory() as out:
         step_times = tt.run_gptrain(args.data, w, args.steps + 4, args.child, "cpu", out)
         rows = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+        chosen = json.loads((Path(out) / "run.json").read_text())["precision"].split()[0]  # the trainer's choice
     timed = step_times[3:]
     mfu = statistics.median(r["train/mfu"] for r in rows[4:])
     print("RESULT " + json.dumps({"precision": args.child,
                                   "tokens_per_s": w["batch"] * w["block_size"] / statistics.median(timed),
-                                  "mfu": mfu}))
+                                  "mfu": mfu, "chosen": chosen}))
 
 
 def main() -> None:
@@ -77,9 +78,6 @@ def main() -> None:
                 if line is None:
                     sys.exit(f"{precision} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
                 res = json.loads(line[7:])
-                if precision == "auto":
-                    res["chosen"] = next((ln.split("auto ->")[1].split()[0].rstrip(":") for ln in proc.stdout.splitlines()
-                                          if "auto ->" in ln), "?")
                 results[precision].append(res)
                 print(f"  round {r + 1}/{args.rounds} {precision:<5} {res['tokens_per_s']:>8,.0f} tokens/s  "
                       f"mfu {100 * res['mfu']:.1f}%", file=sys.stderr)

@@ -52,7 +52,7 @@ def test_compiled_blocks_match_eager(data, reference, tmp_path):
 @pytest.mark.parametrize("precision, tol", [("bf16", 0.05), ("fp16", 0.02)])
 def test_mixed_precision_tracks_fp32(data, reference, tmp_path, precision, tol):
     r = train(*_args(data, tmp_path, f"--train.precision={precision}", "--metrics.peak_flops=none"))
-    assert f"({precision})" in r.stdout
+    assert f" in {precision}: " in r.stdout
     got = losses(tmp_path)
     for step, value in reference.items():
         assert math.isfinite(got[step]) and abs(got[step] - value) < tol, (precision, step, got[step], value)
@@ -60,9 +60,10 @@ def test_mixed_precision_tracks_fp32(data, reference, tmp_path, precision, tol):
     # MFU against the faster of this precision's and fp32's measured peak (a CPU without bf16
     # units runs these products in fp32): the basis names which. Its size (< 1) is a ratio of two
     # speeds, one timed while the machine may be busy, so it is not asserted here (bench/)
-    basis = re.search(r" GFLOP/s (\w+) per core, measured on one-thread matmuls", r.stdout)
-    assert basis and basis[1] in (precision, "fp32"), r.stdout
-    assert basis[1] == precision or f"(faster here than {precision}'s " in r.stdout, r.stdout
+    said = json.loads((tmp_path / "run.json").read_text())["mfu_basis"]  # (`gptrain inspect` shows it)
+    basis = re.search(r" GFLOP/s (\w+) per core, measured on one-thread matmuls", said)
+    assert basis and basis[1] in (precision, "fp32"), said
+    assert basis[1] == precision or f"(faster here than {precision}'s " in said, said
     assert all(r["train/mfu"] > 0 for r in rows if "train/mfu" in r)
 
 

@@ -39,7 +39,7 @@ def test_stop_ends_a_running_job_with_a_checkpoint(dataset):
     ok("run", "slong", "--scheduler", "slurm", "--nodes", "2", "--accels", "1", "--dataset", dataset,
        "--", "--parallel.dp_replicate=2", "--parallel.dp_shard=1", "--train.max_steps=1000000",
        "--checkpoint.every=1000000", "--train.do_eval=false", *TRAIN)
-    _wait_for_log("slong", "tokens/step")
+    _wait_for_log("slong", "(how and why: ")
     ok("stop", "slong", "--wait", "--timeout", "180")
     job = json.loads(ok("inspect", "slong", "--json"))["job"]
     assert job["state"] == "stopped", job
@@ -70,7 +70,7 @@ def test_requeue_resumes_from_the_latest_checkpoint(dataset, slurm):
 def test_resume_submits_a_stopped_job_again_from_its_checkpoint(dataset):
     ok("run", "sres", "--scheduler", "slurm", "--nodes", "1", "--accels", "1", "--dataset", dataset,
        "--", "--train.max_steps=60", "--checkpoint.every=20", "--train.do_eval=false", *TRAIN)
-    _wait_for_log("sres", "tokens/step")
+    _wait_for_log("sres", "(how and why: ")
     ok("stop", "sres", "--wait", "--timeout", "180")
     first = json.loads(ok("inspect", "sres", "--json"))["job"]
     assert first["state"] == "stopped", first
