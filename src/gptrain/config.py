@@ -174,6 +174,11 @@ class MetricsConfig:
     peak_flops: float | None = opt(None, "Peak FLOP/s of one device for MFU (default: known GPU "
                                    "table, or a matmul peak measured on CPU in the run's precision, "
                                    "cached per CPU model).", gt=0)
+    sample_every: int = opt(0, "Every this many steps, log a sample of metrics.sample_tokens tokens the model "
+                            "writes after metrics.sample_prompt (temperature 0.8, top-k 200, as nanoGPT's "
+                            "sample.py); 0: never. Training is unchanged by it.", ge=0)
+    sample_prompt: str = opt("\n", "The text samples start from.")
+    sample_tokens: int = opt(100, "Tokens per sample.", ge=1, le=1 << 16)
 
 
 @dataclass

@@ -35,6 +35,9 @@ def check(cfg):
         raise UserError("--lora.quantize_base (QLoRA) quantizes the frozen base of a LoRA run from weights: "
                         "set --lora_r and --model.init_from")
     _check_keep_best(cfg)
+    from gptrain.train.samples import check as check_samples
+
+    check_samples(cfg.metrics, cfg.parallel)
     check_no_credentials(cfg)
     from gptrain.data.mixture import check_config
 

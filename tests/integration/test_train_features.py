@@ -210,3 +210,37 @@ def test_load_best_model_at_end_keeps_the_checkpoint_evaluated_lowest_and_the_ru
     assert best < STEPS, evals  # and the newest's weights differ: the run's folder gave the best's
     newest = model_tensors(ckpts / f"step-{STEPS:06d}")
     assert not all(torch.equal(newest[k], want[k]) for k in want)
+
+
+def test_samples_during_training_are_logged_and_leave_the_losses_unchanged(data, reference, tmp_path):
+    """--metrics.sample_every (minGPT's chargpt, nanoGPT's sample.py): a sample every N steps, on
+    one line; the training's losses are those of the run without samples, exactly."""
+    out = tmp_path / "sampled"
+    r = train(*_args(data, out, "--metrics.sample_every=2", "--metrics.sample_tokens=20"))
+    lines = [line for line in r.stdout.splitlines() if line.startswith("sample step ")]
+    assert [line.split(":")[0] for line in lines] == ["sample step 2", f"sample step {STEPS}"], r.stdout
+    text = json.loads(lines[0].split(": ", 1)[1])
+    assert text.startswith("\n") and len(text) == 21, text  # the prompt, then 20 characters (char tokenizer)
+    assert losses(out) == reference
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--metrics.sample_every=2", "--metrics.sample_prompt=€"], "--metrics.sample_prompt '€' cannot be written"),
+    (["--metrics.sample_every=2", "--parallel.tp=2"], "does not work with tensor or pipeline parallel"),
+])
+def test_samples_that_cannot_be_written_are_refused_before_anything(data, tmp_path, flags, says):
+    out = tmp_path / "refused"
+    r = train(*_args(data, out, *flags), check=False)
+    assert r.returncode == 2 and says in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+    assert not out.exists()
+
+
+def test_samples_under_fsdp_every_rank_generates_and_the_losses_stay(data, tmp_path):
+    """FSDP's sharded model needs every rank in the forward: each runs the same generation."""
+    flags = ["--parallel.dp_shard=2", "--parallel.dp_replicate=1"]
+    sampled = train(*_args(data, tmp_path / "s", *flags, "--metrics.sample_every=2", "--metrics.sample_tokens=10"),
+                    nproc=2)
+    train(*_args(data, tmp_path / "plain", *flags), nproc=2)
+    assert [line.split(":")[0] for line in sampled.stdout.splitlines() if line.startswith("sample step ")] == \
+        ["sample step 2", f"sample step {STEPS}"], sampled.stdout
+    assert losses(tmp_path / "s") == losses(tmp_path / "plain")

@@ -43,6 +43,7 @@ from gptrain.train.metrics import MetricsLogger, console_line, flops_per_token, 
 from gptrain.train.model_init import build_model, resolve_sources
 from gptrain.train.optim import build_optimizer, clip_grads, lr_at
 from gptrain.train.data_check import DataCheck
+from gptrain.train.samples import Sampler
 from gptrain.train.step_reader import StepReader
 
 
@@ -74,6 +75,7 @@ class Trainer(Checkpointing):
         self.data_dir = self.sources[0][2]
         meta = read_meta(self.data_dir)
         self.tokenizer_spec = meta["tokenizer"]
+        self.sampler = Sampler(cfg.metrics, self.tokenizer_spec, tc.seed) if cfg.metrics.sample_every else None
         self.plan = run_plan.resolve(cfg, env.device.type, env.world)
         if env.device.type == "cuda" and self.plan.precision != "fp32":
             # what autocast leaves in fp32 may use TF32 (as nanoGPT); fp32 runs stay exact
@@ -408,6 +410,9 @@ class Trainer(Checkpointing):
                     window_start, window_steps = time.perf_counter(), 0
                 if self._should_eval() and self.step < self.total_steps and not stopping:
                     self._eval()
+                if self.sampler and self.sampler.due(self.step) and not stopping:  # every rank: FSDP
+                    self.log_main(self.sampler.line(self.parts[0], self.step, self.env.device, self.autocast))
+                    reshard(self.parts)
                 every = self.cfg.checkpoint.every
                 if every > 0 and self.step % every == 0 and self.step < self.total_steps:
                     self.save()
