@@ -148,3 +148,41 @@ def test_layout_checks():
         check_layout(GPTConfig(n_layer=2), ParallelDims.from_config(ParallelConfig(pp=4, dp_shard=1), 4))
     with pytest.raises(UserError, match="cannot infer"):
         ParallelDims.from_config(ParallelConfig(tp=3), world=4)
+
+
+def test_a_terminal_gets_a_progress_bar_and_a_pipe_does_not(tmp_path):
+    """HF's tqdm bar where the output is a terminal (a pty here): percent, steps done of total,
+    elapsed and left, with the step lines printed above it; a job's log or a pipe gets the lines only."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    from tests.helpers import env
+
+    data = make_dataset(tmp_path)
+    args = [sys.executable, "-m", "gptrain", "train", f"--data.path={data}", "--train.max_steps=4",
+            "--train.do_eval=false", *TINY]
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal 120 columns wide
+    proc = subprocess.Popen([*args, f"--train.output_dir={tmp_path / 'tty'}"], stdout=child, stderr=child,
+                            env=env(), close_fds=True)
+    os.close(child)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the child closed its end
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert proc.wait(timeout=300) == 0, seen.decode(errors="replace")
+    text = seen.decode(errors="replace")
+    assert "100%|" in text and "4/4 [" in text and "step/s]" in text, text
+    assert "step      4/4 | loss" in text and "completed at step 4" in text, text
+    piped = train(*args[4:], f"--train.output_dir={tmp_path / 'pipe'}")
+    assert "%|" not in piped.stdout and "%|" not in piped.stderr and "step      4/4 | loss" in piped.stdout

@@ -129,6 +129,17 @@ class MetricsLogger:
             self.wandb.finish()
 
 
+def progress_bar(total: int, done: int, is_main: bool):
+    """A tqdm bar of the run's steps (percent, elapsed, left, rate), as the HF Trainer shows one,
+    where rank 0's output is a terminal; None elsewhere (a job's log, a pipe), where the step
+    lines say the same."""
+    if not (is_main and sys.stdout.isatty()):
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=done, unit="step", dynamic_ncols=True, file=sys.stdout)
+
+
 def step_health(grad_norm, device) -> dict:
     """What a logged step says besides its loss: the global gradient norm before clipping
     (`grad_norm`, as torchtitan and the HF Trainer log it) and, on a GPU, the peak memory

@@ -39,7 +39,7 @@ from gptrain.atomic import write_text_atomic
 from gptrain.train import finite
 from gptrain.train.evaluate import eval_block_limit, evaluate, reshard
 from gptrain.train.loss_scale import LossScaler
-from gptrain.train.metrics import MetricsLogger, console_line, flops_per_token, peak_flops, step_health
+from gptrain.train.metrics import MetricsLogger, console_line, flops_per_token, peak_flops, progress_bar, step_health
 from gptrain.train.model_init import build_model, resolve_sources
 from gptrain.train.optim import build_optimizer, clip_grads, lr_at
 from gptrain.train.data_check import DataCheck
@@ -71,6 +71,7 @@ class Trainer(Checkpointing):
 
             keep_freed_memory()
         self.out = Path(tc.output_dir).expanduser()
+        self.bar = None  # the progress bar while the loop runs (log_main writes above it)
         self.sources = resolve_sources(cfg)  # [(name, weight, dir)]: data.path's, or data.mix's
         self.data_dir = self.sources[0][2]
         meta = read_meta(self.data_dir)
@@ -179,7 +180,9 @@ class Trainer(Checkpointing):
         return torch.autocast(self.env.device.type, dtype=self.plan.compute_dtype)
 
     def log_main(self, msg: str) -> None:
-        if self.env.is_main:
+        if self.bar is not None:  # above the progress bar, which stays at the bottom
+            self.bar.write(msg)
+        elif self.env.is_main:
             print(msg, flush=True)
 
     # ---- one step ----------------------------------------------------------------------------
@@ -375,6 +378,7 @@ class Trainer(Checkpointing):
                 "kernels": f"{mode} blocks, {loss} loss", "mfu_basis": f"{env.world} x ({basis})",
                 "steps": self.total_steps, "tokens_per_step": tokens_per_step}, indent=2) + "\n")
         window_start, window_steps, run_start = time.perf_counter(), 0, time.perf_counter()
+        self.bar = progress_bar(self.total_steps, self.step, env.is_main)  # a terminal's only
         status = "completed"
         training = tc.do_train and self.step < self.total_steps
         batches = self.reader.read() if training else []
@@ -384,6 +388,8 @@ class Trainer(Checkpointing):
                 status, training = "stopped", False
             while training and self.step < self.total_steps:
                 loss, lr = self.train_step(batches)
+                if self.bar is not None:
+                    self.bar.update(1)
                 self._step_loss = loss
                 window_steps += 1
                 more = self.step < self.total_steps
@@ -425,6 +431,9 @@ class Trainer(Checkpointing):
                 self.save(final=True)
         finally:
             self.metrics.close()
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
         skipped = f" ({self.skipped} step(s) skipped: non-finite)" if self.skipped else ""
         self.log_main(f"{status} at step {self.step} in {time.perf_counter() - run_start:.1f}s{skipped}")
         return {"status": status, "step": self.step, **self.last}
