@@ -94,6 +94,11 @@ class TrainConfig:
                                         ge=1)
     lr: float = opt(6e-4, "Peak learning rate.", ge=0)
     min_lr_ratio: float = opt(0.1, "Final learning rate as a fraction of lr (cosine and linear).", ge=0, le=1)
+    min_lr: float | None = opt(None, "Final learning rate itself (nanoGPT's min_lr); when set, min_lr_ratio "
+                               "is not used.", ge=0)
+    decay_steps: int | None = opt(None, "Steps the decay spans from the start (nanoGPT's lr_decay_iters); "
+                                  "past them the learning rate stays at its final value. Default: to the "
+                                  "last step.", ge=1)
     lr_schedule: str = opt("cosine", "Decay after warmup.", ("cosine", "linear", "constant"))
     warmup_steps: int = opt(0, "Linear warmup steps.", ge=0)
     warmup_ratio: float = opt(0.0, "Linear warmup over this fraction of the steps, where warmup_steps is 0 "

@@ -69,11 +69,33 @@ ALIASES: dict[str, tuple[str, dict | None]] = {
     "use_flash_attn": ("model.attn_implementation", {None: "flash_attention_2", "true": "flash_attention_2",
                                                      "false": "sdpa"}),
     "use_fused_ops": ("train.fused_loss", None),
+    # nanoGPT's train.py config keys (its configurator's --key=value; hf_flags.NANOGPT_KEYS lists them all)
+    "out_dir": ("train.output_dir", None),
+    "eval_interval": ("train.eval_every", None),
+    "log_interval": ("metrics.log_every", None),
+    "dataset": ("data.path", None),
+    "batch_size": ("train.batch_size", None),
+    "n_layer": ("model.n_layer", None),
+    "n_head": ("model.n_head", None),
+    "n_embd": ("model.n_embd", None),
+    "dropout": ("model.dropout", None),
+    "bias": ("model.bias", None),
+    "max_iters": ("train.max_steps", None),
+    "beta1": ("train.beta1", None),
+    "beta2": ("train.beta2", None),
+    "grad_clip": ("train.grad_clip", None),
+    "warmup_iters": ("train.warmup_steps", None),
+    "lr_decay_iters": ("train.decay_steps", None),
+    "min_lr": ("train.min_lr", None),
+    "device": ("train.device", None),
+    "dtype": ("train.precision", {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}),
+    "compile": ("train.compile", None),
+    "wandb_project": ("metrics.wandb_project", None),
 }
 # Options that read a DeepSpeed JSON config into the settings gptrain has (deepspeed_config.py).
 DEEPSPEED_FLAGS = ("deepspeed_config", "deepspeed")
 
 # Words users type for a setting whose nearest spelling is another one ('dataset' is nearest to
 # dataset_name, which only records a name): what they mean.
-MEANT = {"dataset": "--data.path", "data": "--data.path", "datasets": "--data.mix", "model": "--model.init_from",
-         "steps": "--max_steps", "lr": "--learning_rate", "batch_size": "--per_device_train_batch_size"}
+MEANT = {"data": "--data.path", "datasets": "--data.mix", "model": "--model.init_from",
+         "steps": "--max_steps", "lr": "--learning_rate"}

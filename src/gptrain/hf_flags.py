@@ -25,6 +25,8 @@ _DDP = "gptrain sets up DDP/FSDP itself (--parallel.*: docs/multi-host.md); this
 _EVAL_ONLY = "gptrain's evaluation computes loss, perplexity and accuracy only; there are no predictions to gather"
 
 ACCEPTED: dict[str, str] = {
+    "backend": "gptrain uses gloo on a CPU and NCCL on GPUs (nanoGPT's backend)",
+    "wandb_run_name": "the W&B run is named after the job or the output folder (nanoGPT's wandb_run_name)",
     "dataloader_num_workers": _LOADER,
     "dataloader_pin_memory": "batches are pinned on a GPU already; on a CPU there is nothing to pin",
     "dataloader_persistent_workers": _LOADER,
@@ -134,11 +136,30 @@ BY_VALUE: dict[str, dict] = {
     "greater_is_better": {"false": None,
                           "*": "the best checkpoint (--load_best_model_at_end) is the one with the lowest eval "
                                "loss: greater is not better"},
+    # nanoGPT's (NANOGPT_KEYS)
+    "init_from": {"scratch": None, "resume": ("checkpoint.resume_from", "auto"),
+                  "*": "nanoGPT's init_from takes scratch, resume or gpt2, gpt2-medium, gpt2-large, gpt2-xl"},
+    "eval_only": {"false": None, "true": ("train.do_train", "false"),
+                  "*": "eval_only takes True or False"},
+    "wandb_log": {"false": None, "true": ("metrics.report_to", "wandb"), "*": "wandb_log takes True or False"},
+    "decay_lr": {"true": None, "false": ("train.lr_schedule", "constant"), "*": "decay_lr takes True or False"},
+    "always_save_checkpoint": {"true": None,
+                               "*": "gptrain saves every --checkpoint.every steps whatever the eval loss; to keep "
+                                    "the best by eval loss use --load_best_model_at_end (--checkpoint.keep_best)"},
     "pretrain": {"false": None,
                  "*": "--pretrain true (FMEngine: random weights, --init_ckpt's not loaded) is not a flag here: "
                       "give the model's shape (--model.preset, --model.n_layer, ...) and no --init_ckpt"},
 }
 SCHEDULES = ("cosine", "linear", "constant", "constant_with_warmup")
+NANOGPT_HUB = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
+
+# nanoGPT's train.py (github.com/karpathy/nanoGPT, vendored in tests/third_party/nanogpt): the
+# config keys its configurator takes as --key=value, as its README's lines pass them.
+NANOGPT_KEYS = ("out_dir", "eval_interval", "log_interval", "eval_iters", "eval_only", "always_save_checkpoint",
+                "init_from", "wandb_log", "wandb_project", "wandb_run_name", "dataset",
+                "gradient_accumulation_steps", "batch_size", "block_size", "n_layer", "n_head", "n_embd",
+                "dropout", "bias", "learning_rate", "max_iters", "weight_decay", "beta1", "beta2", "grad_clip",
+                "decay_lr", "warmup_iters", "lr_decay_iters", "min_lr", "backend", "device", "dtype", "compile")
 
 # FMEngine's cli/train.py (github.com/eth-easl/fmengine): the fields of its ModelArguments,
 # DeepspeedArguments, DataArguments and TrainerArguments, which HfArgumentParser makes its flags.
@@ -170,6 +191,8 @@ def by_value(name: str, value):
     word = str(value).lower() if value is not None else ""
     if name == "lr_scheduler_type" and word in SCHEDULES:
         return ("train.lr_schedule", "constant" if word == "constant_with_warmup" else word)
+    if name == "init_from" and word in NANOGPT_HUB:  # nanoGPT's init_from='gpt2-xl': the hub model
+        return ("model.init_from", word)
     if word in rules:
         return rules[word]
     return rules["*"]
@@ -227,6 +250,13 @@ def table(aliases: dict, deepspeed_flags=()) -> str:
               "`gptrain run NAME -- ...`; the same kinds as above.", "",
               "| flag | gptrain | what it means here |", "| --- | --- | --- |"]
     lines += [f"| `--{n}` | {k} | {why.replace('|', '/')} |" for n, k, why in _rows(FMENGINE_FIELDS, aliases,
+                                                                                   deepspeed_flags)]
+    lines += ["", "## nanoGPT's config keys", "",
+              "Every config key of nanoGPT's `train.py`, as its README's lines pass them (`--key=value`) to "
+              "`gptrain train` or a job's trainer flags; the same kinds as above. nanoGPT's warmup reaches the "
+              "learning rate at warmup_iters + 1 steps, gptrain's (as HF's) at warmup_iters.", "",
+              "| flag | gptrain | what it means here |", "| --- | --- | --- |"]
+    lines += [f"| `--{n}` | {k} | {why.replace('|', '/')} |" for n, k, why in _rows(NANOGPT_KEYS, aliases,
                                                                                    deepspeed_flags)]
     return "\n".join(lines) + "\n"
 

@@ -186,3 +186,17 @@ def test_a_terminal_gets_a_progress_bar_and_a_pipe_does_not(tmp_path):
     assert "step      4/4 | loss" in text and "completed at step 4" in text, text
     piped = train(*args[4:], f"--train.output_dir={tmp_path / 'pipe'}")
     assert "%|" not in piped.stdout and "%|" not in piped.stderr and "step      4/4 | loss" in piped.stdout
+
+
+def test_nanogpts_readme_line_trains_as_typed(tmp_path):
+    """nanoGPT's README ("I only have a macbook"), its flags as typed to `gptrain train` (fewer
+    iterations; --dataset and --out_dir as nanoGPT's keys name them), on a prepared dataset."""
+    data = make_dataset(tmp_path)
+    out = tmp_path / "out-shakespeare-char"
+    r = train("--device=cpu", "--compile=False", "--eval_iters=2", "--log_interval=1", "--block_size=64",
+              "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128", "--max_iters=3", "--lr_decay_iters=3",
+              "--dropout=0.0", f"--dataset={data}", f"--out_dir={out}", "--eval_interval=3", "--min_lr=1e-4")
+    assert "training 0.8" in r.stdout and "3 steps of 768 tokens" in r.stdout, r.stdout
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows if "train/loss" in row] == [1, 2, 3]
+    assert any("eval/loss" in row for row in rows) and (out / "checkpoints" / "step-000003").is_dir()

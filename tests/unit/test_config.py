@@ -226,5 +226,7 @@ def test_words_users_type_are_pointed_to_what_they_mean():
     from gptrain.config import parse_train_args
     from gptrain.errors import UserError
 
-    with pytest.raises(UserError, match=r"unknown option --dataset \(did you mean '--data.path'\?\)"):
-        parse_train_args(["--dataset", "shakespeare"])  # it suggested 'dataset_name' (issue 39)
+    with pytest.raises(UserError, match=r"unknown option --data \(did you mean '--data.path'\?\)"):
+        parse_train_args(["--data", "shakespeare"])
+    # --dataset suggested 'dataset_name' (issue 39); it is nanoGPT's key for the data now
+    assert parse_train_args(["--dataset", "shakespeare"]).data.path == "shakespeare"

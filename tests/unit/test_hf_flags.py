@@ -71,3 +71,65 @@ def test_every_fmengine_flag_has_a_meaning_here_and_the_seed_line_parses():
         with pytest.raises(UserError) as e:
             parse_train_args(flags)
         assert all(w in str(e.value) for w in words) and "\n" not in str(e.value), str(e.value)
+
+
+NANOGPT = Path(__file__).resolve().parents[1] / "third_party" / "nanogpt" / "train.py"
+
+
+def _nanogpt_keys() -> list[str]:
+    """The config keys of the vendored nanoGPT train.py: its module-level names with a literal
+    value, before `config_keys` (what its configurator lets --key=value override)."""
+    import ast
+
+    keys = []
+    for node in ast.parse(NANOGPT.read_text()).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name == "config_keys":
+                break
+            if isinstance(node.value, (ast.Constant, ast.BinOp, ast.IfExp)):
+                keys.append(name)
+    return keys
+
+
+def test_every_nanogpt_config_key_has_a_meaning_here_and_its_readme_line_parses():
+    assert list(hf_flags.NANOGPT_KEYS) == _nanogpt_keys()
+    missing = [n for n in hf_flags.NANOGPT_KEYS if hf_flags.kind_of(n, ALIASES) is None]
+    assert missing == [], f"add these to src/gptrain/hf_flags.py or config_aliases.py: {missing}"
+    # nanoGPT's README, "I only have a macbook": its flags as typed
+    cfg = parse_train_args(["--device=cpu", "--compile=False", "--eval_iters=20", "--log_interval=1",
+                            "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128",
+                            "--max_iters=2000", "--lr_decay_iters=2000", "--dropout=0.0"])
+    m, t = cfg.model, cfg.train
+    assert (t.device, t.compile, t.eval_iters, cfg.metrics.log_every, m.block_size, t.batch_size) == \
+        ("cpu", False, 20, 1, 64, 12)
+    assert (m.n_layer, m.n_head, m.n_embd, t.max_steps, t.decay_steps, m.dropout) == (4, 4, 128, 2000, 2000, 0.0)
+    by_value = parse_train_args(["--init_from=resume", "--dtype=bfloat16", "--decay_lr=False", "--eval_only=True",
+                                 "--backend=gloo", "--wandb_run_name=mini"])
+    assert (by_value.checkpoint.resume_from, by_value.train.precision, by_value.train.lr_schedule,
+            by_value.train.do_train) == ("auto", "bf16", "constant", False)
+    assert parse_train_args(["--init_from=gpt2-xl"]).model.init_from == "gpt2-xl"
+    with pytest.raises(UserError, match="--load_best_model_at_end"):
+        parse_train_args(["--always_save_checkpoint=False"])
+
+
+def test_nanogpts_learning_rate_schedule_past_its_warmup_is_its_own():
+    """warmup_iters, lr_decay_iters, min_lr as nanoGPT's get_lr uses them (copied from the vendored
+    train.py): the same rate at every step after the warmup, min_lr past lr_decay_iters."""
+    import math
+
+    lr, warmup, decay, floor, steps = 1e-3, 10, 100, 1e-4, 150
+
+    def get_lr(it):  # nanoGPT's, verbatim but for its globals
+        if it < warmup:
+            return lr * (it + 1) / (warmup + 1)
+        if it > decay:
+            return floor
+        ratio = (it - warmup) / (decay - warmup)
+        return floor + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - floor)
+
+    tc = parse_train_args([f"--learning_rate={lr}", f"--warmup_iters={warmup}", f"--lr_decay_iters={decay}",
+                           f"--min_lr={floor}", f"--max_iters={steps}"]).train
+    for it in range(warmup, steps):
+        assert lr_at(it, tc, steps) == pytest.approx(get_lr(it), rel=1e-12, abs=1e-15), it
+    assert lr_at(warmup - 1, tc, steps) == pytest.approx(lr)  # (nanoGPT's: lr * 10/11, one step later)

@@ -25,14 +25,14 @@ def build_optimizer(model, tc, device) -> torch.optim.AdamW:
 
 def lr_at(step: int, tc, total_steps: int) -> float:
     """Linear warmup to lr (warmup_steps, else warmup_ratio of the steps), then cosine/linear
-    decay to lr * min_lr_ratio, or constant."""
+    decay to min_lr (else lr * min_lr_ratio) by decay_steps (else the last step), or constant."""
     warmup = tc.warmup_steps or math.ceil(tc.warmup_ratio * total_steps)  # HF's rounding
     if warmup and step < warmup:
         return tc.lr * (step + 1) / warmup
     if tc.lr_schedule == "constant":
         return tc.lr
-    min_lr = tc.lr * tc.min_lr_ratio
-    span = max(1, total_steps - warmup)
+    min_lr = tc.min_lr if tc.min_lr is not None else tc.lr * tc.min_lr_ratio
+    span = max(1, (tc.decay_steps or total_steps) - warmup)
     progress = min(1.0, (step - warmup) / span)
     if tc.lr_schedule == "linear":
         return tc.lr - (tc.lr - min_lr) * progress
