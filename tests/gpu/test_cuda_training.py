@@ -1,6 +1,7 @@
 """Training on CUDA, end to end through `gptrain train`: every precision, compile, the fused
 loss, two processes sharing one GPU, and a checkpoint moved between the GPU and the CPU."""
 
+import json
 import math
 
 import pytest
@@ -46,7 +47,7 @@ def test_mixed_precision_follows_fp32(data, fp32_run, tmp_path, precision, compi
     run = tmp_path / "run"
     r = train(*_args(data, run, "--train.device=cuda", f"--train.precision={precision}",
                      f"--train.compile={str(compiled).lower()}", f"--train.fused_loss={str(fused).lower()}"))
-    assert f"({precision})" in r.stdout
+    assert f" in {precision}: " in r.stdout
     got = losses(run)
     assert sorted(got) == list(range(1, STEPS + 1))
     for step, ref in fp32_run.items():
@@ -56,7 +57,8 @@ def test_mixed_precision_follows_fp32(data, fp32_run, tmp_path, precision, compi
 
 def test_auto_precision_is_bf16_on_the_gpu(data, tmp_path):
     r = train(*_args(data, tmp_path / "run", "--train.device=cuda", "--train.precision=auto"))
-    assert "(bf16)" in r.stdout and "auto: the GPU supports bf16" in r.stdout
+    precision = json.loads((tmp_path / "run" / "run.json").read_text())["precision"]  # (what inspect shows)
+    assert " in bf16: " in r.stdout and "auto: the GPU supports bf16" in precision, precision
 
 
 @pytest.mark.parametrize("layout", ["--parallel.dp_replicate=2", "--parallel.dp_shard=2"])
