@@ -393,8 +393,8 @@ def apply_option(cfg: Config, name: str, value) -> None:
         rule = hf_flags.by_value(name, value)
         if isinstance(rule, str):
             raise UserError(f"--{name} {value}: {rule}")
-        if rule is not None:
-            _set(cfg, *rule)
+        for setting, setting_value in [rule] if isinstance(rule, tuple) else rule or []:
+            _set(cfg, setting, setting_value)
         return
     if name in hf_flags.ACCEPTED:
         return  # changes nothing here (the reason: docs/hf-trainer-flags.md)

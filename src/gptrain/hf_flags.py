@@ -129,7 +129,9 @@ BY_VALUE: dict[str, dict] = {
     "logging_strategy": {"steps": None,
                          "*": "progress is logged every --logging_steps steps; per epoch or never is not offered"},
     "lr_scheduler_type": {"*": "gptrain's schedules are cosine, linear and constant (constant_with_warmup), each "
-                               "with --warmup_steps; this one is not offered"},
+                               "with --warmup_steps; given as this flag, cosine and linear decay to 0 as "
+                               "transformers' own schedulers do (--train.min_lr_ratio after it sets a floor); "
+                               "this one is not offered"},
     "metric_for_best_model": {"loss": None, "eval_loss": None,
                               "*": "the best checkpoint (--load_best_model_at_end) is the one with the lowest "
                                    "eval loss; another metric is not offered"},
@@ -185,12 +187,13 @@ def kind_of(name: str, aliases: dict) -> str | None:
 
 
 def by_value(name: str, value):
-    """For a BY_VALUE flag: None (accepted as it is), (setting, value) to apply, or the reason
-    this value is refused (a str)."""
+    """For a BY_VALUE flag: None (accepted as it is), (setting, value) or a list of them to apply,
+    or the reason this value is refused (a str)."""
     rules = BY_VALUE[name]
     word = str(value).lower() if value is not None else ""
-    if name == "lr_scheduler_type" and word in SCHEDULES:
-        return ("train.lr_schedule", "constant" if word == "constant_with_warmup" else word)
+    if name == "lr_scheduler_type" and word in SCHEDULES:  # decaying to 0, as transformers' own schedulers
+        return [("train.lr_schedule", "constant" if word == "constant_with_warmup" else word),
+                ("train.min_lr_ratio", "0")]
     if name == "init_from" and word in NANOGPT_HUB:  # nanoGPT's init_from='gpt2-xl': the hub model
         return ("model.init_from", word)
     if word in rules:

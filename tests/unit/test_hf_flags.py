@@ -133,3 +133,44 @@ def test_nanogpts_learning_rate_schedule_past_its_warmup_is_its_own():
     for it in range(warmup, steps):
         assert lr_at(it, tc, steps) == pytest.approx(get_lr(it), rel=1e-12, abs=1e-15), it
     assert lr_at(warmup - 1, tc, steps) == pytest.approx(lr)  # (nanoGPT's: lr * 10/11, one step later)
+
+
+@pytest.mark.parametrize("kind", ["cosine", "linear", "constant_with_warmup"])
+def test_lr_scheduler_type_shapes_the_schedule_as_transformers_own_scheduler(kind):
+    """--lr_scheduler_type with --warmup_steps against transformers.get_scheduler driving a real
+    optimizer: the same rate at every step past the warmup (both decay to 0); in the warmup
+    gptrain's step s takes the rate HF's scheduler gives step s + 1 (HF's first step runs at lr 0)."""
+    import torch
+    from transformers import get_scheduler
+
+    lr, warmup, steps = 1e-3, 5, 50
+    tc = parse_train_args(["--learning_rate", str(lr), "--warmup_steps", str(warmup), "--lr_scheduler_type", kind,
+                           "--max_steps", str(steps)]).train
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    sched = get_scheduler(kind, opt, num_warmup_steps=warmup, num_training_steps=steps)
+    hf = []
+    for _ in range(steps + 1):
+        hf.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    for s in range(steps):
+        assert lr_at(s, tc, steps) == pytest.approx(hf[s if s >= warmup else s + 1], rel=1e-12, abs=1e-18), (kind, s)
+
+
+def test_max_grad_norm_clips_the_global_norm_and_reports_it_before():
+    import torch
+
+    from gptrain.train.optim import clip_grads
+
+    class Part(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(4))
+
+    part = Part()
+    part.a.grad, part.b.grad = torch.tensor([3.0, 0.0, 0.0]), torch.tensor([0.0, 4.0, 0.0, 0.0])  # norm 5
+    tc = parse_train_args(["--max_grad_norm", "1.0"]).train
+    before = clip_grads([part], tc.grad_clip)
+    after = torch.linalg.vector_norm(torch.cat([part.a.grad, part.b.grad]))
+    assert float(before) == pytest.approx(5.0) and float(after) == pytest.approx(1.0, rel=1e-5)
+    assert part.a.grad[0] / part.b.grad[1] == pytest.approx(3 / 4)  # the direction kept
