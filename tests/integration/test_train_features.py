@@ -210,6 +210,18 @@ def test_load_best_model_at_end_keeps_the_checkpoint_evaluated_lowest_and_the_ru
     assert best < STEPS, evals  # and the newest's weights differ: the run's folder gave the best's
     newest = model_tensors(ckpts / f"step-{STEPS:06d}")
     assert not all(torch.equal(newest[k], want[k]) for k in want)
+    # the same run as a job: its name stands for the best (generate, eval, export), but a run told to
+    # resume from it continues from the newest
+    import shutil
+
+    from gptrain.jobs import folder, store
+    from gptrain.jobs.api import model_source
+
+    store.create_job("kept", {"name": "kept"}, 1, 1, "local")
+    shutil.copytree(out, folder.job_dir("kept"), dirs_exist_ok=True)
+    jckpts = folder.checkpoints_dir(folder.job_dir("kept"))
+    assert model_source("kept") == str(jckpts / f"step-{best:06d}")
+    assert model_source("kept", resume=True) == str(jckpts / f"step-{STEPS:06d}")
 
 
 def test_samples_during_training_are_logged_and_leave_the_losses_unchanged(data, reference, tmp_path):

@@ -111,12 +111,12 @@ def scan_job(job: str) -> list[dict]:
     return scan(folder.job_dir(job), known)
 
 
-def model_source(ref: str) -> str:
+def model_source(ref: str, resume: bool = False) -> str:
     """What a user names as MODEL (generate, eval, export, model.init_from,
     checkpoint.resume_from), as the path or hub id models/ and train/ load, in this order:
     a path (weights/weights_scan.loadable_at: a checkpoint is itself, a folder its newest loadable
     checkpoint), a checkpoint ID, a job name (its newest loadable checkpoint, or the best with
-    checkpoint.keep_best), else a hub id as
+    checkpoint.keep_best unless it is to be resumed from), else a hub id as
     it is. A checkpoint ID or job name that cannot be loaded is one line, and so is a name
     close to a job's that is not a hub model cached here (a typo: "did you mean", before any
     network request); `hf:NAME` is the hub model NAME whatever is here."""
@@ -147,7 +147,7 @@ def model_source(ref: str) -> str:
         return ref
     from gptrain.weights.layout import best_checkpoint
 
-    best = best_checkpoint(folder.job_dir(ref))  # checkpoint.keep_best (load_best_model_at_end)
+    best = None if resume else best_checkpoint(folder.job_dir(ref))  # checkpoint.keep_best's
     if best is not None:
         return str(best)
     return weights_scan.newest_loadable(scan_job(ref), f"job {ref}", f"gptrain checkpoints {ref}", ROOTS)

@@ -12,7 +12,8 @@ from gptrain.stop import install as install_stop  # noqa: F401 (`gptrain train` 
 def train(argv: list[str], resolve=None) -> int:
     """Train as `gptrain train ARGV` says; the exit code: 0 completed, 128 + the signal when a stop
     (`gptrain stop`, a preemption: 143; Ctrl-C: 130) ended it before its last step, after its checkpoint.
-    `resolve(ref) -> path` turns model.init_from and checkpoint.resume_from names into paths."""
+    `resolve(ref, resume=False) -> path` turns model.init_from and checkpoint.resume_from names
+    into paths (a job's checkpoint to resume from is its newest, never its kept best)."""
     from gptrain import config
     from gptrain.train.trainer import train as run
 
@@ -21,7 +22,7 @@ def train(argv: list[str], resolve=None) -> int:
         if cfg.model.init_from:
             cfg.model.init_from = resolve(cfg.model.init_from)
         if cfg.checkpoint.resume_from not in ("auto", "none"):
-            cfg.checkpoint.resume_from = resolve(cfg.checkpoint.resume_from)
+            cfg.checkpoint.resume_from = resolve(cfg.checkpoint.resume_from, resume=True)
     result = run(cfg)
     return stop.exit_code() if result["status"] == "stopped" else 0
 
