@@ -114,7 +114,7 @@ def matmul_floor(shape: str, precision: str) -> float:
 
 
 def run_gptrain(base, data, steps, precision, out, extra):
-    from gptrain.config import parse_train_args
+    from gptrain.config_options import parse_train_args
     from gptrain.train.trainer import train
 
     train(parse_train_args([

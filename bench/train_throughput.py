@@ -80,7 +80,7 @@ def blocks(data_dir, w):
 # ---- the three sides: each returns the wall time of each step -------------------------------
 
 def run_gptrain(data_dir, w, steps, precision, device, out, extra=()):
-    from gptrain.config import parse_train_args
+    from gptrain.config_options import parse_train_args
     from gptrain.train.trainer import train
 
     cfg = parse_train_args([

@@ -1,9 +1,9 @@
-"""Typed training configuration: TOML file + `--section.key=value` overrides + HF-style aliases.
+"""Typed training configuration: its sections and fields, their values checked and converted,
+TOML read and written. The command line's options (`--section.key=value`, HF-style aliases) are
+config_options.py's.
 
 Every field has a doc string (its `doc` metadata) that `gptrain train --help` prints. This
 module imports no torch, so the CLI stays fast.
-
-    cfg = parse_train_args(["configs/tiny-debug.toml", "--train.max_steps=20", "--do_eval"])
 """
 
 from __future__ import annotations
@@ -14,9 +14,6 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gptrain import hf_flags
-from gptrain.config_aliases import ALIASES, DEEPSPEED_FLAGS, MEANT
-from gptrain.config_check import check
 from gptrain.errors import UserError, closest
 from gptrain.files import parse_user_text, read_user_text
 
@@ -227,7 +224,7 @@ def all_keys() -> list[str]:
     return [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
 
 
-def _base_type(tp) -> tuple[type, bool]:
+def base_type(tp) -> tuple[type, bool]:
     """(inner type, optional?) for `X | None`."""
     args = typing.get_args(tp)
     if type(None) in args:
@@ -241,7 +238,7 @@ BOOL_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, 
 def convert(key: str, value):
     """Check and convert a value (a CLI string or a TOML value) for `key`."""
     f, tp = field_info(key)
-    base, optional = _base_type(tp)
+    base, optional = base_type(tp)
     if optional and (value is None or (isinstance(value, str) and value.lower() in ("none", "null"))):
         return None
     try:
@@ -283,7 +280,8 @@ def convert(key: str, value):
     return out
 
 
-def _set(cfg: Config, key: str, value) -> None:
+def set_key(cfg: Config, key: str, value) -> None:
+    """Set `section.key` to a value converted and checked for it; one line naming a key that is none."""
     if key.count(".") != 1 or key not in all_keys():
         same_name = [k for k in all_keys() if k.split(".")[1] == key.rpartition(".")[2]]
         hint = f" (did you mean {same_name[0]!r}?)" if len(same_name) == 1 else closest(key, all_keys())
@@ -309,119 +307,10 @@ def load_toml(path: str | Path, cfg: Config | None = None, text: str | None = No
             raise UserError(f"{section} in {path} must be a [{section}] table")
         for name, value in values.items():
             try:
-                _set(cfg, f"{section}.{name}", value)
+                set_key(cfg, f"{section}.{name}", value)
             except UserError as e:
                 raise UserError(f"{path}: {e}") from None
     return cfg
-
-
-def parse_train_args(argv: list[str], cfg: Config | None = None) -> Config:
-    """Parse `[CONFIG.toml] [--section.key=value | --section.key value | --hf_flag value]...`."""
-    cfg = cfg or Config()
-    args = list(argv)
-    if args and not args[0].startswith("-"):
-        load_toml(args.pop(0), cfg)
-    for name, value, _ in split_options(args):
-        apply_option(cfg, name, value)
-    return check(cfg)
-
-
-def split_options(args: list[str]) -> list[tuple[str, str | None, list[str]]]:
-    """[(option name, its value or None, the tokens it was written as)] of trainer flags."""
-    out, i = [], 0
-    while i < len(args):
-        token = args[i]
-        if not token.startswith("--"):
-            raise UserError(f"unexpected argument {token!r}: options look like --section.key=value")
-        name, eq, value = token[2:].partition("=")
-        tokens = [token]
-        if not eq:
-            nxt = args[i + 1] if i + 1 < len(args) else None
-            takes_no_value = _is_flag(name)
-            if nxt is not None and not nxt.startswith("--") and not (
-                    takes_no_value and nxt.lower() not in BOOL_WORDS):
-                value, i = nxt, i + 1
-                tokens.append(nxt)
-                while _is_list(name) and i + 1 < len(args) and not args[i + 1].startswith("--"):
-                    i += 1  # `--lora_target_modules q_proj v_proj`: a list's values, as HF's nargs="+"
-                    value += "," + args[i]
-                    tokens.append(args[i])
-            elif takes_no_value or _unknown(name) or hf_flags.kind_of(_option_name(name), ALIASES) in (
-                    "accepted", "refused"):  # an unknown or refused one is named so where it is applied
-                value = None
-            else:
-                raise UserError(f"option --{name} needs a value")
-        out.append((_option_name(name), value, tokens))
-        i += 1
-    return out
-
-
-def _option_name(name: str) -> str:
-    return name.replace("-", "_") if "." not in name else name  # --max-steps is --max_steps
-
-
-def _unknown(name: str) -> bool:
-    name = _option_name(name)
-    return name not in ALIASES and name not in DEEPSPEED_FLAGS and name not in all_keys() and \
-        hf_flags.kind_of(name, ALIASES) is None
-
-
-def canonical_key(name: str) -> str:
-    """section.key for an option name or alias (DeepSpeed flags stay as they are)."""
-    return ALIASES[name][0] if name in ALIASES else name
-
-
-def _is_list(name: str) -> bool:
-    key = canonical_key(name)
-    return key in all_keys() and typing.get_origin(_base_type(field_info(key)[1])[0]) is list
-
-
-def _is_flag(name: str) -> bool:
-    """Options that may stand alone: booleans and the HF flags that imply a value."""
-    if name in ALIASES:
-        key, vmap = ALIASES[name]
-        return (vmap is not None and None in vmap) or _base_type(field_info(key)[1])[0] is bool
-    if name in all_keys():
-        return _base_type(field_info(name)[1])[0] is bool
-    return False
-
-
-def apply_option(cfg: Config, name: str, value) -> None:
-    """Set one option by canonical key (section.key) or HF alias, converting the value; the HF
-    Trainer flags that are taken by value, accepted or refused: hf_flags.py."""
-    if name in hf_flags.BY_VALUE:
-        rule = hf_flags.by_value(name, value)
-        if isinstance(rule, str):
-            raise UserError(f"--{name} {value}: {rule}")
-        for setting, setting_value in [rule] if isinstance(rule, tuple) else rule or []:
-            _set(cfg, setting, setting_value)
-        return
-    if name in hf_flags.ACCEPTED:
-        return  # changes nothing here (the reason: docs/hf-trainer-flags.md)
-    if name in hf_flags.REFUSED:
-        raise UserError(f"--{name}: {hf_flags.REFUSED[name]}")
-    if name in DEEPSPEED_FLAGS:
-        from gptrain import deepspeed_config
-
-        if value is None:
-            raise UserError(f"--{name} needs the path of a DeepSpeed JSON config")
-        for key, setting in deepspeed_config.read(value).items():
-            apply_option(cfg, key, setting)
-        return
-    if name in ALIASES:
-        key, vmap = ALIASES[name]
-        if vmap is not None:
-            lookup = value.lower() if isinstance(value, str) else value
-            value = vmap.get(lookup, value)
-        if value is None:
-            value = "true"
-        _set(cfg, key, value)
-        return
-    if "." not in name:
-        hint = f" (did you mean {MEANT[name]!r}?)" if name in MEANT else \
-            closest(name, [*ALIASES, *DEEPSPEED_FLAGS, *all_keys()])
-        raise UserError(f"unknown option --{name}{hint}; see `gptrain train --help`")
-    _set(cfg, name, "true" if value is None else value)
 
 
 def dump_toml(cfg: Config) -> str:

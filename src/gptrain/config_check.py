@@ -35,9 +35,7 @@ def check(cfg):
         raise UserError("--lora.quantize_base (QLoRA) quantizes the frozen base of a LoRA run from weights: "
                         "set --lora_r and --model.init_from")
     _check_keep_best(cfg)
-    from gptrain.train.samples import check as check_samples
-
-    check_samples(cfg.metrics, cfg.parallel)
+    _check_samples(cfg.metrics, cfg.parallel)
     check_no_credentials(cfg)
     from gptrain.data.mixture import check_config
 
@@ -62,6 +60,14 @@ def _check_keep_best(cfg) -> None:
         raise UserError(f"--checkpoint.keep_best (load_best_model_at_end) needs an eval at every checkpoint: "
                         f"checkpoint.every ({ck.every}, --save_steps) must be a multiple of train.eval_every "
                         f"({tr.eval_every}, --eval_steps)")
+
+
+def _check_samples(metrics_cfg, parallel_cfg) -> None:
+    """metrics.sample_every (train/samples.py) needs the whole model in each process's forward."""
+    if metrics_cfg.sample_every and (parallel_cfg.tp > 1 or parallel_cfg.pp > 1):
+        raise UserError(f"--metrics.sample_every needs the whole model in each process's forward; it does not "
+                        f"work with tensor or pipeline parallel (parallel.tp={parallel_cfg.tp}, "
+                        f"parallel.pp={parallel_cfg.pp}): sample from a checkpoint with `gptrain generate`")
 
 
 # Trainer settings that name a file, folder or URL (besides datasets by name and hub ids): made

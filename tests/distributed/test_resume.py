@@ -77,7 +77,7 @@ def test_two_rank_checkpoint_loads_in_one_process_and_hf(data, straight_run, tmp
 
 CRASH = """
 import os, sys
-from gptrain import config
+from gptrain import config, config_options
 from gptrain.train import checkpoint, trainer
 
 real_rename = os.rename
@@ -86,7 +86,7 @@ def rename(src, dst):
         os._exit(9)  # the process dies after writing the tensors, before the commit
     real_rename(src, dst)
 checkpoint.os.rename = rename
-trainer.train(config.parse_train_args(sys.argv[1:]))
+trainer.train(config_options.parse_train_args(sys.argv[1:]))
 """
 
 

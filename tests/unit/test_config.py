@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from gptrain import config
-from gptrain.config import parse_train_args
+from gptrain import config, config_options
+from gptrain.config_aliases import ALIASES
+from gptrain.config_options import parse_train_args
 from gptrain.errors import UserError
 from gptrain.distributed.mesh import apply_global_batch
 from tests.conftest import run_cli
@@ -12,14 +13,14 @@ from tests.conftest import run_cli
 def test_defaults_and_overrides(tmp_path):
     toml = tmp_path / "c.toml"
     toml.write_text('[model]\npreset = "gpt2-mini"\n[train]\nlr = 1e-3\nmax_steps = 5\n')
-    cfg = config.parse_train_args([str(toml), "--train.max_steps=7", "--model.dropout", "0.1",
+    cfg = config_options.parse_train_args([str(toml), "--train.max_steps=7", "--model.dropout", "0.1",
                                    "--train.compile"])
     assert cfg.model.preset == "gpt2-mini" and cfg.train.lr == 1e-3
     assert cfg.train.max_steps == 7 and cfg.model.dropout == 0.1 and cfg.train.compile is True
 
 
 def test_hf_trainer_flags_map_onto_canonical_keys():
-    cfg = config.parse_train_args(
+    cfg = config_options.parse_train_args(
         "--do_train --do_eval --dataset_name wikitext --tokenized_dataset_load_dir /d "
         "--model_name_or_path openai-community/gpt2 --output_dir /o --per_device_train_batch_size 8 "
         "--per_device_eval_batch_size 4 --logging_steps 50 --save_steps 500 --eval_steps 250 "
@@ -36,7 +37,7 @@ def test_hf_trainer_flags_map_onto_canonical_keys():
 
 
 def test_bool_flags_take_optional_values():
-    cfg = config.parse_train_args(["--do_eval", "false", "--bf16", "--do_train", "True"])
+    cfg = config_options.parse_train_args(["--do_eval", "false", "--bf16", "--do_train", "True"])
     assert cfg.train.do_eval is False and cfg.train.do_train is True and cfg.train.precision == "bf16"
 
 
@@ -52,7 +53,7 @@ def test_bool_flags_take_optional_values():
 ])
 def test_errors_are_one_clear_line(argv, message):
     with pytest.raises(UserError, match=message):
-        config.parse_train_args(argv)
+        config_options.parse_train_args(argv)
 
 
 def test_bad_toml_and_unknown_section(tmp_path):
@@ -69,7 +70,7 @@ def test_bad_toml_and_unknown_section(tmp_path):
 
 
 def test_dump_roundtrip(tmp_path):
-    cfg = config.parse_train_args(["--train.lr=0.01", "--report_to", "tensorboard,wandb"])
+    cfg = config_options.parse_train_args(["--train.lr=0.01", "--report_to", "tensorboard,wandb"])
     path = tmp_path / "out.toml"
     path.write_text(config.dump_toml(cfg))
     assert config.load_toml(path) == cfg
@@ -89,7 +90,7 @@ def test_train_help_lists_every_field():
     assert r.returncode == 0
     for key in config.all_keys():
         assert f"--{key} " in r.stdout
-    for alias in config.ALIASES:
+    for alias in ALIASES:
         assert f"--{alias}" in r.stdout
 
 
@@ -213,7 +214,7 @@ def test_global_batch_size_sets_accumulation():
 
 def test_a_key_in_the_wrong_section_is_pointed_to_its_section():
     """--train.block_size suggested 'train.batch_size'; the key is model.block_size (issue 39)."""
-    from gptrain.config import parse_train_args
+    from gptrain.config_options import parse_train_args
     from gptrain.errors import UserError
 
     with pytest.raises(UserError, match=r"unknown config key 'train.block_size' \(did you mean 'model.block_size'\?\)"):
@@ -223,7 +224,7 @@ def test_a_key_in_the_wrong_section_is_pointed_to_its_section():
 
 
 def test_words_users_type_are_pointed_to_what_they_mean():
-    from gptrain.config import parse_train_args
+    from gptrain.config_options import parse_train_args
     from gptrain.errors import UserError
 
     with pytest.raises(UserError, match=r"unknown option --data \(did you mean '--data.path'\?\)"):

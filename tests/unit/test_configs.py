@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gptrain import config
+from gptrain import config, config_options
 from gptrain.models.registry import PRESETS
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.toml"))
@@ -17,5 +17,5 @@ def test_recipe_parses(path):
 
 
 def test_deepspeed_recipe_applies():
-    cfg = config.parse_train_args(["--deepspeed_config", str(CONFIGS[0].parent / "deepspeed-llama.json")])
+    cfg = config_options.parse_train_args(["--deepspeed_config", str(CONFIGS[0].parent / "deepspeed-llama.json")])
     assert (cfg.train.batch_size, cfg.train.precision, cfg.train.lr, cfg.train.warmup_steps) == (4, "bf16", 2e-5, 100)

@@ -8,7 +8,7 @@ import multiprocessing as mp
 
 import pytest
 
-from gptrain.config import parse_train_args
+from gptrain.config_options import parse_train_args
 from gptrain.train import cpu, plan
 
 G = 1e9

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gptrain import hf_flags
-from gptrain.config import parse_train_args
+from gptrain.config_options import parse_train_args
 from gptrain.config_aliases import ALIASES, DEEPSPEED_FLAGS
 from gptrain.errors import UserError
 from gptrain.train.optim import lr_at

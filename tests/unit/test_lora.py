@@ -5,7 +5,7 @@ line before anything runs."""
 import pytest
 import torch
 
-from gptrain.config import parse_train_args
+from gptrain.config_options import parse_train_args
 from gptrain.errors import UserError
 from gptrain.models.lora import LoRALinear, add_lora, attach, merged
 from gptrain.models.registry import build, build_model_config, config_from_dict

@@ -5,7 +5,7 @@ uninterrupted run sees (a dataset, and a mix)."""
 import numpy as np
 import pytest
 
-from gptrain.config import parse_train_args
+from gptrain.config_options import parse_train_args
 from gptrain.data.loader import BlockLoader
 from gptrain.data.mixture import MixtureLoader, parse_mix
 from gptrain.errors import UserError

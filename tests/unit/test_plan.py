@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from gptrain.config import parse_train_args
+from gptrain.config_options import parse_train_args
 from gptrain.errors import UserError
 from gptrain.train import plan
 

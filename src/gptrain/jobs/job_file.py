@@ -50,7 +50,8 @@ def from_yaml(path: str) -> dict:
     check_types(data, f" in {path}")
     base = Path(path).expanduser().resolve().parent
     if isinstance(data.get("config"), dict):
-        from gptrain.config import Config, apply_option, dump_toml
+        from gptrain.config import Config, dump_toml
+        from gptrain.config_options import apply_option
 
         cfg = Config()
         for section, values in data["config"].items():

@@ -89,7 +89,7 @@ def sets_mix(spec) -> bool:
     and the first one is not also given as data.path (the two are exclusive)."""
     import tomllib
 
-    from gptrain.config import canonical_key, split_options
+    from gptrain.config_options import canonical_key, split_options
 
     if spec.config is not None and tomllib.loads(spec.config).get("data", {}).get("mix"):
         return True

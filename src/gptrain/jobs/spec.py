@@ -172,7 +172,9 @@ class JobSpec:
         recorded, and resolve its paths: every relative path among the flags and in the config
         file is made absolute against the directory the job is submitted from, so the workers
         (which start in the job's folder, on every scheduler) read the files the user meant."""
-        from gptrain.config import DEEPSPEED_FLAGS, Config, canonical_key, dump_toml, load_toml, split_options
+        from gptrain.config import Config, dump_toml, load_toml
+        from gptrain.config_aliases import DEEPSPEED_FLAGS
+        from gptrain.config_options import canonical_key, split_options
 
         from gptrain.jobs.elastic import check_worlds
 
@@ -222,7 +224,8 @@ class JobSpec:
     def trainer_config(self):
         """The trainer Config this job will run with (trainer jobs only); errors name the
         user's config file."""
-        from gptrain.config import Config, load_toml, parse_train_args
+        from gptrain.config import Config, load_toml
+        from gptrain.config_options import parse_train_args
 
         cfg = Config()
         if self.config is not None:

@@ -14,10 +14,10 @@ def train(argv: list[str], resolve=None) -> int:
     (`gptrain stop`, a preemption: 143; Ctrl-C: 130) ended it before its last step, after its checkpoint.
     `resolve(ref, resume=False) -> path` turns model.init_from and checkpoint.resume_from names
     into paths (a job's checkpoint to resume from is its newest, never its kept best)."""
-    from gptrain import config
+    from gptrain.config_options import parse_train_args
     from gptrain.train.trainer import train as run
 
-    cfg = config.parse_train_args(argv)
+    cfg = parse_train_args(argv)
     if resolve is not None:
         if cfg.model.init_from:
             cfg.model.init_from = resolve(cfg.model.init_from)
@@ -33,6 +33,7 @@ def help_text() -> str:
     import typing
 
     from gptrain import config, config_check
+    from gptrain.config_aliases import ALIASES, DEEPSPEED_FLAGS
 
     out = ["usage: gptrain train [CONFIG.toml] [--section.key=value ...] [HF-Trainer-style flags]",
            "", "Train a GPT model in the foreground (alone or under torchrun).", ""]
@@ -41,7 +42,7 @@ def help_text() -> str:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-            tp = config._base_type(hints[f.name])[0]
+            tp = config.base_type(hints[f.name])[0]
             kind = getattr(tp, "__name__", str(tp))
             choices = f.metadata.get("choices")
             kind = "|".join(choices) if choices else kind
@@ -50,10 +51,10 @@ def help_text() -> str:
             out.append(f"  --{section}.{f.name} ({kind}, default {default!r})")
             out.append(f"      {f.metadata['doc']}")
         out.append("")
-    out.append("HF Trainer and FMEngine/DeepSpeed flags accepted as aliases:")
-    for name, (key, _) in config.ALIASES.items():
+    out.append("HF Trainer, FMEngine/DeepSpeed and nanoGPT flags accepted as aliases:")
+    for name, (key, _) in ALIASES.items():
         out.append(f"  --{name:<30} -> {key}")
-    for name in config.DEEPSPEED_FLAGS:
+    for name in DEEPSPEED_FLAGS:
         out.append(f"  --{name + ' FILE':<30} -> batch sizes, precision, optimizer, clipping, lr schedule "
                    "of a DeepSpeed JSON")
     return "\n".join(out)

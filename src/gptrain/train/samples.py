@@ -4,7 +4,8 @@ metrics.sample_prompt, and rank 0 logs them as one line.
 
 Every rank runs the same generation (an FSDP-sharded model needs all of them; a DDP replica is
 called as its plain module), from a generator of its own seeded by the step, in eval mode: the
-training's random state, and so its losses, are those of a run without samples.
+training's random state, and so its losses, are those of a run without samples. Tensor and
+pipeline parallel runs are refused samples (config_check.py).
 """
 
 from __future__ import annotations
@@ -18,14 +19,6 @@ from gptrain.models.generate import generate
 from gptrain.tokenizers import from_spec
 
 TEMPERATURE, TOP_K = 0.8, 200  # nanoGPT's sample.py
-
-
-def check(metrics_cfg, parallel_cfg) -> None:
-    """Refuse samples where one process does not run the whole model's forward."""
-    if metrics_cfg.sample_every and (parallel_cfg.tp > 1 or parallel_cfg.pp > 1):
-        raise UserError(f"--metrics.sample_every needs the whole model in each process's forward; it does not "
-                        f"work with tensor or pipeline parallel (parallel.tp={parallel_cfg.tp}, "
-                        f"parallel.pp={parallel_cfg.pp}): sample from a checkpoint with `gptrain generate`")
 
 
 class Sampler:
