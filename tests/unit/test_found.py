@@ -172,6 +172,14 @@ def test_listing_an_unchanged_nanogpt_checkpoint_does_not_load_torch(tmp_path, i
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True) for _ in range(2)]
     assert [r.stdout.strip().splitlines()[-1] for r in runs] == ["True", "False"], [r.stderr for r in runs]
     assert "nanogpt" in runs[1].stdout and " 42 " in runs[1].stdout
+    # past the grace a new job's supervisor has to appear, a listing ends it (`failed`, with the line
+    # of what a restart would be given): that line reuses the recorded row too (CI took > 10 s and
+    # the second listing loaded torch)
+    with store.transaction() as conn:
+        conn.execute("UPDATE jobs SET created = created - 60, updated = updated - 60 WHERE name = 'nano'")
+    late = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert late.stdout.strip().splitlines()[-1] == "False", (late.stdout, late.stderr)
+    assert store.get_job("nano")["state"] == "failed"
 
 
 def test_trainer_checkpoint_of_a_plain_module_is_one_row(tmp_path):

@@ -89,10 +89,25 @@ def latest(job_dir) -> Path | None:
 
 
 def latest_named(job_dir) -> tuple[Path, str] | tuple[None, None]:
-    """latest() and the checkpoint's name in the job (its row's); (None, None) when none."""
-    rows = scan(job_dir)
+    """latest() and the checkpoint's name in the job (its row's); (None, None) when none. The
+    rows recorded for the job are reused, so an unchanged nanoGPT file is not loaded again (a
+    listing past the supervisor's grace period, which writes a restart line, loaded torch)."""
+    rows = scan(job_dir, _recorded(Path(job_dir).name))
     row = pinned(job_dir, rows) or newest(rows)
     return (None, None) if row is None else (weights_scan.resume_path(row), row["name"])
+
+
+def _recorded(job: str) -> dict:
+    """The job's checkpoint rows as recorded, by name; {} where the database cannot say."""
+    import sqlite3
+
+    from gptrain.errors import UserError
+    from gptrain.jobs import store
+
+    try:
+        return {r["name"]: r for r in store.checkpoints(job)}
+    except (sqlite3.Error, OSError, UserError):  # no database here, or not readable: every file is read
+        return {}
 
 
 def damage_reports(job: str) -> list[dict]:
@@ -107,8 +122,7 @@ def scan_job(job: str) -> list[dict]:
     recorded before passed along so unchanged files are not read again."""
     from gptrain.jobs import store
 
-    known = {r["name"]: r for r in store.checkpoints(job)}
-    return scan(folder.job_dir(job), known)
+    return scan(folder.job_dir(job), {r["name"]: r for r in store.checkpoints(job)})
 
 
 def model_source(ref: str, resume: bool = False) -> str:
