@@ -231,6 +231,12 @@ def _rows(names, aliases: dict, deepspeed_flags) -> list[tuple[str, str, str]]:
     return rows
 
 
+def _table(names, aliases: dict, deepspeed_flags) -> list[str]:
+    """One markdown table of flags: a blank line, its header, a row per flag."""
+    return ["", "| flag | gptrain | what it means here |", "| --- | --- | --- |",
+            *(f"| `--{n}` | {k} | {why.replace('|', '/')} |" for n, k, why in _rows(names, aliases, deepspeed_flags))]
+
+
 def table(aliases: dict, deepspeed_flags=()) -> str:
     """docs/hf-trainer-flags.md: every TrainingArguments field and FMEngine flag, and what gptrain
     does with it."""
@@ -243,24 +249,18 @@ def table(aliases: dict, deepspeed_flags=()) -> str:
              "**accepted** (it changes nothing a run computes or keeps here, for the reason given); "
              "**refused** in one line that gives the reason. Generated from `TrainingArguments` itself by "
              "`python -m gptrain.hf_flags > docs/hf-trainer-flags.md`; tests/unit/test_hf_flags.py fails when "
-             "a field is missing or this file is stale.", "",
-             "| flag | gptrain | what it means here |", "| --- | --- | --- |"]
-    lines += [f"| `--{n}` | {k} | {why.replace('|', '/')} |"
-              for n, k, why in _rows(training_arguments(), aliases, deepspeed_flags)]
+             "a field is missing or this file is stale."]
+    lines += _table(training_arguments(), aliases, deepspeed_flags)
     lines += ["", "## FMEngine's flags", "",
               "Every flag of FMEngine's `cli/train.py` (its ModelArguments, DeepspeedArguments, DataArguments "
               "and TrainerArguments), as the seed's `deepspeed ... cli/train.py` line passes them to "
-              "`gptrain run NAME -- ...`; the same kinds as above.", "",
-              "| flag | gptrain | what it means here |", "| --- | --- | --- |"]
-    lines += [f"| `--{n}` | {k} | {why.replace('|', '/')} |" for n, k, why in _rows(FMENGINE_FIELDS, aliases,
-                                                                                   deepspeed_flags)]
+              "`gptrain run NAME -- ...`; the same kinds as above."]
+    lines += _table(FMENGINE_FIELDS, aliases, deepspeed_flags)
     lines += ["", "## nanoGPT's config keys", "",
               "Every config key of nanoGPT's `train.py`, as its README's lines pass them (`--key=value`) to "
               "`gptrain train` or a job's trainer flags; the same kinds as above. nanoGPT's warmup reaches the "
-              "learning rate at warmup_iters + 1 steps, gptrain's (as HF's) at warmup_iters.", "",
-              "| flag | gptrain | what it means here |", "| --- | --- | --- |"]
-    lines += [f"| `--{n}` | {k} | {why.replace('|', '/')} |" for n, k, why in _rows(NANOGPT_KEYS, aliases,
-                                                                                   deepspeed_flags)]
+              "learning rate at warmup_iters + 1 steps, gptrain's (as HF's) at warmup_iters."]
+    lines += _table(NANOGPT_KEYS, aliases, deepspeed_flags)
     return "\n".join(lines) + "\n"
 
 
