@@ -95,14 +95,35 @@ def db_path():
     return home() / "gptrain.db"
 
 
-def identity() -> tuple[int, int] | None:
-    """(device, inode) of the database file, None when there is none: a supervisor compares it
-    with the one it started with, to notice a database deleted or replaced under it."""
-    try:
-        st = os.stat(db_path())
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
+class Pinned:
+    """The database file as it was when pinned: a supervisor checks at each poll that its job's
+    record is still in that file, not in one deleted or replaced under it.
+
+    It holds the file open for the life of the process: an inode held open cannot be given to a
+    new file, so a database deleted and made again at the same path (by any connect, its own
+    included: ext4 hands the freed inode straight back) never passes for the old one. The
+    descriptor is never closed while the process runs: closing any descriptor of a file drops
+    the process's POSIX locks on it, SQLite's among them."""
+
+    def __init__(self):
+        path = db_path()
+        try:
+            self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            connect().close()  # made now, as any first use of gptrain makes it
+            self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        st = os.fstat(self.fd)
+        self.identity = (st.st_dev, st.st_ino)
+
+    def gone(self) -> bool:
+        """The pinned file was deleted, or another file now stands at its path."""
+        if os.fstat(self.fd).st_nlink == 0:
+            return True
+        try:
+            st = os.stat(db_path())
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) != self.identity
 
 
 class CorruptDatabase(UserError):

@@ -67,7 +67,7 @@ class LostJob(Exception):
 class Supervisor:
     def __init__(self, name: str):
         self.name = name
-        self.db_id = db.identity()  # the database this job is recorded in (checked at each poll)
+        self.db = db.Pinned()  # the database this job is recorded in (checked at each poll)
         self.job = store.get_job(name)
         self.spec = JobSpec.from_dict(self.job["spec"])
         self.dir = folder.job_dir(name)
@@ -110,7 +110,7 @@ class Supervisor:
     # ---- the record: written only while it is this supervisor's ----------------------------
 
     def _check_db(self) -> None:
-        if db.identity() != self.db_id:
+        if self.db.gone():
             raise LostJob(f"{db.db_path()} was deleted or replaced while the job ran")
 
     def _set(self, state: JobState, message: str = "", **fields) -> None:
