@@ -89,9 +89,26 @@ def stop(name: str, timeout: float = 120.0, wait: bool = False) -> str:
         return (f"stopping, asked through {folder.stop_request(folder.job_dir(name))}: {str(e).split(' (')[0]} "
                 "(a local job's supervisor saves a checkpoint and stops it; nothing more is recorded)")
     state = scheduler(record["scheduler"]).stop(name, timeout)
-    while wait and (state := refresh_job(name)["state"]) not in store.TERMINAL:
-        time.sleep(0.5)
+    if wait:
+        state = _wait_ended(name)
     return state
+
+
+SUPERVISOR_EXIT_S = 60.0  # how long `stop --wait` waits for a supervisor that recorded its end to exit
+
+
+def _wait_ended(name: str) -> str:
+    """The job's end state once it is recorded and its supervisor (which writes that state, then
+    reaps what is left) has exited too: when `stop --wait` returns, nothing of the job runs."""
+    from gptrain.jobs import procs
+
+    while (row := refresh_job(name))["state"] not in store.TERMINAL:
+        time.sleep(0.5)
+    ident = json.loads(row["supervisor"]) if row.get("supervisor") else None
+    deadline = time.time() + SUPERVISOR_EXIT_S
+    while ident and procs.alive(ident) and time.time() < deadline:
+        time.sleep(0.1)
+    return row["state"]
 
 
 def resume(name: str, from_id: str | None = None) -> None:

@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from gptrain.jobs import folder
@@ -149,10 +150,23 @@ def tagged(run_id: str) -> list[list]:
     return found
 
 
+KILL_WAIT_S = 30.0  # how long kill_run waits for its victims to be gone
+
+
 def kill_run(run_id: str | None, recorded=()) -> int:
-    """SIGKILL the recorded processes and every process tagged with run_id; how many."""
-    victims = [i for i in recorded if i] + (tagged(run_id) if run_id else [])
-    return sum(kill(i) for i in victims)
+    """SIGKILL the recorded processes and every process tagged with run_id, and return once
+    they are gone (a SIGKILL takes effect when the kernel gets to it: a big process can take a
+    while to release its memory), or after KILL_WAIT_S; how many were signalled. Each look
+    scans again: a process forked by one just signalled is found and killed too."""
+    signalled, deadline = set(), time.time() + KILL_WAIT_S
+    while True:
+        live = [i for i in [*filter(None, recorded), *(tagged(run_id) if run_id else [])] if alive(i)]
+        if not live or time.time() > deadline:
+            return len(signalled)
+        for ident in live:  # (again to one signalled before: a SIGKILL more is harmless)
+            if kill(ident):
+                signalled.add(tuple(ident))
+        time.sleep(0.05)
 
 
 def die_with_parent(expected_parent: int | None = None) -> None:
