@@ -1,7 +1,7 @@
 """The cloud job service's own YAML (the seed's `ads opctl run -f pytorch_mingpt_fsdp.yaml`, with
 its `runtime` replaced as the tutorial says) run by `gptrain run -f` as its users wrote it: a git
 runtime cloned, main + worker replicas as nodes, the cluster's env given, and every field that has
-no meaning here named in one note (jobs/cloud_job.py)."""
+no meaning here named in one note (jobs/programs/cloud_job.py)."""
 
 import json
 import time
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gptrain.errors import UserError
-from gptrain.jobs import cloud_job
+from gptrain.jobs.programs import cloud_job
 from tests.conftest import run_cli
 from tests.jobs_code.programs import git_repository, write
 

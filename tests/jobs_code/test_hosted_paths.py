@@ -1,6 +1,6 @@
 """The hosted tutorials' fixed paths (/input, /input/<dataset>, /output, /output-checkpoint) in a
 program's arguments under the hosted words (`gptrain training run`): the job's dataset and output
-folders, never the machine's own /output (jobs/hosted_paths.py)."""
+folders, never the machine's own /output (jobs/programs/hosted_paths.py)."""
 
 import json
 import time
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gptrain.errors import UserError
-from gptrain.jobs.hosted_paths import rewrite
+from gptrain.jobs.programs.hosted_paths import rewrite
 from tests.conftest import run_cli
 
 PROGRAM = """

@@ -1,7 +1,7 @@
 """--requirements with --repository-url is the repository's own file (a path inside it, read from
 the clone); a program that calls torchrun itself in a --requirements job gives its workers the
 job's packages, and the job's failure reason is the failing worker's error, not torchrun's
-ChildFailedError (jobs/code.py, jobs/launch.py, jobs/logs.py)."""
+ChildFailedError (jobs/programs/code.py, jobs/launch.py, jobs/logs.py)."""
 
 import json
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gptrain.errors import UserError
-from gptrain.jobs.code import read_in_snapshot
+from gptrain.jobs.programs.code import read_in_snapshot
 from tests.conftest import run_cli
 from tests.job_helpers import wait_for
 from tests.jobs_code.programs import git_repository, write
@@ -64,7 +64,7 @@ def test_a_requirements_path_outside_the_repository_is_refused(tmp_path, name):
 
 
 def test_a_repository_requirements_file_is_refused_on_kubernetes_too():
-    from gptrain.jobs.kube_manifest import check_options
+    from gptrain.jobs.engines.kube_manifest import check_options
     from gptrain.jobs.spec import JobSpec
 
     spec = JobSpec(name="k", scheduler="kubernetes", kubernetes={"image": "img", "volume": "pvc"},
@@ -75,7 +75,7 @@ def test_a_repository_requirements_file_is_refused_on_kubernetes_too():
 
 
 def test_a_job_files_requirements_beside_a_repository_is_the_repositorys(tmp_path):
-    from gptrain.jobs.job_file import from_yaml
+    from gptrain.jobs.programs.job_file import from_yaml
 
     (tmp_path / "job.yaml").write_text("name: y\nrepository_url: https://example.com/r.git\n"
                                        "script: train.py\nrequirements: reqs/gpu.txt\n")

@@ -1,6 +1,6 @@
-"""The Kubernetes scheduler's manifests (jobs/kube_manifest.py) as `gptrain run --dry-run` prints
+"""The Kubernetes scheduler's manifests (jobs/engines/kube_manifest.py) as `gptrain run --dry-run` prints
 them, checked against the real JobSet CRD schema of jobset v0.12.0 (crds/README.md), and the
-submit path's one-line refusals. No API server can run here: what talks to one (jobs/kube.py's
+submit path's one-line refusals. No API server can run here: what talks to one (jobs/engines/kube.py's
 Cluster) is exercised only up to the client's absence or an unusable kubeconfig.
 
 The CRD's openAPIV3Schema is checked with jsonschema; its CEL rules (x-kubernetes-validations)
@@ -141,7 +141,7 @@ def test_max_restarts_maps_to_the_jobsets_failure_policy():
 
 @pytest.mark.parametrize("job", ["demo", "my_job.v2", "7b-run", "a" * 64])
 def test_resource_names_are_dns_safe_short_and_distinct(job):
-    from gptrain.jobs.kube_manifest import MAX_NAME, resource_name
+    from gptrain.jobs.engines.kube_manifest import MAX_NAME, resource_name
 
     rn = resource_name(job)
     assert DNS_1035.fullmatch(rn) and len(rn) <= MAX_NAME
@@ -225,7 +225,8 @@ def test_an_unreachable_cluster_is_one_line_and_a_failed_submit_leaves_nothing(i
 
 
 def test_a_recorded_job_reads_as_last_known_while_its_cluster_is_unreachable(isolated_home, tmp_path, monkeypatch):
-    from gptrain.jobs import kube, store
+    from gptrain.jobs import store
+    from gptrain.jobs.engines import kube
     from gptrain.jobs.spec import JobSpec
 
     for k, v in kubeconfig_to_nowhere(tmp_path).items():
@@ -262,7 +263,7 @@ def test_the_grace_period_is_sized_from_the_checkpoint_the_model_writes(isolated
     parameter, shared by the nodes) twice at SAVE_BYTES_PER_S; at least 120 s."""
     import math
 
-    from gptrain.jobs import kube_manifest as km
+    from gptrain.jobs.engines import kube_manifest as km
 
     monkeypatch.setenv("GPTRAIN_ALLOW_LARGE_MODEL", "1")
     small = yaml.safe_load_all(run_cli("run", "small", *BASE, "--", "--model.preset=gpt2").stdout)

@@ -100,7 +100,8 @@ def host_mounts(pod: dict) -> None:
 def prepare_job(tmp_path, name: str, nodes: int):
     """A kubernetes job NAME of NODES x 1, prepared as submit does (jobs/kube.prepare) before its
     API call: its folder, the claim's name, and the JobSet's pod template as written there."""
-    from gptrain.jobs import folder, kube, kube_manifest
+    from gptrain.jobs import folder
+    from gptrain.jobs.engines import kube, kube_manifest
     from gptrain.jobs.spec import JobSpec
 
     assert run_cli("data", "push", "tiny", make_dataset(tmp_path)).returncode == 0
@@ -124,7 +125,7 @@ def node_pods(job: str, template: dict, nodes: int, ips: list[str] | None = None
     index) and the subdomain JobSet gives (its headless service, NAME). With `ips`, hostAliases
     stand in for the cluster's DNS: every pod's NAME-node-0-I.NAME (and its full name in the
     namespace) resolves to that pod's address."""
-    from gptrain.jobs import kube_manifest
+    from gptrain.jobs.engines import kube_manifest
 
     rn = kube_manifest.resource_name(job)
     hosts = [f"{rn}-{kube_manifest.NODE_JOB}-0-{i}" for i in range(nodes)]
@@ -202,7 +203,8 @@ def test_the_jobsets_pod_trains_under_podman_kube_play(podman, tmp_path, isolate
 def test_two_pods_meet_over_the_network_and_train(podman, tmp_path, isolated_home):
     """2 x 1: the two pods, each a host of its own on a bridge network, meet at the rendezvous
     address the manifest names (NAME-node-0-0.NAME:29500) and train one model together."""
-    from gptrain.jobs import folder, kube_manifest
+    from gptrain.jobs import folder
+    from gptrain.jobs.engines import kube_manifest
     from tests.hosts.podman_hosts import bridge_network
 
     jdir, claim, template = prepare_job(tmp_path, "pod2", nodes=2)

@@ -91,7 +91,7 @@ def test_a_killed_rank_restarts_from_the_latest_checkpoint(ray_job):
 def test_an_unasked_sigterm_to_a_worker_preempts_and_the_job_continues(ray_job):
     """SIGTERM to rank 1 on the second node (an admin, an eviction): it saves at the step reached
     with rank 0 and exits 143; the job is `preempted`, continues without spending a restart, and
-    succeeds (jobs/supervisor.py, which the Ray supervisor inherits)."""
+    succeeds (jobs/engines/supervisor.py, which the Ray supervisor inherits)."""
     import re
 
     run_ray("evicted", "--", "--train.max_steps=40", "--checkpoint.every=1000", "--train.do_eval=false", *TRAIN)

@@ -48,7 +48,7 @@ def test_a_repository_url_with_credentials_is_refused_unechoed_and_unstored(url,
 
 def test_plain_repository_urls_still_pass_the_check():
     from gptrain.errors import redact
-    from gptrain.jobs.code import check_url
+    from gptrain.jobs.programs.code import check_url
 
     for url in ("https://github.com/o/r.git", "ssh://git@host/r.git", "git@github.com:o/r.git",
                 "git+ssh://git@host/r", "file:///srv/r.git", "/srv/r", "./r"):

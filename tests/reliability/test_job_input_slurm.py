@@ -70,7 +70,7 @@ def test_hostile_slurm_options_are_refused(tmp_path, isolated_home, flags, words
 
 
 def test_a_time_limit_with_time_to_train_is_taken():
-    from gptrain.jobs.slurm import check_options, signal_lead_s, time_limit_s
+    from gptrain.jobs.engines.slurm import check_options, signal_lead_s, time_limit_s
 
     assert [time_limit_s(v) for v in ("2", "2:30", "1:00:00", "1-0", "1-2:3", "1-2:3:4", "UNLIMITED")] == \
         [120, 150, 3600, 86400, 93780, 93784, None]

@@ -103,7 +103,7 @@ def nowhere_but_secrets(home: Path, value: str) -> None:
 
 def test_the_interpreter_keeps_its_own_botocore_and_the_main_torch():
     code = ("import sys, dateutil, botocore, s3fs, torch, gptrain.cli, gptrain.cli.run, gptrain.cli.train, "
-            "gptrain.train.trainer, gptrain.jobs.supervisor, gptrain.data.remote_shards; "
+            "gptrain.train.trainer, gptrain.jobs.engines.supervisor, gptrain.data.remote_shards; "
             "print(dateutil.__version__, botocore.__file__, torch.__file__, 'kubernetes' in sys.modules)")
     r = subprocess.run([S3PY, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -87,7 +87,7 @@ def test_resume_submits_a_stopped_job_again_from_its_checkpoint(dataset):
 def test_dry_run_matches_docs(tmp_path, monkeypatch):
     import os
 
-    from gptrain.jobs.slurm import PASS_THROUGH
+    from gptrain.jobs.engines.slurm import PASS_THROUGH
 
     for key in [k for k in os.environ if k.startswith(PASS_THROUGH)]:
         monkeypatch.delenv(key)  # the documented script was made in a clean shell

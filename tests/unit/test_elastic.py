@@ -72,7 +72,7 @@ def test_lost_nodes_never_node_0_nor_below_min():
 
 
 def test_job_file_nodes_min_max_quoted_or_not(tmp_path):
-    from gptrain.jobs.job_file import from_yaml
+    from gptrain.jobs.programs.job_file import from_yaml
 
     for text in ("name: e\nnodes: 1:2\n", "name: e\nnodes: '1:2'  # elastic\n"):
         (tmp_path / "job.yaml").write_text(text)

@@ -51,7 +51,7 @@ def modules() -> dict[str, tuple[Path, list[str]]]:
 def edges_of(tree: ast.AST, package: list[str], known) -> set[str]:
     """The modules a parsed module imports: import statements anywhere and, in a module that
     calls importlib.import_module or __import__, the string constants that name a module (its
-    tables: "gptrain.jobs.local", "gptrain.models.gpt2:GPT"). A module named to be run as a
+    tables: "gptrain.jobs.engines.local", "gptrain.models.gpt2:GPT"). A module named to be run as a
     program (`-m gptrain.jobs.rank_log`) is not an import."""
     dynamic = any(isinstance(n, (ast.Attribute, ast.Name)) and getattr(n, "attr", getattr(n, "id", None))
                   in ("import_module", "__import__") for n in ast.walk(tree))
@@ -259,7 +259,7 @@ def test_the_reader_sees_every_kind_of_import():
     graph = import_graph()
     assert "gptrain.weights.layout" in graph["gptrain.train.checkpoint"]  # module level
     assert "gptrain.models.load" in graph["gptrain.train.model_init"]  # inside a function
-    assert "gptrain.jobs.local" in graph["gptrain.jobs.schedulers"]  # an importlib table
+    assert "gptrain.jobs.engines.local" in graph["gptrain.jobs.schedulers"]  # an importlib table
     assert "gptrain.models.gpt2" in graph["gptrain.models.registry"]  # "module:Class"
     assert "gptrain.cli.data" in graph["gptrain.cli"]  # the command groups' table
     mods = modules()
@@ -335,7 +335,7 @@ def test_a_test_module_imported_by_another_is_found():
 
 def test_a_capability_pointing_nowhere_is_found():
     doc, readme = DOCS.read_text(), (ROOT / "README.md").read_text()
-    doc = doc.replace("`jobs/slurm.py`", "`jobs/slurm_engine.py`").replace("`docs/ray.md`", "`docs/rays.md`")
+    doc = doc.replace("`jobs/engines/slurm.py`", "`jobs/slurm_engine.py`").replace("`docs/ray.md`", "`docs/rays.md`")
     assert capability_breaks(doc, readme.replace("## Web console", "## Console")) == [
         "jobs on Slurm: no module jobs/slurm_engine.py", "jobs on Ray: no page docs/rays.md",
         "the web console: no README section 'Web console'"]

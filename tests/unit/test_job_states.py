@@ -74,7 +74,7 @@ def test_an_engine_answer_about_a_replaced_engine_job_is_not_written():
 def test_a_stop_that_comes_as_the_trainer_completes_is_no_stop():
     """The built-in trainer exits 0 only after its last step: a `gptrain stop` that raced its end
     was recorded `stopped` although the run had completed (the state lied)."""
-    from gptrain.jobs.supervisor import stopped_by_request
+    from gptrain.jobs.engines.supervisor import stopped_by_request
 
     assert not stopped_by_request(0, True, "trainer")  # it completed: succeeded
     assert stopped_by_request(143, True, "trainer")  # saved and stopped before its last step

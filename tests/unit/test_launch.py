@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from gptrain.errors import UserError
-from gptrain.jobs import code, folder, found, launch
+from gptrain.jobs import folder, found, launch
+from gptrain.jobs.programs import code
 from gptrain.jobs.spec import JobSpec
 from tests.helpers import trainer_checkpoint
 
@@ -57,9 +58,9 @@ def test_git_work_tree_listing(tmp_path):
 
 
 def test_slurm_script_of_each_entry_kind(isolated_home, monkeypatch):
-    from gptrain.jobs.slurm import build_script
+    from gptrain.jobs.engines.slurm import build_script
 
-    monkeypatch.setattr("gptrain.jobs.slurm.accel_type", lambda spec: "cpu")
+    monkeypatch.setattr("gptrain.jobs.engines.slurm.accel_type", lambda spec: "cpu")
     cmd = JobSpec(name="c", nodes=2, accels=4, command="bash", args=["run.sh", "$GPTRAIN_OUTPUT_DIR"],
                   code="/src").validate()
     text = build_script(cmd)
@@ -83,7 +84,7 @@ def test_entry_command_per_kind(isolated_home):
 
 
 def test_job_yaml_code_fields(tmp_path):
-    from gptrain.jobs.job_file import from_yaml
+    from gptrain.jobs.programs.job_file import from_yaml
 
     (tmp_path / "req.txt").write_text("tinypkg\n")
     (tmp_path / "job.yaml").write_text("name: y\ncode: src\nscript: train.py\nrequirements: req.txt\n"

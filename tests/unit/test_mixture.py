@@ -169,7 +169,7 @@ def test_a_job_with_a_mix_gets_no_data_path_and_absolute_names(prepared, isolate
     assert spec.args == [f"--data.mix={here / 'a'}:1,{here / 'b'}:3"]
     yaml = tmp_path / "job.yaml"  # a job file's inline config takes the table form too
     yaml.write_text("name: y\nconfig:\n  data: {mix: {web: 0.7, code: 0.3}}\n")
-    from gptrain.jobs.job_file import from_yaml
+    from gptrain.jobs.programs.job_file import from_yaml
 
     assert 'mix = "web:0.7,code:0.3"' in from_yaml(str(yaml))["config"]
 

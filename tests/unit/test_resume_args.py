@@ -78,9 +78,9 @@ def test_rewinds_below_the_step_reached():
 
 
 def test_one_process_python_runs_without_torchrun(isolated_home, monkeypatch):
-    from gptrain.jobs.slurm import build_script
+    from gptrain.jobs.engines.slurm import build_script
 
-    monkeypatch.setattr("gptrain.jobs.slurm.accel_type", lambda spec: "cpu")
+    monkeypatch.setattr("gptrain.jobs.engines.slurm.accel_type", lambda spec: "cpu")
     one = JobSpec(name="one", script="train.py", code="/src", resume_args="--r {checkpoint}").validate()
     assert not launch.under_torchrun(one) and not launch.meets_by_rendezvous(one)
     text = build_script(one)
@@ -115,7 +115,7 @@ def test_cli_refuses_in_one_line_and_records_nothing(isolated_home, tmp_path, fl
 
 
 def test_job_yaml_resume_args(tmp_path):
-    from gptrain.jobs.job_file import from_yaml
+    from gptrain.jobs.programs.job_file import from_yaml
 
     (tmp_path / "job.yaml").write_text("name: y\nscript: t.py\nresume_args: nanogpt\n")
     assert from_yaml(str(tmp_path / "job.yaml"))["resume_args"] == "nanogpt"

@@ -1,4 +1,4 @@
-"""What a Slurm job's batch script does after an attempt (jobs/slurm_attempt.py): a time limit's
+"""What a Slurm job's batch script does after an attempt (jobs/engines/slurm_attempt.py): a time limit's
 signal or a preemption requeues the job; a time limit that ends attempt after attempt before a new
 checkpoint stops being requeued after STALLED_LIMIT of them (a --time 2 job with the signal 100 s
 before its end was requeued every 30 s for the whole of a CI run: Slurm sends the signal at its
@@ -8,7 +8,7 @@ script writes them, in the job's output folder."""
 import os
 
 from gptrain.jobs import folder
-from gptrain.jobs.slurm_attempt import ENDED, GAVE_UP, REQUEUE, STALLED_LIMIT, decide
+from gptrain.jobs.engines.slurm_attempt import ENDED, GAVE_UP, REQUEUE, STALLED_LIMIT, decide
 from tests.helpers import trainer_checkpoint
 
 SAVED = "step 7/3000 | loss 3.1\ngptrain: SIGTERM received; saving a checkpoint\nstopped at step 7\n"

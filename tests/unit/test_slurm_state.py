@@ -1,6 +1,6 @@
 """What `gptrain inspect` makes of Slurm's job state (jobs/slurm.seen_state)."""
 
-from gptrain.jobs.slurm import seen_state
+from gptrain.jobs.engines.slurm import seen_state
 
 
 def info(state, reason="None", restarts=0):

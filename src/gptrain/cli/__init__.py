@@ -120,7 +120,7 @@ def _run(argv: list[str] | None) -> int:
     except UserError as e:
         _error_line(e)
         return 2
-    except InfraError as e:  # not the user's: a restart may succeed (jobs/supervisor.py restarts on 1)
+    except InfraError as e:  # not the user's: a restart may succeed (jobs/engines/supervisor.py restarts on 1)
         _error_line(e)
         return 1
     except RuntimeError as e:  # a collective whose peer died: the survivor says so in one line

@@ -67,8 +67,8 @@ def rerun(old: str, name: str, args: list[str] | None = None, config: str | None
 
 
 def read_job_file(path: str) -> dict:
-    """A job.yaml's fields (jobs/job_file.py), for a Request."""
-    from gptrain.jobs import job_file
+    """A job.yaml's fields (jobs/programs/job_file.py), for a Request."""
+    from gptrain.jobs.programs import job_file
 
     return job_file.from_yaml(path)
 
@@ -416,8 +416,8 @@ def zip_job(name: str, dest: Path) -> None:
 # ---- named repositories (`gptrain source`, `run --source NAME`) --------------------------------
 
 def add_source(name: str, url: str, ref: str | None = None) -> str:
-    """Name a git repository (jobs/code.py checks its URL and ref); the URL as kept."""
-    from gptrain.jobs import code
+    """Name a git repository (jobs/programs/code.py checks its URL and ref); the URL as kept."""
+    from gptrain.jobs.programs import code
 
     check_name(name, "source")
     return code.add_source(name, url, ref)

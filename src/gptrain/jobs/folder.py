@@ -97,7 +97,7 @@ def slurm_preempted(jdir: Path) -> Path:
 
 def slurm_requeues(jdir: Path) -> Path:
     """The newest checkpoint at a Slurm job's last requeue and how many time-limit requeues in a
-    row saw no new one (jobs/slurm_attempt.py)."""
+    row saw no new one (jobs/engines/slurm_attempt.py)."""
     return jdir / "slurm-requeues.json"
 
 

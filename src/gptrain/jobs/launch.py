@@ -1,7 +1,7 @@
 """One launcher for every scheduler: what a job's workers run (the entry command), with which
 environment (GPTRAIN_*), under which torchrun arguments, in which directory, and where a stop
-request is written. The local supervisor (jobs/supervisor.py) and the Slurm script
-(jobs/slurm.py) both build their commands here; jobs/rank_log.py, in front of every worker,
+request is written. The local supervisor (jobs/engines/supervisor.py) and the Slurm script
+(jobs/engines/slurm.py) both build their commands here; jobs/rank_log.py, in front of every worker,
 finishes the launch at launch time (GPTRAIN_RESUME_FROM, `$GPTRAIN_*` in arguments, the job's
 resume arguments on a restart: jobs/resume.py).
 
@@ -62,7 +62,7 @@ def meets_by_rendezvous(spec) -> bool:
 
 def python(spec) -> str:
     """The interpreter of a job's Python entrypoint: gptrain's, or the job's --requirements
-    virtualenv layered on it (jobs/code.py)."""
+    virtualenv layered on it (jobs/programs/code.py)."""
     return spec.python or sys.executable
 
 

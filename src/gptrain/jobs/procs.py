@@ -192,12 +192,12 @@ def parent_preexec():
 # ---- the start of a job's supervisor (local and Ray jobs) ------------------------------------
 
 # The schedulers whose jobs are owned by a detached supervisor on this machine, and its module
-# (Ray's drives the job's node agents on the cluster, jobs/ray_supervisor.py).
-SUPERVISORS = {"local": "gptrain.jobs.supervisor", "ray": "gptrain.jobs.ray_supervisor"}
+# (Ray's drives the job's node agents on the cluster, jobs/engines/ray_supervisor.py).
+SUPERVISORS = {"local": "gptrain.jobs.engines.supervisor", "ray": "gptrain.jobs.engines.ray_supervisor"}
 
 
 def start_supervisor(name: str) -> None:
-    """Start the detached supervisor (jobs/supervisor.py) of a queued job and record who it is. SIGTERM is blocked
+    """Start the detached supervisor (jobs/engines/supervisor.py) of a queued job and record who it is. SIGTERM is blocked
     across the start (the child inherits the mask), so a `stop` that lands before the supervisor
     installed its handler stays pending instead of killing it silently."""
     from gptrain.jobs import store

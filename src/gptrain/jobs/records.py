@@ -14,7 +14,8 @@ def create(spec, snapshot, scheduler: str) -> Path:
     on any failure, none of it (the row, the folder and the secrets are removed again). A folder
     already there without a record (left by a job whose gptrain.db was deleted) is refused."""
     from gptrain.errors import UserError, disk_full
-    from gptrain.jobs import code, secrets, store
+    from gptrain.jobs import secrets, store
+    from gptrain.jobs.programs import code
 
     d = folder.job_dir(spec.name)
     store.create_job(spec.name, spec.to_dict(), spec.nodes, spec.accels, scheduler)

@@ -4,7 +4,7 @@ Each engine is a module implementing `Scheduler` (local: a detached supervisor a
 this machine; slurm: sbatch/srun). Every face reaches an engine through `scheduler(name)`, the
 job's own when it exists, never by importing the module. An engine that owns its processes
 elsewhere fits the same shape: `refresh` polls it and records what it says through
-jobs/store.py (ray: a supervisor here polls the job's actors on the cluster, jobs/ray_supervisor.py); `create`/`forget` in jobs/records.py make and undo a job's record and
+jobs/store.py (ray: a supervisor here polls the job's actors on the cluster, jobs/engines/ray_supervisor.py); `create`/`forget` in jobs/records.py make and undo a job's record and
 folder for every engine alike.
 """
 
@@ -33,8 +33,8 @@ class Scheduler(Protocol):
         """The engine's own line about an active job for `inspect`, or None."""
 
 
-SCHEDULERS = {"local": "gptrain.jobs.local", "slurm": "gptrain.jobs.slurm",
-              "kubernetes": "gptrain.jobs.kube", "ray": "gptrain.jobs.ray_cluster"}
+SCHEDULERS = {"local": "gptrain.jobs.engines.local", "slurm": "gptrain.jobs.engines.slurm",
+              "kubernetes": "gptrain.jobs.engines.kube", "ray": "gptrain.jobs.engines.ray_cluster"}
 assert tuple(SCHEDULERS) == ENGINES  # the names a job's spec may give (jobs/spec.py)
 OPERATIONS = tuple(n for n in vars(Scheduler) if not n.startswith("_"))
 

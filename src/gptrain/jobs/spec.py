@@ -13,7 +13,7 @@ anything is recorded.
     config: configs/demo.toml          # or an inline table: {train: {max_steps: 100}}
     args: ["--train.max_steps=100"]    # trainer flags, or the entrypoint's args
     # script: my_train.py              # or module: pkg.train, or command: bash (args: [run.sh])
-    # code: .                          # snapshot this directory (jobs/code.py), or:
+    # code: .                          # snapshot this directory (jobs/programs/code.py), or:
     # repository_url: https://...      # clone (ref: main) -- or source: NAME (gptrain source add)
     # requirements: requirements.txt   # extra packages, in a virtualenv layered on gptrain's
     #                                  # (with repository_url/source: a path inside the repository)
@@ -55,7 +55,7 @@ class JobSpec:
     args: list[str] = field(default_factory=list)
     script: str | None = None          # the user's script: relative to the code snapshot, or absolute
     slurm: dict = field(default_factory=dict)
-    kubernetes: dict = field(default_factory=dict)  # jobs/kube_manifest.py OPTIONS
+    kubernetes: dict = field(default_factory=dict)  # jobs/engines/kube_manifest.py OPTIONS
     ray: dict = field(default_factory=dict)  # the cluster found at submit (address, accel_type)
     entry: str | None = None           # trainer | script | module | command (jobs/launch.py)
     module: str | None = None          # `-m module`

@@ -25,7 +25,7 @@ KUBE_KEYS = ("image", "volume", "namespace", "context", "secrets", "queue", "por
 
 @dataclass
 class Request:
-    """What to submit. `fields`: the job file's (jobs/job_file.py) or an earlier job's spec;
+    """What to submit. `fields`: the job file's (jobs/programs/job_file.py) or an earlier job's spec;
     the rest, when given (not None), override them. `config` is a TOML file's path, or
     `config_text` its text (the console's edited copy)."""
     fields: dict = field(default_factory=dict)
@@ -54,9 +54,9 @@ class Request:
 
 def build(req: Request) -> tuple:
     """(JobSpec, notes) of a request, checked as far as a spec checks itself."""
-    from gptrain.jobs import job_file
+    from gptrain.jobs.programs import job_file
     from gptrain.jobs import spec as spec_mod
-    from gptrain.jobs.local import user_setting
+    from gptrain.jobs.engines.local import user_setting
 
     fields, notes = dict(req.fields), []
     notes += fields.pop("notes", [])
@@ -85,7 +85,7 @@ def build(req: Request) -> tuple:
     fields["secrets"] = {**fields.get("secrets", {}), **spec_mod.parse_env(req.secrets, "--secret")}
     entrypoint(req.entry, fields, req.cwd)
     if req.hosted:
-        from gptrain.jobs.hosted_paths import rewrite
+        from gptrain.jobs.programs.hosted_paths import rewrite
 
         fields["args"], more = rewrite(fields.get("args", []), fields.get("datasets") or [])
         notes += more

@@ -4,7 +4,7 @@
 
 The cluster is found the way Ray's own tools find it: RAY_ADDRESS, else `[ray] address` in
 $GPTRAIN_HOME/config.toml, else the cluster started on this machine (`auto`). The job is owned,
-like a local one, by a detached supervisor on this machine (jobs/ray_supervisor.py): it places
+like a local one, by a detached supervisor on this machine (jobs/engines/ray_supervisor.py): it places
 one bundle per node (STRICT_SPREAD: M GPUs, or M CPUs on a cluster without GPUs), runs one actor
 per bundle that starts that node's torchrun agent (the same command as local and Slurm,
 jobs/launch.py), polls them, restarts from the latest checkpoint and records every transition in
@@ -23,7 +23,8 @@ import socket
 import uuid
 
 from gptrain.errors import UserError
-from gptrain.jobs import local, store
+from gptrain.jobs import store
+from gptrain.jobs.engines import local
 from gptrain.jobs.spec import JobSpec, check_scheduler_options
 
 OPTIONS = ("address",)  # what a job file may say under `ray:` (the rest is found at submit)
@@ -92,7 +93,7 @@ def check_shared(ray, jdir, nodes: list[dict]) -> None:
     code), or one line naming those that do not."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from gptrain.jobs import ray_node
+    from gptrain.jobs.engines import ray_node
 
     token = uuid.uuid4().hex
     marker = jdir / ".ray-shared-check"

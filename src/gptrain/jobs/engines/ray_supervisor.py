@@ -1,11 +1,11 @@
 """The detached process that owns one Ray job, on the machine it was submitted from.
 
-    python -m gptrain.jobs.ray_supervisor NAME      (started by `gptrain run --scheduler ray`)
+    python -m gptrain.jobs.engines.ray_supervisor NAME      (started by `gptrain run --scheduler ray`)
 
-The local supervisor (jobs/supervisor.py) with its agents on the cluster: instead of claiming
+The local supervisor (jobs/engines/supervisor.py) with its agents on the cluster: instead of claiming
 slots here it places the job on the cluster (a placement group, one bundle per node,
 STRICT_SPREAD) and waits, queued, until Ray has room; then one actor per bundle
-(jobs/ray_node.py) starts that node's torchrun agent, which meets the others at node 0's address
+(jobs/engines/ray_node.py) starts that node's torchrun agent, which meets the others at node 0's address
 as Ray reports it (node 0 hosts the c10d store: --rdzv-conf=is_host=1; it is the bundle on this
 supervisor's own node when there is one, so that losing any other host leaves the store, and an
 elastic job goes on: jobs/elastic.py). Everything else is the
@@ -21,10 +21,10 @@ import signal
 
 from gptrain.jobs import folder, launch
 from gptrain.jobs.logs import agent_log
-from gptrain.jobs.ray_cluster import connect, resource
-from gptrain.jobs.ray_node import NodeAgent
+from gptrain.jobs.engines.ray_cluster import connect, resource
+from gptrain.jobs.engines.ray_node import NodeAgent
 from gptrain.jobs.store import JobState
-from gptrain.jobs.supervisor import POLL_S, Supervisor, main
+from gptrain.jobs.engines.supervisor import POLL_S, Supervisor, main
 
 
 DEAD = -9  # the exit code of a node whose actor died (its host lost)

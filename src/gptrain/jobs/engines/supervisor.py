@@ -1,6 +1,6 @@
 """The detached process that owns one local job from queued to its end.
 
-    python -m gptrain.jobs.supervisor NAME      (started by `gptrain run`, in its own session)
+    python -m gptrain.jobs.engines.supervisor NAME      (started by `gptrain run`, in its own session)
 
 queued -> (slots free, first in submission order) starting -> running -> succeeded | failed |
 stopped, with restarting in between when an attempt fails and restarts are left. nodes > 1
@@ -14,7 +14,7 @@ or to a worker (an admin, a container runtime, an OOM killer that sends TERM). T
 a checkpoint at the current step and exit 143; the job is `preempted` and continues from that
 checkpoint by itself, spending none of its --max-restarts (those are for crashes). A run that
 ended before its last step is never `succeeded`: the trainer exits 0 only when it completed. A Ray job's
-supervisor (jobs/ray_supervisor.py) lives the same life with its agents on the cluster: it
+supervisor (jobs/engines/ray_supervisor.py) lives the same life with its agents on the cluster: it
 overrides where the agents run (placement, launch, poll, signal, kill), nothing else.
 
 Every write carries this supervisor's owner token (its run_id, jobs/store.py): when the store
@@ -36,7 +36,8 @@ import time
 import uuid
 
 from gptrain import db
-from gptrain.jobs import elastic, folder, found, launch, local, procs, resume, secrets, store
+from gptrain.jobs import elastic, folder, found, launch, procs, resume, secrets, store
+from gptrain.jobs.engines import local
 from gptrain.jobs.logs import NO_SPACE, agent_log, failed_rank, failure_summary, mentions_no_space, signal_ended
 from gptrain.jobs.reconcile import reconcile
 from gptrain.jobs.spec import JobSpec

@@ -1,4 +1,4 @@
-"""What runs on each node of a Ray job: one actor per placement-group bundle (jobs/ray_supervisor.py
+"""What runs on each node of a Ray job: one actor per placement-group bundle (jobs/engines/ray_supervisor.py
 makes them), owning that node's torchrun agent as a subprocess.
 
 The agent is the same per-node command as on one machine and on Slurm (jobs/launch.py), started

@@ -1,4 +1,4 @@
-"""The Kubernetes scheduler: a job becomes a JobSet (jobs/kube_manifest.py), created, read and
+"""The Kubernetes scheduler: a job becomes a JobSet (jobs/engines/kube_manifest.py), created, read and
 deleted through the official `kubernetes` client (the optional extra `gptrain[kubernetes]`)
 against the user's kubeconfig (KUBECONFIG or ~/.kube/config, --k8s-context; inside a cluster,
 its service account).
@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 
 from gptrain.errors import UserError
-from gptrain.jobs import code, folder, found, launch, records, secrets, store
-from gptrain.jobs import kube_manifest as km
+from gptrain.jobs import folder, found, launch, records, secrets, store
+from gptrain.jobs.programs import code
+from gptrain.jobs.engines import kube_manifest as km
 from gptrain.jobs.logs import agent_log, failure_summary
 from gptrain.jobs.resume import restart_line
 from gptrain.jobs.spec import JobSpec

@@ -1,6 +1,6 @@
 """A gptrain job as what a Kubernetes cluster runs: one JobSet (jobset.x-k8s.io/v1alpha2) and,
 when the job has --secret values, one Secret. Built here from the job's spec, with no client and
-no cluster (`--dry-run` prints them); jobs/kube.py sends them through the official client.
+no cluster (`--dry-run` prints them); jobs/engines/kube.py sends them through the official client.
 
     JobSet NAME          failurePolicy.maxRestarts = --max-restarts; network: a headless service
       replicatedJob node   one Indexed Job, NODES pods (completion index = node rank), each running

@@ -32,10 +32,10 @@ def from_yaml(path: str) -> dict:
         raise UserError(f"job file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise UserError(f"job file {path} must be a mapping of fields (name, nodes, accels, ...)")
-    from gptrain.jobs import cloud_job
+    from gptrain.jobs.programs import cloud_job
 
     notes = []
-    if cloud_job.is_cloud_job(data):  # the cloud job service's own file (jobs/cloud_job.py)
+    if cloud_job.is_cloud_job(data):  # the cloud job service's own file (jobs/programs/cloud_job.py)
         data, notes = cloud_job.translate(data, path)
     elif "kind" in data:
         raise UserError(f"job file {path}: a `kind:` file is read as a cloud job file only with kind "
@@ -73,7 +73,7 @@ def from_yaml(path: str) -> dict:
             and not data.get("repository_url") and not data.get("source"):
         data["script"] = str(base / data["script"])
     if isinstance(data.get("requirements"), str) and (data.get("repository_url") or data.get("source")):
-        data["requirements_file"] = data.pop("requirements")  # the repository's own (jobs/code.py)
+        data["requirements_file"] = data.pop("requirements")  # the repository's own (jobs/programs/code.py)
     elif isinstance(data.get("requirements"), str):
         data["requirements"] = read_config_file(str(base / Path(data["requirements"]).expanduser()),
                                                 "requirements file")

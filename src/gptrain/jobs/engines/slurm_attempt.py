@@ -1,4 +1,4 @@
-"""How a Slurm job's attempt ended, decided by its batch script (jobs/slurm.py) before it exits:
+"""How a Slurm job's attempt ended, decided by its batch script (jobs/engines/slurm.py) before it exits:
 requeue it (a preemption, or its time limit near: the program saved a checkpoint on SIGTERM and
 continues from it), or let it end.
 
@@ -9,7 +9,7 @@ After STALLED_LIMIT such attempts in a row the job is not requeued and fails wit
 (read by slurm.refresh). Preemptions by other jobs are requeued however often they come: each
 one is somebody else's, and the next attempt may run longer.
 
-    python -m gptrain.jobs.slurm_attempt JOB_DIR EXIT_CODE [near-limit]
+    python -m gptrain.jobs.engines.slurm_attempt JOB_DIR EXIT_CODE [near-limit]
 
 prints the line for the job's output and exits 0 when the job is to be requeued, 1 when the
 attempt simply ended (a success, a crash: the exit code says which), 3 when it gave up.
@@ -70,7 +70,7 @@ def decide(jdir: Path, code: int, near_limit: bool) -> tuple[int, str]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (2, 3) or not args[1].lstrip("-").isdigit() or args[2:] not in ([], ["near-limit"], [""]):
-        print("usage: python -m gptrain.jobs.slurm_attempt JOB_DIR EXIT_CODE [near-limit]", file=sys.stderr)
+        print("usage: python -m gptrain.jobs.engines.slurm_attempt JOB_DIR EXIT_CODE [near-limit]", file=sys.stderr)
         return 2
     verdict, line = decide(Path(args[0]), int(args[1]), args[2:] == ["near-limit"])
     if line:

@@ -13,7 +13,7 @@ Preemption and time limits: the script asks for SIGUSR1 SIGNAL_GRACE_S before th
 (`--signal=B:USR1@120`; not TERM, which a `scancel` also sends) and traps it (srun runs in the
 background so the trap runs at once): every task is sent SIGTERM, the trainer saves a checkpoint
 at the step it reached and exits, and the script requeues the job (`--requeue`), which continues
-from that checkpoint (jobs/slurm_attempt.py decides, and stops requeuing a job whose time limit
+from that checkpoint (jobs/engines/slurm_attempt.py decides, and stops requeuing a job whose time limit
 ends attempt after attempt before a new checkpoint). Slurm's own preemption (PreemptMode=REQUEUE) signals the tasks and
 requeues the job itself. Either is
 `preempted`, never `failed` or `succeeded`; `gptrain stop` (a stop request, then SIGTERM to the
@@ -30,7 +30,8 @@ import subprocess
 import sys
 
 from gptrain.errors import UserError
-from gptrain.jobs import code, folder, found, launch, records, secrets, store
+from gptrain.jobs import folder, found, launch, records, secrets, store
+from gptrain.jobs.programs import code
 from gptrain.jobs import resume as resume_mod
 from gptrain.jobs.logs import agent_log, failure_summary
 from gptrain.jobs.spec import ENV_NAME, JobSpec, check_scheduler_options
@@ -103,7 +104,7 @@ def signal_lead_s(sbatch_args: list[str]) -> int:
 def _check_time_left(time: str | None, sbatch_args: list[str]) -> None:
     """Refuse a --time that leaves no time to train before its own signal: Slurm sends it at its
     first check with less than lead + SLURM_CHECK_S seconds left, and the requeued attempts would
-    get it as soon as they start (jobs/slurm_attempt.py ends such a job after 3 of them)."""
+    get it as soon as they start (jobs/engines/slurm_attempt.py ends such a job after 3 of them)."""
     limit = time_limit_s(time) if time else None
     lead = signal_lead_s(sbatch_args)
     if limit is not None and limit - lead - SLURM_CHECK_S < MIN_TRAIN_S:
@@ -226,7 +227,7 @@ def build_script(spec: JobSpec) -> str:
         "# requeued after its time limit's signal, or a SIGTERM nobody asked for with `gptrain stop` (an",
         "# admin, an eviction): preempted; not after a time limit that leaves no time for a checkpoint",
         f'if [ ! -e {stop_file} ] && {{ [ -n "$near_limit" ] || [ "$rc" != 0 ]; }} && '
-        f'{shlex.quote(sys.executable)} -m gptrain.jobs.slurm_attempt {shlex.quote(str(jdir))} "$rc" $near_limit; then',
+        f'{shlex.quote(sys.executable)} -m gptrain.jobs.engines.slurm_attempt {shlex.quote(str(jdir))} "$rc" $near_limit; then',
         '  [ -e {} ] || scontrol requeue "$SLURM_JOB_ID"'.format(stop_file),
         "fi",
         "exit $rc", ""]
@@ -356,7 +357,7 @@ def refresh(name: str) -> dict:
     note = f"Slurm {said}"
     fields = {}
     if state == "failed":
-        gave_up = folder.slurm_gave_up(jdir)  # its time limit ends every attempt (jobs/slurm_attempt.py)
+        gave_up = folder.slurm_gave_up(jdir)  # its time limit ends every attempt (jobs/engines/slurm_attempt.py)
         error = (gave_up.read_text(errors="replace").strip()[:400] if gave_up.is_file()
                  else failure_summary(folder.logs_dir(jdir), info["exit_code"]))
         fields = {"exit_code": info["exit_code"], "error": error}

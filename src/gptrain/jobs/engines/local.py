@@ -1,8 +1,8 @@
 """The local scheduler: jobs on this machine, each watched by a detached supervisor.
 
-`submit` records the job and starts `python -m gptrain.jobs.supervisor NAME` in a new session
+`submit` records the job and starts `python -m gptrain.jobs.engines.supervisor NAME` in a new session
 (it outlives the CLI and the terminal). The supervisor waits for accelerator slots, runs
-torchrun, restarts on failure, and records every transition (jobs/supervisor.py). A job whose
+torchrun, restarts on failure, and records every transition (jobs/engines/supervisor.py). A job whose
 supervisor died is ended or handed to a new supervisor by jobs/reconcile.py; `resume` queues a
 failed or stopped job again, to continue from its latest checkpoint.
 """
@@ -84,7 +84,7 @@ def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
 def record_and_start(spec: JobSpec, scheduler: str, check=None) -> None:
     """Record the job (its code snapshot first) and start its supervisor, with `check(folder)`
     in between: all of it or, on any failure, nothing recorded."""
-    from gptrain.jobs import code
+    from gptrain.jobs.programs import code
 
     with code.staged(spec) as snapshot:  # the code, before anything is recorded
         d = records.create(spec, snapshot, scheduler)
