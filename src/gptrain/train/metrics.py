@@ -143,7 +143,8 @@ def progress_bar(total: int, done: int, is_main: bool):
 def step_health(grad_norm, device) -> dict:
     """What a logged step says besides its loss: the global gradient norm before clipping
     (`grad_norm`, as torchtitan and the HF Trainer log it) and, on a GPU, the peak memory
-    allocated since the last logged step (`mem_gib`; the peak is then reset)."""
+    allocated so far (`mem_gib`). The peak is never reset: it is the process's, and whatever
+    else runs in it (a bench, a user's own code around `train`) may be measuring it too."""
     import torch
 
     out = {}
@@ -151,7 +152,6 @@ def step_health(grad_norm, device) -> dict:
         out["grad_norm"] = norm
     if device.type == "cuda":
         out["mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
-        torch.cuda.reset_peak_memory_stats(device)
     return out
 
 
