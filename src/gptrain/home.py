@@ -28,3 +28,21 @@ def sweep_leftovers() -> None:
     from gptrain.atomic import sweep_leftovers as sweep
 
     sweep(home() / "datasets", home() / "jobs")
+
+
+def user_setting(section: str, key: str):
+    """A value from the user's settings, $GPTRAIN_HOME/config.toml ([defaults], [local], [slurm],
+    [kubernetes], [ray]), or None."""
+    import tomllib
+
+    from gptrain.errors import UserError
+    from gptrain.files import parse_user_text, read_user_text
+
+    path = home() / "config.toml"
+    if not path.is_file():
+        return None
+    try:
+        settings = parse_user_text(tomllib.loads, read_user_text(path, "settings file"), str(path))
+        return settings.get(section, {}).get(key)
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path} is not valid TOML: {e}") from None

@@ -83,10 +83,30 @@ def edges_of(tree: ast.AST, package: list[str], known) -> set[str]:
     return found
 
 
+def calls_import_module(tree: ast.AST) -> bool:
+    return any(isinstance(n, (ast.Attribute, ast.Name)) and getattr(n, "attr", getattr(n, "id", None))
+               in ("import_module", "__import__") for n in ast.walk(tree))
+
+
+def named_modules(tree: ast.AST, known) -> set[str]:
+    """The modules a module's string constants name ("gptrain.jobs.engines.local", "module:Class")."""
+    return {n.value.split(":")[0] for n in ast.walk(tree) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str) and re.fullmatch(r"gptrain(\.\w+)+(:\w+)?", n.value)
+            and n.value.split(":")[0] in known}
+
+
 def import_graph() -> dict[str, set[str]]:
+    """Every module's imports. A module that calls importlib imports, besides the modules its
+    own strings name, those named in a table it imports from another module (the engines'
+    descriptors, jobs/engines/table.py, loaded by jobs/schedulers.py)."""
     mods = modules()
-    return {name: edges_of(ast.parse(f.read_text(), str(f)), package, mods) - {name}
-            for name, (f, package) in mods.items()}
+    trees = {name: ast.parse(f.read_text(), str(f)) for name, (f, _) in mods.items()}
+    graph = {name: edges_of(trees[name], package, mods) - {name} for name, (_, package) in mods.items()}
+    for name, tree in trees.items():
+        if calls_import_module(tree):
+            graph[name] |= {t for imported in list(graph[name]) for t in named_modules(trees[imported], mods)}
+            graph[name].discard(name)
+    return graph
 
 
 def unit(module: str) -> str:
@@ -150,6 +170,18 @@ def face_breaks(graph) -> list[str]:
     return sorted(f"{m} -> {t}" for m, targets in graph.items() if unit(m) in FACES for t in targets
                   if unit(t) != unit(m) and t not in FACE_MAY_USE and not t.endswith(".api")
                   and (m, t) != CONSOLE_STARTER)
+
+
+ENGINES_PKG, ENGINE_TABLE, ENGINE_LOADER = "gptrain.jobs.engines", "gptrain.jobs.engines.table", "gptrain.jobs.schedulers"
+
+
+def engine_breaks(graph) -> list[str]:
+    """Imports of an engine's module from outside jobs/engines/: the job core and the faces know
+    the engines only by their descriptors (jobs/engines/table.py) and reach one through
+    jobs/schedulers.scheduler(name), the one loader."""
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
+                  if t.startswith(ENGINES_PKG + ".") and t != ENGINE_TABLE
+                  and not m.startswith(ENGINES_PKG + ".") and m != ENGINE_LOADER)
 
 
 def undocumented(mods, doc: str) -> list[str]:
@@ -241,6 +273,10 @@ def test_the_faces_reach_the_library_only_through_its_api_modules():
     assert face_breaks(import_graph()) == []
 
 
+def test_the_job_core_reaches_an_engine_only_through_its_descriptor():
+    assert engine_breaks(import_graph()) == []
+
+
 def test_architecture_md_names_every_module():
     assert undocumented(modules(), DOCS.read_text()) == []
 
@@ -259,7 +295,8 @@ def test_the_reader_sees_every_kind_of_import():
     graph = import_graph()
     assert "gptrain.weights.layout" in graph["gptrain.train.checkpoint"]  # module level
     assert "gptrain.models.load" in graph["gptrain.train.model_init"]  # inside a function
-    assert "gptrain.jobs.engines.local" in graph["gptrain.jobs.schedulers"]  # an importlib table
+    assert "gptrain.jobs.engines.local" in graph["gptrain.jobs.schedulers"]  # an importlib table, held in
+    assert "gptrain.jobs.engines.local" not in graph["gptrain.jobs.spec"]  # jobs/engines/table.py
     assert "gptrain.models.gpt2" in graph["gptrain.models.registry"]  # "module:Class"
     assert "gptrain.cli.data" in graph["gptrain.cli"]  # the command groups' table
     mods = modules()
@@ -310,6 +347,14 @@ def test_a_face_reaching_past_an_api_module_is_found():
                                   "gptrain.cli.sources -> gptrain.jobs.store",
                                   "gptrain.ui.views -> gptrain.data.store"]
     assert face_breaks(_planted(gptrain__cli__model="gptrain.models.api")) == []
+
+
+def test_an_engine_reached_past_its_descriptor_is_found():
+    graph = _planted(gptrain__jobs__submission="gptrain.jobs.engines.local",
+                     gptrain__cli__run="gptrain.jobs.engines.slurm")
+    assert engine_breaks(graph) == ["gptrain.cli.run -> gptrain.jobs.engines.slurm",
+                                    "gptrain.jobs.submission -> gptrain.jobs.engines.local"]
+    assert engine_breaks(_planted(gptrain__jobs__spec="gptrain.jobs.engines.table")) == []
 
 
 def test_a_module_the_docs_do_not_name_is_found():

@@ -17,7 +17,7 @@ from pathlib import Path
 from gptrain.errors import BadName, NotFound, UserError
 from gptrain.home import check_name
 from gptrain.jobs import copy_out, folder, records, secrets, store, submission
-from gptrain.jobs.procs import SUPERVISORS
+from gptrain.jobs.engines.table import SUPERVISED
 from gptrain.jobs.schedulers import SCHEDULERS, refresh_job, resume_job, scheduler  # noqa: F401 (the faces' choices)
 from gptrain.jobs.found import dataset_tokenizer, model_source  # noqa: F401 (a MODEL named: its source, its data's tokenizer)
 from gptrain.jobs.metrics_file import MetricsFile  # noqa: F401 (the console's charts read through it)
@@ -235,7 +235,7 @@ def refresh_all(force: bool = False) -> dict[str, dict]:
 
     unrecorded = reconcile()  # every job owned by a supervisor here (local, ray) at once
     for row in store.list_jobs():
-        if row["scheduler"] not in SUPERVISORS and row["state"] in store.ACTIVE:
+        if row["scheduler"] not in SUPERVISED and row["state"] in store.ACTIVE:
             scheduler(row["scheduler"]).refresh(row["name"])
     _refreshed["unrecorded"] = unrecorded
     return unrecorded

@@ -189,20 +189,16 @@ def parent_preexec():
     return lambda: die_with_parent(parent)
 
 
-# ---- the start of a job's supervisor (local and Ray jobs) ------------------------------------
-
-# The schedulers whose jobs are owned by a detached supervisor on this machine, and its module
-# (Ray's drives the job's node agents on the cluster, jobs/engines/ray_supervisor.py).
-SUPERVISORS = {"local": "gptrain.jobs.engines.supervisor", "ray": "gptrain.jobs.engines.ray_supervisor"}
-
+# ---- the start of a job's supervisor (the engines that have one: jobs/engines/table.py) ---------
 
 def start_supervisor(name: str) -> None:
     """Start the detached supervisor (jobs/engines/supervisor.py) of a queued job and record who it is. SIGTERM is blocked
     across the start (the child inherits the mask), so a `stop` that lands before the supervisor
     installed its handler stays pending instead of killing it silently."""
     from gptrain.jobs import store
+    from gptrain.jobs.engines.table import engine
 
-    module = SUPERVISORS[store.get_job(name)["scheduler"]]
+    module = engine(store.get_job(name)["scheduler"]).supervisor
     log = open(folder.supervisor_log(folder.job_dir(name)), "ab")
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:

@@ -16,6 +16,7 @@ import time
 
 from gptrain.db import out_of_space
 from gptrain.jobs import folder, procs, resume, store
+from gptrain.jobs.engines.table import SUPERVISED
 from gptrain.jobs.spec import JobSpec
 from gptrain.jobs.store import JobState
 
@@ -26,7 +27,7 @@ def reconcile(skip: str | None = None) -> dict[str, dict]:
     """Check every active local job but `skip` (the caller's own). Never raises on a full disk:
     returns the verdicts it could not record, {name: {"state", "error"}}, for display."""
     try:
-        rows = store.active_supervised(procs.SUPERVISORS)
+        rows = store.active_supervised(SUPERVISED)
     except sqlite3.OperationalError as e:
         if out_of_space(e):
             return {}

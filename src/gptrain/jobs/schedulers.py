@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Protocol
 
-from gptrain.jobs.spec import ENGINES
+from gptrain.jobs.engines.table import ENGINES, engine
 
 
 class Scheduler(Protocol):
@@ -33,19 +33,13 @@ class Scheduler(Protocol):
         """The engine's own line about an active job for `inspect`, or None."""
 
 
-SCHEDULERS = {"local": "gptrain.jobs.engines.local", "slurm": "gptrain.jobs.engines.slurm",
-              "kubernetes": "gptrain.jobs.engines.kube", "ray": "gptrain.jobs.engines.ray_cluster"}
-assert tuple(SCHEDULERS) == ENGINES  # the names a job's spec may give (jobs/spec.py)
+SCHEDULERS = tuple(ENGINES)  # the names `--scheduler` and a job's spec may give (jobs/engines/table.py)
 OPERATIONS = tuple(n for n in vars(Scheduler) if not n.startswith("_"))
 
 
 def scheduler(name: str) -> Scheduler:
     """The engine named `name` (a job's own, or `--scheduler`); an unknown one is one line."""
-    if name not in SCHEDULERS:
-        from gptrain.errors import UserError, closest
-
-        raise UserError(f"unknown scheduler {name!r}{closest(name, SCHEDULERS)}: use one of {', '.join(SCHEDULERS)}")
-    return importlib.import_module(SCHEDULERS[name])
+    return importlib.import_module(engine(name).module)
 
 
 def refresh_job(name: str) -> dict:

@@ -31,9 +31,9 @@ from pathlib import Path
 from gptrain.config_check import PATH_KEYS
 from gptrain.errors import UserError, closest
 from gptrain.home import check_name
+from gptrain.jobs.engines.table import ENGINES, engine
 from gptrain.jobs.launch import ENTRY_KINDS
 
-ENGINES = ("local", "slurm", "kubernetes", "ray")  # jobs/schedulers.py maps each to its module
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NODES = re.compile(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?")  # N or MIN:MAX
@@ -101,8 +101,7 @@ class JobSpec:
             if getattr(self, key) < least:
                 raise UserError(f"--{key.replace('_', '-')} must be a whole number >= {least}, "
                                 f"got {getattr(self, key)!r}")
-        if self.scheduler not in ENGINES:
-            raise UserError(f"unknown scheduler {self.scheduler!r}: use {' or '.join(ENGINES)}")
+        engine(self.scheduler)  # (an unknown one is one line)
         check_env(self.env, "env")
         check_env(self.secrets, "secret")
         ours = sorted(k for k in self.secrets if k.startswith("GPTRAIN_"))
@@ -160,8 +159,9 @@ class JobSpec:
             return
         if not 1 <= self.min_nodes <= self.nodes:
             raise UserError(f"min_nodes {self.min_nodes} must be between 1 and nodes ({self.nodes})")
-        if self.scheduler not in ("local", "ray"):
-            raise UserError(f"--nodes {self.min_nodes}:{self.nodes} (elastic) runs on the local and ray "
+        if not engine(self.scheduler).elastic:
+            elastic = " and ".join(name for name, e in ENGINES.items() if e.elastic)
+            raise UserError(f"--nodes {self.min_nodes}:{self.nodes} (elastic) runs on the {elastic} "
                             f"schedulers; {self.scheduler} gives a job a fixed set of nodes: use --nodes N")
         if (self.entry or self.kind()) == "command":
             raise UserError(f"--nodes {self.min_nodes}:{self.nodes} (elastic) needs a Python entrypoint "
@@ -199,7 +199,7 @@ class JobSpec:
             cfg = load_toml(self.config_path or "the job's config", Config(), text=self.config)
             if absolute_paths(cfg, base):
                 self.config = dump_toml(cfg)
-        if self.scheduler == "local":  # its workers run here: what they would trip on is one line now
+        if engine(self.scheduler).workers_here:  # what they would trip on is one line now
             cfg = self.trainer_config()
             missing_paths(cfg, base)  # (a cluster's workers may see other paths)
             if cfg.model.attn_implementation == "flash_attention_2":

@@ -56,7 +56,7 @@ def build(req: Request) -> tuple:
     """(JobSpec, notes) of a request, checked as far as a spec checks itself."""
     from gptrain.jobs.programs import job_file
     from gptrain.jobs import spec as spec_mod
-    from gptrain.jobs.engines.local import user_setting
+    from gptrain.home import user_setting
 
     fields, notes = dict(req.fields), []
     notes += fields.pop("notes", [])

@@ -15,7 +15,7 @@ import signal
 from pathlib import Path
 
 from gptrain.errors import UserError
-from gptrain.home import home
+from gptrain.home import home, user_setting
 from gptrain.jobs import procs, records, store
 from gptrain.jobs.folder import job_dir, stop_request, write_stop_request
 from gptrain.jobs.resume import restart_line
@@ -30,22 +30,6 @@ def local_slots() -> tuple[str, int]:
     kind, count = ("gpu", len(list(gpus.iterdir()))) if gpus.is_dir() else ("cpu", os.cpu_count() or 1)
     override = os.environ.get("GPTRAIN_LOCAL_SLOTS") or user_setting("local", "slots")
     return kind, int(override) if override else count
-
-
-def user_setting(section: str, key: str):
-    """A value from $GPTRAIN_HOME/config.toml, or None."""
-    import tomllib
-
-    from gptrain.files import parse_user_text, read_user_text
-
-    path = home() / "config.toml"
-    if not path.is_file():
-        return None
-    try:
-        settings = parse_user_text(tomllib.loads, read_user_text(path, "settings file"), str(path))
-        return settings.get(section, {}).get(key)
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path} is not valid TOML: {e}") from None
 
 
 def refresh(name: str) -> dict:

@@ -23,6 +23,7 @@ import socket
 import uuid
 
 from gptrain.errors import UserError
+from gptrain.home import user_setting
 from gptrain.jobs import store
 from gptrain.jobs.engines import local
 from gptrain.jobs.spec import JobSpec, check_scheduler_options
@@ -45,7 +46,7 @@ def ray_module():
 
 def address() -> str:
     """Where the cluster is, as Ray's tools look for it (a job file's `ray: {address: ...}` first)."""
-    return os.environ.get("RAY_ADDRESS") or local.user_setting("ray", "address") or "auto"
+    return os.environ.get("RAY_ADDRESS") or user_setting("ray", "address") or "auto"
 
 
 def connect(where: str):
