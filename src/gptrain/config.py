@@ -75,6 +75,10 @@ class DataConfig:
     dataset_config_name: str = opt("", "Source dataset config name (recorded, not fetched).")
     max_train_samples: int | None = opt(None, "Use at most this many training blocks per epoch.", ge=1)
     max_eval_samples: int | None = opt(None, "Evaluate on at most this many validation blocks.", ge=1)
+    packing: bool | None = opt(None, "Instruction (SFT) data: several whole examples per training row, each "
+                               "seeing only its own tokens (block-diagonal attention, positions restarting "
+                               "at each example), so the loss is the padded form's without its padding; "
+                               "default: packed when the examples average at most half a block (docs/sft.md).")
 
 
 @dataclass

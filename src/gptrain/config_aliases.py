@@ -58,6 +58,7 @@ ALIASES: dict[str, tuple[str, dict | None]] = {
     "lora_dropout": ("lora.dropout", None),
     "lora_target_modules": ("lora.target_modules", None),
     "load_in_4bit": ("lora.quantize_base", {None: "nf4", "true": "nf4", "false": "none"}),  # (nf4, as bnb_4bit_quant_type)
+    "packing": ("data.packing", {None: "true"}),  # TRL's SFTConfig (several examples a row)
     # FMEngine / DeepSpeed pipeline-training scripts
     "init_ckpt": ("model.init_from", None),
     "data_path": ("data.path", None),

@@ -36,6 +36,7 @@ def check(cfg):
                         "set --lora_r and --model.init_from")
     _check_keep_best(cfg)
     _check_samples(cfg.metrics, cfg.parallel)
+    _check_packing(cfg)
     check_no_credentials(cfg)
     from gptrain.data.mixture import check_config
 
@@ -68,6 +69,21 @@ def _check_samples(metrics_cfg, parallel_cfg) -> None:
         raise UserError(f"--metrics.sample_every needs the whole model in each process's forward; it does not "
                         f"work with tensor or pipeline parallel (parallel.tp={parallel_cfg.tp}, "
                         f"parallel.pp={parallel_cfg.pp}): sample from a checkpoint with `gptrain generate`")
+
+
+def packing_possible(cfg) -> str | None:
+    """Why rows packed with several examples cannot be trained here, or None: the pipeline
+    schedule passes one tensor between stages, and flash_attention_2 takes no mask."""
+    if cfg.parallel.pp > 1:
+        return f"pipeline parallel (parallel.pp={cfg.parallel.pp}) passes no example boundaries between stages"
+    if cfg.model.attn_implementation == "flash_attention_2":
+        return "flash_attention_2 takes no block-diagonal mask: use model.attn_implementation=sdpa"
+    return None
+
+
+def _check_packing(cfg) -> None:
+    if cfg.data.packing and (why := packing_possible(cfg)):
+        raise UserError(f"--data.packing=true: {why}; or set --data.packing=false (one example per row)")
 
 
 # Trainer settings that name a file, folder or URL (besides datasets by name and hub ids): made

@@ -14,6 +14,13 @@ Instruction data (data/sft.py) comes with `examples`: its loss mask and example 
 targets of prompt tokens and of padding -100 (ignored by the loss), so an example never sees
 another's tokens and its loss is the one it has alone. Examples with no target within the
 first block_size + 1 tokens are left out (`left_out` counts them).
+
+Packed (data.packing; `auto` packs when the examples average at most half a block), a "block" is
+a row of several whole examples, one after another in the dataset's order, as many as fit in
+block_size inputs; the batch carries each token's example number (`segments`, -1 for the
+padding at a row's end), from which the model restarts the positions at each example and lets
+a token see only its own example's tokens before it (models/base.Packed): each example's loss is
+the one it has padded, without the padding's compute.
 """
 
 from __future__ import annotations
@@ -37,6 +44,31 @@ def usable_examples(examples, block_size: int) -> np.ndarray:
     return np.flatnonzero(targets[np.maximum(hi, lo)] - targets[lo] > 0).astype(np.int64)
 
 
+def example_spans(examples, usable, block_size: int) -> np.ndarray:
+    """(start, end) in the token file of each usable example, cut to block_size + 1 tokens."""
+    starts = examples[1]
+    return np.stack([starts[usable], np.minimum(starts[usable + 1], starts[usable] + block_size + 1)], axis=1)
+
+
+def pack_rows(spans: np.ndarray, block_size: int) -> np.ndarray:
+    """Where each packed row starts in the examples (rows + 1 offsets): whole examples in order,
+    as many as fit in block_size inputs (an example of n tokens takes n - 1)."""
+    bounds, used = [0], 0
+    for i, n in enumerate(spans[:, 1] - spans[:, 0] - 1):
+        if used + n > block_size:
+            bounds.append(i)
+            used = 0
+        used += n
+    bounds.append(len(spans))
+    return np.asarray(bounds, dtype=np.int64)
+
+
+def packs_well(examples, block_size: int) -> bool:
+    """data.packing=auto: whether the usable examples average at most half a block."""
+    spans = example_spans(examples, usable_examples(examples, block_size), block_size)
+    return len(spans) > 0 and float(np.mean(spans[:, 1] - spans[:, 0] - 1)) <= block_size / 2
+
+
 def count_blocks(n_tokens: int, block_size: int, limit: int | None = None, examples=None) -> int:
     """Training rows: blocks of plain tokens, or usable examples of instruction data."""
     if examples is None:
@@ -48,18 +80,23 @@ def count_blocks(n_tokens: int, block_size: int, limit: int | None = None, examp
 class BlockLoader:
     def __init__(self, tokens: np.ndarray, block_size: int, batch_size: int, rank: int = 0,
                  world: int = 1, seed: int = 0, max_blocks: int | None = None,
-                 vocab_size: int | None = None, source: str = "the dataset", examples=None, order=None):
+                 vocab_size: int | None = None, source: str = "the dataset", examples=None, order=None,
+                 pack: bool = False):
         self.tokens, self.T, self.B = tokens, block_size, batch_size
         self.order = order  # None: a seeded permutation of all blocks; else order(seed, epoch) gives it
         self.vocab_size, self.source = vocab_size, source
         self.rank, self.world, self.seed = rank, world, seed
-        self.examples, self.left_out = examples, 0
+        self.examples, self.left_out, self.rows = examples, 0, None
         if examples is None:
             self.n_blocks = num_blocks(len(tokens), block_size, max_blocks)
         else:
             self.usable = usable_examples(examples, block_size)
             self.left_out = len(examples[1]) - 1 - len(self.usable)
-            self.n_blocks = len(self.usable) if max_blocks is None else min(len(self.usable), max_blocks)
+            self.spans = example_spans(examples, self.usable, block_size)
+            if pack:
+                self.rows = pack_rows(self.spans, block_size)  # row r: examples rows[r]..rows[r+1]-1
+            n = len(self.usable) if self.rows is None else len(self.rows) - 1
+            self.n_blocks = n if max_blocks is None else min(n, max_blocks)
         if self.n_blocks < world:
             raise ValueError("fewer blocks than ranks")
         self.epoch = 0
@@ -115,20 +152,37 @@ class BlockLoader:
         return torch.from_numpy(rows)
 
     def batch(self, indices):
-        """(inputs, targets), each (rows, block_size) int64, of the blocks `indices`."""
+        """(inputs, targets), each (rows, block_size) int64, of the blocks `indices`; packed,
+        (inputs, targets, segments)."""
         if self.examples is None:
             rows = self.blocks(indices)
             return rows[:, :-1], rows[:, 1:]
-        mask, starts = self.examples
+        indices = np.asarray(indices, dtype=np.int64)
         x = np.zeros((len(indices), self.T), dtype=np.int64)  # padding: any id (never a target, never seen)
         y = np.full((len(indices), self.T), -100, dtype=np.int64)
-        for row, i in enumerate(self.usable[np.asarray(indices, dtype=np.int64)]):
-            a, b = starts[i], min(starts[i + 1], starts[i] + self.T + 1)
-            ids = np.asarray(self.tokens[a:b], dtype=np.int64)
-            x[row, : len(ids) - 1] = ids[:-1]
-            y[row, : len(ids) - 1] = np.where(mask[a + 1: b] > 0, ids[1:], -100)
+        if self.rows is None:
+            for row, i in enumerate(indices):
+                self._place(x, y, row, 0, i)
+            self._checked(x)
+            return torch.from_numpy(x), torch.from_numpy(y)
+        seg = np.full((len(indices), self.T), -1, dtype=np.int64)
+        for row, r in enumerate(indices):
+            at = 0
+            for n, i in enumerate(range(self.rows[r], self.rows[r + 1])):
+                end = self._place(x, y, row, at, i)
+                seg[row, at:end], at = n, end
         self._checked(x)
-        return torch.from_numpy(x), torch.from_numpy(y)
+        return torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(seg)
+
+    def _place(self, x, y, row: int, at: int, i: int) -> int:
+        """Usable example i's inputs and targets into row `row` from column `at`; where it ends."""
+        mask = self.examples[0]
+        a, b = self.spans[i]
+        ids = np.asarray(self.tokens[a:b], dtype=np.int64)
+        end = at + len(ids) - 1
+        x[row, at:end] = ids[:-1]
+        y[row, at:end] = np.where(mask[a + 1: b] > 0, ids[1:], -100)
+        return end
 
     def next_batch(self):
         """(inputs, targets), each (rows, block_size) int64."""
@@ -136,14 +190,15 @@ class BlockLoader:
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "offset": self.offset, "seed": self.seed,
-                "n_blocks": self.n_blocks, "block_size": self.T}
+                "n_blocks": self.n_blocks, "block_size": self.T, "packed": self.rows is not None}
 
     def load_state_dict(self, state: dict) -> None:
         """The position of a saved stream. It is global (no rank or world size in it), so a run
         resumed on another number of data-parallel ranks, with the same global batch, goes on
         with the next unseen blocks."""
-        if "n_blocks" not in state or state["n_blocks"] != self.n_blocks or state["block_size"] != self.T:
-            raise ValueError("loader state is for a different dataset or block size")
+        if "n_blocks" not in state or state["n_blocks"] != self.n_blocks or state["block_size"] != self.T \
+                or state.get("packed", False) != (self.rows is not None):
+            raise ValueError("loader state is for a different dataset, block size or data.packing")
         self.epoch, self.offset, self.seed = state["epoch"], state["offset"], state["seed"]
 
 
@@ -239,10 +294,23 @@ class ShardedLoader(BlockLoader):
         return rows
 
 
+def notes(loader, block_size: int) -> list[str]:
+    """What a run says at its start about how its instruction data is read (any loader)."""
+    out = []
+    if getattr(loader, "rows", None) is not None:
+        out.append(f"instruction data packed: {len(loader.usable):,} examples in {loader.n_blocks:,} rows of "
+                   f"{block_size} tokens (data.packing; each example sees only its own tokens)")
+    if loader.left_out:
+        out.append(f"note: {loader.left_out} example(s) have no completion token within their first "
+                   f"{block_size + 1} tokens and are left out (a larger model.block_size keeps them)")
+    return out
+
+
 def open_train_loader(path, block_size: int, batch_size: int, rank: int, world: int, seed: int,
-                      max_blocks: int | None, vocab_size: int) -> BlockLoader:
+                      max_blocks: int | None, vocab_size: int, packing: bool | None = False) -> BlockLoader:
     """The training stream of one prepared dataset (data.path): its train split as blocks, or
-    as examples of instruction data; one line when it has fewer of them than ranks."""
+    as examples of instruction data (packed by `packing`: True, False, or None: when they
+    average at most half a block); one line when it has fewer rows than ranks."""
     from gptrain.data.formats import open_examples
     from gptrain.data.remote_shards import open_tokens
 
@@ -252,8 +320,13 @@ def open_train_loader(path, block_size: int, batch_size: int, rank: int, world: 
         what = "examples with a completion token in their first" if examples else "blocks of"
         raise UserError(f"the training split has fewer {what} {block_size} tokens than data-parallel ranks "
                         f"({world}); use more data or another model.block_size")
-    return make_loader(tokens, block_size, batch_size, rank, world, seed=seed, max_blocks=max_blocks,
-                       vocab_size=vocab_size, source=f"dataset {path}", examples=examples)
+    pack = examples is not None and (packing or (packing is None and packs_well(examples, block_size)))
+    loader = make_loader(tokens, block_size, batch_size, rank, world, seed=seed, max_blocks=max_blocks,
+                         vocab_size=vocab_size, source=f"dataset {path}", examples=examples, pack=pack)
+    if loader.n_blocks < world:
+        raise UserError(f"the training split packs into {loader.n_blocks} row(s) of {block_size} tokens, "
+                        f"fewer than data-parallel ranks ({world}); use more data or data.packing=false")
+    return loader
 
 
 def eval_batches(tokens: np.ndarray, block_size: int, batch_size: int, rank: int = 0,

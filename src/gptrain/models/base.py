@@ -27,12 +27,28 @@ if TYPE_CHECKING:  # the shape (models/registry.py, torch-free): a type here, ne
 CAUSAL = "causal"
 
 
+class Packed:
+    """Rows packed with several examples (data/loader.py, data.packing): from each token's
+    example number, the positions that restart at each example and the block-diagonal causal
+    mask (a token sees the tokens before it in its own example only). So each example's
+    logits are those it has alone in a row of its own, padded."""
+
+    def __init__(self, segments: torch.Tensor):
+        B, T = segments.shape
+        idx = torch.arange(T, device=segments.device).expand(B, T)
+        starts = torch.ones_like(segments, dtype=torch.bool)
+        starts[:, 1:] = segments[:, 1:] != segments[:, :-1]
+        self.positions = idx - torch.cummax(torch.where(starts, idx, 0), dim=1).values  # (B, T)
+        causal = torch.ones(T, T, dtype=torch.bool, device=segments.device).tril()
+        self.mask = ((segments[:, :, None] == segments[:, None, :]) & causal)[:, None]  # (B, 1, T, T)
+
+
 def attention(q, k, v, impl: str, dropout_p: float, mask=CAUSAL):
     """softmax(q k^T / sqrt(d)) v over (B, heads, T, head_dim) tensors.
 
     mask: CAUSAL for a square block (training, prefill), None when every query sees every key
-    (one-token decode), or a boolean (T, S) tensor. `eager` is the reference that the fast
-    kernels are tested against.
+    (one-token decode), or a boolean tensor broadcast to (B, heads, T, S) (a cache's (T, S), a
+    packed batch's (B, 1, T, T)). `eager` is the reference that the fast kernels are tested against.
     """
     causal = isinstance(mask, str)
     if impl == "sdpa":
@@ -48,6 +64,9 @@ def attention(q, k, v, impl: str, dropout_p: float, mask=CAUSAL):
         return att @ v
     if impl == "flash_attention_2":
         from gptrain.models.flash import flash_attention
+
+        if mask is not None and not causal:  # (config_check refuses data.packing with it)
+            raise UserError("flash_attention_2 takes no attention mask (packed rows): use sdpa")
 
         return flash_attention(q, k, v, dropout_p, causal=mask is not None)
     raise UserError(f"unknown attention implementation {impl!r}: use sdpa, eager or flash_attention_2")
@@ -73,7 +92,8 @@ class CausalLM(nn.Module):
         self.loss_fn = cross_entropy  # that path's loss (compiled by parallelize when asked)
         self.init_weights()  # (adapters: models/lora.py attaches them to a built model)
 
-    def embed(self, idx, start_pos: int):
+    def embed(self, idx, start_pos: int, positions=None):
+        """The first hidden states of tokens at positions start_pos.., or at `positions` (B, T)."""
         raise NotImplementedError
 
     def init_weights(self, seed: int | None = None) -> None:
@@ -101,24 +121,26 @@ class CausalLM(nn.Module):
                     n -= tr[key].weight.numel()
         return n
 
-    def forward(self, idx, targets=None, cache=None, start_pos: int = 0, last_only: bool = False):
+    def forward(self, idx, targets=None, cache=None, start_pos: int = 0, last_only: bool = False,
+                segments=None):
         """Logits over the real vocabulary; with targets, (logits, mean loss), where logits is
-        None when the fused loss computed the loss without them.
+        None when the fused loss computed the loss without them. `segments` (B, T): each token's
+        example number in rows packed with several examples (see Packed).
 
         Under pipeline parallel a stage may lack wte (then `idx` is hidden states) or ln_f and
         lm_head (then the hidden states are returned).
         """
         tr = self.transformer
+        if tr["wte"] is not None and start_pos + idx.size(1) > self.config.block_size:
+            raise UserError(f"sequence of {start_pos + idx.size(1)} tokens is longer than the model's "
+                            f"context ({self.config.block_size})")
+        packed = Packed(segments) if segments is not None else None
         if tr["wte"] is not None:
-            T = idx.size(1)
-            if start_pos + T > self.config.block_size:
-                raise UserError(f"sequence of {start_pos + T} tokens is longer than the model's "
-                                f"context ({self.config.block_size})")
-            x = self.embed(idx, start_pos)
+            x = self.embed(idx, start_pos, packed.positions if packed else None)
         else:
             x = idx
         for block in tr.h.values():
-            x = block(x, cache=cache)
+            x = block(x, cache=cache) if packed is None else block(x, packed=packed)
         if tr["ln_f"] is None:
             return x
         x = tr.ln_f(x)

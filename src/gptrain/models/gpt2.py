@@ -31,12 +31,12 @@ class CausalSelfAttention(nn.Module):
         self.dropout = cfg.dropout
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, cache=None):
+    def forward(self, x, cache=None, packed=None):
         B, T, _ = x.shape
         # -1 heads: under tensor parallel this rank holds only its share of the heads.
         qkv = self.c_attn(x).view(B, T, -1, 3, self.head_dim)
         q, k, v = (t.transpose(1, 2) for t in qkv.unbind(dim=3))  # (B, heads, T, d)
-        mask = CAUSAL
+        mask = CAUSAL if packed is None else packed.mask
         if cache is not None:
             k, v, mask = cache.update(self, k, v)
         p = self.dropout if self.training else 0.0
@@ -66,8 +66,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cache=None):
-        x = x + self.attn(self.ln_1(x), cache=cache)
+    def forward(self, x, cache=None, packed=None):
+        x = x + self.attn(self.ln_1(x), cache=cache, packed=packed)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -83,8 +83,8 @@ class GPT(CausalLM):
             ln_f=nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, bias=cfg.bias),
         ))
 
-    def embed(self, idx, start_pos: int):
+    def embed(self, idx, start_pos: int, positions=None):
         tr = self.transformer
-        pos = torch.arange(start_pos, start_pos + idx.size(1), device=idx.device)
+        pos = torch.arange(start_pos, start_pos + idx.size(1), device=idx.device) if positions is None else positions
         return tr.drop(tr.wte(idx) + tr.wpe(pos))
 

@@ -22,13 +22,16 @@ if TYPE_CHECKING:  # a type only (models/registry.py)
     from gptrain.models.registry import GPTConfig
 
 
-def rotary(q, k, start_pos: int, theta: float):
-    """Rotate (B, heads, T, d) queries and keys by their positions start_pos.. (HF's layout:
-    the first and second halves of each head are the pairs)."""
+def rotary(q, k, start_pos: int, theta: float, positions=None):
+    """Rotate (B, heads, T, d) queries and keys by their positions start_pos.., or by
+    `positions` (B, T) (HF's layout: the first and second halves of each head are the pairs)."""
     d, T = q.size(-1), q.size(-2)
     inv_freq = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=q.device).float() / d)
-    pos = torch.arange(start_pos, start_pos + T, device=q.device, dtype=torch.float32)
-    freqs = torch.outer(pos, inv_freq)
+    if positions is None:
+        pos = torch.arange(start_pos, start_pos + T, device=q.device, dtype=torch.float32)
+    else:  # (B, 1, T, d/2): one rotation per row and position, the same for every head
+        pos = positions.to(torch.float32)[:, None]
+    freqs = pos[..., None] * inv_freq
     angles = torch.cat((freqs, freqs), dim=-1)
     cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
 
@@ -50,13 +53,14 @@ class LlamaAttention(nn.Module):
         self.head_dim, self.theta = d, cfg.rope_theta
         self.impl, self.dropout = cfg.attn_implementation, cfg.dropout
 
-    def forward(self, x, cache=None):
+    def forward(self, x, cache=None, packed=None):
         B, T, _ = x.shape
         # -1 heads: under tensor parallel this rank holds only its share of the heads.
         q, k, v = (proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
-        q, k = rotary(q, k, cache.pos if cache is not None else 0, self.theta)
-        mask = CAUSAL
+        q, k = rotary(q, k, cache.pos if cache is not None else 0, self.theta,
+                      packed.positions if packed is not None else None)
+        mask = CAUSAL if packed is None else packed.mask
         if cache is not None:
             k, v, mask = cache.update(self, k, v)
         group = q.size(1) // k.size(1)
@@ -85,8 +89,8 @@ class LlamaBlock(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
         self.mlp = LlamaMLP(cfg)
 
-    def forward(self, x, cache=None):
-        x = x + self.self_attn(self.input_layernorm(x), cache=cache)
+    def forward(self, x, cache=None, packed=None):
+        x = x + self.self_attn(self.input_layernorm(x), cache=cache, packed=packed)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -100,5 +104,5 @@ class Llama(CausalLM):
             ln_f=nn.RMSNorm(cfg.n_embd, eps=cfg.layer_norm_eps),
         ))
 
-    def embed(self, idx, start_pos: int):
+    def embed(self, idx, start_pos: int, positions=None):
         return self.transformer.wte(idx)  # positions enter through the rotary embeddings

@@ -133,7 +133,7 @@ class Checkpointing:
         try:
             self.loader.load_state_dict(state["loader"])
         except ValueError:
-            self.log_main("warning: the dataset or block size changed; the data order restarts")
+            self.log_main("warning: the dataset, block size or data.packing changed; the data order restarts")
         if state.get("world_size") == self.env.world:
             ckpt.load_rng(path)
         if self.scaler and state.get("scaler"):

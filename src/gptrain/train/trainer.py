@@ -23,9 +23,10 @@ import torch
 import torch.distributed as dist
 
 from gptrain.config import Config, dump_toml
+from gptrain.config_check import packing_possible
 from gptrain.data.formats import open_examples, read_meta
 from gptrain.data import mixture
-from gptrain.data.loader import count_blocks, eval_batches, open_train_loader
+from gptrain.data.loader import count_blocks, eval_batches, notes, open_train_loader
 from gptrain.data.remote_shards import is_remote_folder, open_tokens
 from gptrain.distributed import pipeline
 from gptrain.distributed.mesh import init_distributed
@@ -104,10 +105,9 @@ class Trainer(Checkpointing):
         stream = (T, self.plan.batch_size, self.dp_rank, self.dims.dp, tc.seed, cfg.data.max_train_samples,
                   self.vocab_size)
         self.loader = mixture.MixtureLoader.open(self.sources, *stream) if cfg.data.mix else \
-            open_train_loader(self.data_dir, *stream)
-        if self.loader.left_out:
-            self.log_main(f"note: {self.loader.left_out} example(s) have no completion token within their "
-                          f"first {T + 1} tokens and are left out (a larger model.block_size keeps them)")
+            open_train_loader(self.data_dir, *stream, packing=False if packing_possible(cfg) else cfg.data.packing)
+        for line in notes(self.loader, T):
+            self.log_main(line)
         self.val_sets = [(name, w, path, *split) for name, w, path in self.sources
                          if (split := self._val_split(path, T)) is not None]
         batches_per_epoch = self.loader.batches_per_epoch() / self.plan.grad_accum_steps
@@ -212,9 +212,9 @@ class Trainer(Checkpointing):
         loss_sum = torch.zeros((), device=device)
         accum = self.plan.grad_accum_steps
         for micro, batch in enumerate(batches):
-            x, y = (self._to_device(t) for t in batch)
+            x, y, *packed = (self._to_device(t) for t in batch)  # packed: the rows' segments
             with self._grad_sync(micro == accum - 1), self.autocast():
-                _, loss = self.parts[0](x, y)
+                _, loss = self.parts[0](x, y, segments=packed[0] if packed else None)
             scaled = loss / accum
             (self.scaler.scale_loss(scaled) if self.scaler else scaled).backward()
             loss_sum += loss.detach()
