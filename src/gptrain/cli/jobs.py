@@ -29,7 +29,7 @@ def register(sub) -> None:
     p = sub.add_parser("stop", help="stop a job: it saves a checkpoint and exits")
     p.add_argument("name")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before the stop is forced")
-    p.add_argument("--wait", action="store_true", help="return when the job has stopped")
+    p.add_argument("--wait", action="store_true", help="return when the job has stopped and its supervisor has exited (nothing of it runs any more)")
     p.set_defaults(func=cmd_stop)
 
     p = sub.add_parser("resume", help="run a failed or stopped job again from its latest checkpoint",
