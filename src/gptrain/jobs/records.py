@@ -70,6 +70,25 @@ def sync_checkpoints(name: str) -> None:
                 raise
 
 
+def record_seen(name: str, job: dict, state, note: str, fields: dict) -> dict:
+    """What a polled engine (slurm, kubernetes) saw of a job, written as its state: a failure
+    with its error (the engine's, else the failing rank's from the logs) in the event too, and
+    the checkpoints synced once it runs or has ended. Nothing is written when the record moved
+    on meanwhile (resumed as another engine job, or ended). Returns the job as recorded."""
+    from gptrain.jobs import found, store
+    from gptrain.jobs.logs import failure_summary
+
+    state = store.JobState(state)
+    if state == store.JobState.FAILED:
+        fields.setdefault("exit_code", 1)
+        fields.setdefault("error", failure_summary(folder.logs_dir(folder.job_dir(name)), fields["exit_code"]))
+        note = f"{note}: {fields['error']}"
+    if store.set_state(name, state, note, engine_job=job["external_id"], **fields) and \
+            (state.is_terminal() or state == store.JobState.RUNNING):
+        store.sync_checkpoints(name, found.scan_job(name), found.damage_reports(name))
+    return store.get_job(name)
+
+
 def remove(name: str, job: dict) -> None:
     """Delete a finished job (`job`: its record, brought up to date by its scheduler): its
     record, its directory, its secrets."""

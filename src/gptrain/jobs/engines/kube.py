@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 
 from gptrain.errors import UserError
-from gptrain.jobs import folder, found, launch, records, secrets, store
+from gptrain.jobs import folder, launch, records, secrets, store
 from gptrain.jobs.programs import code
 from gptrain.jobs.engines import kube_manifest as km
-from gptrain.jobs.logs import agent_log, failure_summary
+from gptrain.jobs.logs import agent_log
+from gptrain.jobs.store import JobState
 from gptrain.jobs.resume import restart_line
 from gptrain.jobs.spec import JobSpec
 
@@ -202,26 +203,27 @@ def _save_pod_logs(cluster: Cluster, pods, logs) -> None:
             agent_log(logs, index).write_text(text)
 
 
-def _state(job: dict, obj: dict | None, pods, stopping: bool) -> tuple[str, str]:
+def _state(job: dict, obj: dict | None, pods, stopping: bool) -> tuple[JobState, str]:
     """gptrain's state and a note, from the JobSet (None: gone) and its pods."""
+    S = JobState
     if obj is None:
-        return ("stopped", "JobSet deleted") if stopping else ("failed", "the JobSet was deleted outside gptrain")
+        return (S.STOPPED, "JobSet deleted") if stopping else (S.FAILED, "the JobSet was deleted outside gptrain")
     done = _conditions(obj)
-    for kind, state in (("Completed", "succeeded"), ("Failed", "failed")):
+    for kind, state in (("Completed", S.SUCCEEDED), ("Failed", S.FAILED)):
         if kind in done:
             c = done[kind]
             return state, f"JobSet {kind}" + (f" ({c.get('reason')}: {c.get('message')})" if c.get("reason") else "")
     phases = _phases(pods)
     if stopping:
-        return "stopping", "JobSet being deleted"
+        return S.STOPPING, "JobSet being deleted"
     if (obj.get("status") or {}).get("restarts", 0) > job["restarts"]:
-        return "restarting", f"JobSet restart {obj['status']['restarts']}"
+        return S.RESTARTING, f"JobSet restart {obj['status']['restarts']}"
     if "Suspended" in done:
-        return "queued", "JobSet suspended (waiting for Kueue's admission)" if km.QUEUE_LABEL in \
+        return S.QUEUED, "JobSet suspended (waiting for Kueue's admission)" if km.QUEUE_LABEL in \
             obj["metadata"].get("labels", {}) else "JobSet suspended"
     if phases.get("Running"):
-        return "running", f"{phases['Running']} pod(s) running"
-    return ("starting", f"{phases['Pending']} pod(s) pending") if phases.get("Pending") else ("queued", "no pods yet")
+        return S.RUNNING, f"{phases['Running']} pod(s) running"
+    return (S.STARTING, f"{phases['Pending']} pod(s) pending") if phases.get("Pending") else (S.QUEUED, "no pods yet")
 
 
 def refresh(name: str) -> dict:
@@ -245,16 +247,10 @@ def refresh(name: str) -> dict:
     if state == job["state"] and restarts == job["restarts"]:
         return job
     fields: dict = {"restarts": restarts}
-    if state in store.TERMINAL:
+    if state.is_terminal():
         _save_pod_logs(cluster, pods, folder.logs_dir(jdir))
-        fields["exit_code"] = 0 if state != "failed" else _exit_code(pods)
-    if state == "failed":
-        fields["error"] = failure_summary(folder.logs_dir(jdir), fields["exit_code"])
-        note = f"{note}: {fields['error']}"
-    store.set_state(name, state, note, engine_job=job["external_id"], **fields)
-    if state in store.TERMINAL or state == "running":
-        store.sync_checkpoints(name, found.scan_job(name), found.damage_reports(name))
-    return store.get_job(name)
+        fields["exit_code"] = 0 if state != JobState.FAILED else _exit_code(pods)
+    return records.record_seen(name, job, state, note, fields)
 
 
 def describe(job: dict) -> str | None:
@@ -291,7 +287,7 @@ def stop(name: str, timeout: float) -> str:
         folder.stop_request(jdir).unlink(missing_ok=True)
         raise
     grace = km.grace_seconds(JobSpec.from_dict(job["spec"]))
-    store.set_state(name, "stopping", f"JobSet deleted: pods get SIGTERM (SIGKILL after {grace}s)",
+    store.set_state(name, JobState.STOPPING, f"JobSet deleted: pods get SIGTERM (SIGKILL after {grace}s)",
                     engine_job=job["external_id"])
     return "stopping"
 
@@ -330,6 +326,6 @@ def resume(name: str) -> None:
     try:
         uid = _create(cluster, spec)
     except UserError as e:
-        store.set_state(name, "failed", str(e), exit_code=job["exit_code"])
+        store.set_state(name, JobState.FAILED, str(e), exit_code=job["exit_code"])
         raise
     _recorded(name, uid, "created the JobSet again")

@@ -15,7 +15,7 @@ import signal
 from pathlib import Path
 
 from gptrain.errors import UserError
-from gptrain.home import home, user_setting
+from gptrain.home import user_setting
 from gptrain.jobs import procs, records, store
 from gptrain.jobs.folder import job_dir, stop_request, write_stop_request
 from gptrain.jobs.resume import restart_line

@@ -30,20 +30,22 @@ import subprocess
 import sys
 
 from gptrain.errors import UserError
-from gptrain.jobs import folder, found, launch, records, secrets, store
+from gptrain.jobs import folder, launch, records, secrets, store
 from gptrain.jobs.programs import code
 from gptrain.jobs import resume as resume_mod
-from gptrain.jobs.logs import agent_log, failure_summary
+from gptrain.jobs.logs import agent_log
+from gptrain.jobs.store import JobState
 from gptrain.jobs.spec import ENV_NAME, JobSpec, check_scheduler_options
 
 # Slurm job state -> gptrain state
-STATES = {
-    "PENDING": "queued", "REQUEUE_HOLD": "queued", "SUSPENDED": "queued", "CONFIGURING": "starting",
-    "RUNNING": "running", "COMPLETING": "running", "RESIZING": "running", "SIGNALING": "running",
-    "STAGE_OUT": "running", "REQUEUED": "restarting", "REQUEUE_FED": "restarting",
-    "PREEMPTED": "preempted", "COMPLETED": "succeeded", "CANCELLED": "stopped", "STOPPED": "stopped",
-    "FAILED": "failed", "TIMEOUT": "failed", "NODE_FAIL": "failed", "OUT_OF_MEMORY": "failed",
-    "BOOT_FAIL": "failed", "DEADLINE": "failed", "SPECIAL_EXIT": "failed", "REVOKED": "failed",
+S = JobState
+STATES = {  # Slurm's job states as gptrain's
+    "PENDING": S.QUEUED, "REQUEUE_HOLD": S.QUEUED, "SUSPENDED": S.QUEUED, "CONFIGURING": S.STARTING,
+    "RUNNING": S.RUNNING, "COMPLETING": S.RUNNING, "RESIZING": S.RUNNING, "SIGNALING": S.RUNNING,
+    "STAGE_OUT": S.RUNNING, "REQUEUED": S.RESTARTING, "REQUEUE_FED": S.RESTARTING,
+    "PREEMPTED": S.PREEMPTED, "COMPLETED": S.SUCCEEDED, "CANCELLED": S.STOPPED, "STOPPED": S.STOPPED,
+    "FAILED": S.FAILED, "TIMEOUT": S.FAILED, "NODE_FAIL": S.FAILED, "OUT_OF_MEMORY": S.FAILED,
+    "BOOT_FAIL": S.FAILED, "DEADLINE": S.FAILED, "SPECIAL_EXIT": S.FAILED, "REVOKED": S.FAILED,
 }
 PASS_THROUGH = ("NCCL_", "UCX_", "FI_", "GLOO_", "TORCH_", "CUDA_", "HF_", "WANDB_")
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")  # such pass-through variables are secrets
@@ -288,7 +290,7 @@ def resume(name: str) -> str:
     r = _run(["sbatch", "--parsable", str(script)])
     if r.returncode != 0:
         reason = f"sbatch refused the job: {(r.stderr.strip().splitlines() or ['?'])[-1]}"
-        store.set_state(name, "failed", reason, exit_code=job["exit_code"])
+        store.set_state(name, JobState.FAILED, reason, exit_code=job["exit_code"])
         raise UserError(reason)
     job_id = r.stdout.strip().split(";")[0]
     store.update(name, external_id=job_id)
@@ -323,14 +325,14 @@ def describe(job: dict) -> str | None:
                      + (f" (reason: {info['reason']})" if info["reason"] != "None" else ""))
 
 
-def seen_state(info: dict, was: str) -> tuple[str, str]:
+def seen_state(info: dict, was: str) -> tuple[JobState, str]:
     """The gptrain state of what `query` said, and Slurm's words for the event. A job that
     was starting or running and is PENDING with its restarts counted was requeued between two
     looks (a node failed, `scontrol requeue`: Slurm shows REQUEUED only for an instant)."""
-    state = STATES.get(info["state"], "running")
+    state = STATES.get(info["state"], S.RUNNING)
     said = info["state"] + (f" ({info['reason']})" if info["reason"] not in ("None", "") else "")
-    if state == "queued" and was in ("starting", "running") and info.get("restarts", 0) > 0:
-        return "restarting", f"requeued the job (restart {info['restarts']}), now {said}"
+    if state == S.QUEUED and was in (S.STARTING, S.RUNNING) and info.get("restarts", 0) > 0:
+        return S.RESTARTING, f"requeued the job (restart {info['restarts']}), now {said}"
     return state, said
 
 
@@ -348,29 +350,21 @@ def refresh(name: str) -> dict:
         code = int(exit_file.read_text().strip() or 1)
         info = {"state": "COMPLETED" if code == 0 else "FAILED", "reason": "None", "exit_code": code}
     state, said = seen_state(info, job["state"])
-    if state == "restarting" and folder.slurm_preempted(jdir).is_file():  # the script requeued it
-        state, said = "preempted", f"{said}: {folder.slurm_preempted(jdir).read_text(errors='replace').strip()[:200]}"
+    if state == S.RESTARTING and folder.slurm_preempted(jdir).is_file():  # the script requeued it
+        state, said = S.PREEMPTED, f"{said}: {folder.slurm_preempted(jdir).read_text(errors='replace').strip()[:200]}"
     if folder.stop_request(jdir).is_file():
-        state = "stopped" if state in store.TERMINAL else ("stopping" if state == "running" else state)
+        state = S.STOPPED if state.is_terminal() else (S.STOPPING if state == S.RUNNING else state)
     if state == job["state"]:
         return job
-    note = f"Slurm {said}"
-    fields = {}
-    if state == "failed":
-        gave_up = folder.slurm_gave_up(jdir)  # its time limit ends every attempt (jobs/engines/slurm_attempt.py)
-        error = (gave_up.read_text(errors="replace").strip()[:400] if gave_up.is_file()
-                 else failure_summary(folder.logs_dir(jdir), info["exit_code"]))
-        fields = {"exit_code": info["exit_code"], "error": error}
-        note = f"{note}: {fields['error']}"
-    elif state in ("succeeded", "stopped"):
-        fields = {"exit_code": info["exit_code"]}
-    elif state in ("restarting", "preempted"):  # a requeue: what the program is given when it starts again
+    note, fields = f"Slurm {said}", {}
+    if state in (S.FAILED, S.SUCCEEDED, S.STOPPED):
+        fields["exit_code"] = info["exit_code"]
+    gave_up = folder.slurm_gave_up(jdir)  # its time limit ends every attempt (jobs/engines/slurm_attempt.py)
+    if state == S.FAILED and gave_up.is_file():
+        fields["error"] = gave_up.read_text(errors="replace").strip()[:400]
+    elif state in (S.RESTARTING, S.PREEMPTED):  # a requeue: what the program is given when it starts again
         note = f"{note}: {resume_mod.restart_line(JobSpec.from_dict(job['spec']), jdir)}"
-    if not store.set_state(name, state, note, engine_job=job["external_id"], **fields):
-        return store.get_job(name)  # resumed (another Slurm job) or ended meanwhile: not ours to write
-    if state in store.TERMINAL or state == "running":
-        store.sync_checkpoints(name, found.scan_job(name), found.damage_reports(name))
-    return store.get_job(name)
+    return records.record_seen(name, job, state, note, fields)
 
 
 def stop(name: str, timeout: float) -> str:
@@ -388,5 +382,5 @@ def stop(name: str, timeout: float) -> str:
         subprocess.Popen(["sh", "-c", f"sleep {float(timeout)}; scancel {shlex.quote(job_id)}"],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          start_new_session=True)
-    store.set_state(name, "stopping", f"SIGTERM sent to every task; scancel after {timeout:.0f}s", engine_job=job_id)
+    store.set_state(name, S.STOPPING, f"SIGTERM sent to every task; scancel after {timeout:.0f}s", engine_job=job_id)
     return store.get_job(name)["state"]
