@@ -77,8 +77,23 @@ def train(*args, nproc: int = 1, timeout: int = 600, check: bool = True):
     return r
 
 
+def step_dir(output_dir, step: int) -> Path:
+    """The folder of the checkpoint a run's folder (or a job's) holds for `step`, as the library
+    names it (weights/layout.py's root_of and step_name)."""
+    from gptrain.weights import layout
+
+    return layout.root_of(output_dir) / layout.step_name(step)
+
+
+def metrics_rows(output_dir) -> list[dict]:
+    """Every row of a run's metrics.jsonl (run_layout.py names it), in order."""
+    from gptrain import run_layout
+
+    return [json.loads(line) for line in run_layout.metrics_file(output_dir).read_text().splitlines()]
+
+
 def losses(out: Path) -> dict[int, float]:
-    rows = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+    rows = metrics_rows(out)
     return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
 
 
@@ -151,13 +166,17 @@ def edit_meta(d, edit) -> None:
 
 def rewind_to(out, step):
     """Make the run look as if it stopped right after the checkpoint at `step`."""
-    root = out / "checkpoints"
+    from gptrain import run_layout
+    from gptrain.weights import layout
+
+    root = layout.root_of(out)
     for p in root.glob("step-*"):
         if int(p.name.split("-")[1]) > step:
             shutil.rmtree(p)
-    (root / "latest").write_text(f"step-{step:06d}\n")
-    lines = (out / "metrics.jsonl").read_text().splitlines()
-    (out / "metrics.jsonl").write_text("".join(l + "\n" for l in lines if json.loads(l)["step"] <= step))
+    (root / "latest").write_text(layout.step_name(step) + "\n")
+    metrics = run_layout.metrics_file(out)
+    lines = metrics.read_text().splitlines()
+    metrics.write_text("".join(l + "\n" for l in lines if json.loads(l)["step"] <= step))
 
 
 def nanogpt_ckpt(path, iter_num=250, val=1.5, vocab=50304, n_layer=2, n_embd=32, block=64, seed=0):

@@ -58,9 +58,43 @@ def job_dir(name):
     return folder(name)
 
 
+def logs_dir(name):
+    """A job's logs/ folder (jobs/folder.py names it)."""
+    from gptrain.jobs import folder
+
+    return folder.logs_dir(job_dir(name))
+
+
+def rank_log_path(name, rank=0):
+    """The path of a job's rank-R.log (jobs/logs.py names it)."""
+    from gptrain.jobs.logs import rank_log as named
+
+    return named(logs_dir(name), rank)
+
+
+def agent_log_path(name, node=0):
+    """The path of a node's torchrun agent output in a job's logs (jobs/logs.py names it)."""
+    from gptrain.jobs.logs import agent_log
+
+    return agent_log(logs_dir(name), node)
+
+
+def checkpoints_dir(name):
+    """A job's checkpoints/ folder, its GPTRAIN_CHECKPOINT_DIR (jobs/folder.py names it)."""
+    from gptrain.jobs import folder
+
+    return folder.checkpoints_dir(job_dir(name))
+
+
+def zip_name(name, path) -> str:
+    """The name `gptrain fetch NAME` gives a file of the job's folder in its zip: NAME/, then the
+    file's path inside the folder."""
+    return f"{name}/{path.relative_to(job_dir(name)).as_posix()}"
+
+
 def logs_tail(name) -> dict:
     """Each log file of a job: its last 1500 characters (what an assertion shows)."""
-    logs = job_dir(name) / "logs"
+    logs = logs_dir(name)
     return {p.name: p.read_text(errors="replace")[-1500:] for p in logs.glob("*")} if logs.is_dir() else {}
 
 
@@ -119,7 +153,7 @@ def states_until_done(name, timeout=600) -> list[str]:
 
 def worker_pids(name) -> dict[int, int]:
     """Training worker pids of a job, by rank (the processes that opened rank-R.log)."""
-    logs = str(job_dir(name) / "logs")
+    logs = str(logs_dir(name))
     pids = {}
     for proc in os.listdir("/proc"):
         if not proc.isdigit():
@@ -153,7 +187,7 @@ def trainer_pids(output_dir) -> list[int]:
 def job_processes(name) -> set[int]:
     """Every live process of a job, found independently of the code under test: the supervisor
     recorded for it and whatever runs with the job's GPTRAIN_CHECKPOINT_DIR in its environment."""
-    found = live_with_env(f"GPTRAIN_CHECKPOINT_DIR={job_dir(name) / 'checkpoints'}")
+    found = live_with_env(f"GPTRAIN_CHECKPOINT_DIR={checkpoints_dir(name)}")
     sup = job(name)["supervisor_pid"]
     if sup and os.path.exists(f"/proc/{sup}") and not _zombie(sup):
         found.add(sup)
@@ -213,15 +247,14 @@ def record_job(name, script, state, supervisor) -> None:
 
 def rank_log(name, rank=0) -> str:
     """A job's rank-R.log (which raises where it is not written yet)."""
-    return (job_dir(name) / "logs" / f"rank-{rank}.log").read_text()
+    return rank_log_path(name, rank).read_text()
 
 
 def succeeded(name) -> dict:
     """The job's record once it has ended, which must be `succeeded` (else its logs are shown)."""
     j = wait_for(name)
-    logs = job_dir(name) / "logs"
-    assert j["state"] == "succeeded", (j, rank_log(name)[-3000:] if (logs / "rank-0.log").exists() else "",
-                                       (logs / "agent-node0.log").read_text()[-3000:])
+    assert j["state"] == "succeeded", (j, rank_log(name)[-3000:] if rank_log_path(name).exists() else "",
+                                       agent_log_path(name).read_text()[-3000:])
     return j
 
 

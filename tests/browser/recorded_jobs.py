@@ -8,9 +8,11 @@ from pathlib import Path
 
 def record_job(name: str, state: str = "succeeded", rows: int = 100, secrets: dict | None = None,
                log: str = "step 1 | loss 3.0\n", eval_every: int = 10, error: str | None = None) -> Path:
+    from gptrain import run_layout
     from gptrain.jobs import secrets as secrets_mod
     from gptrain.jobs import store
-    from gptrain.jobs.folder import job_dir
+    from gptrain.jobs.folder import job_dir, logs_dir
+    from gptrain.jobs.logs import rank_log
     from gptrain.jobs.spec import JobSpec
 
     spec = JobSpec(name=name, accels=2, secrets=secrets or {}, args=["--train.max_steps=100"])
@@ -20,10 +22,10 @@ def record_job(name: str, state: str = "succeeded", rows: int = 100, secrets: di
         message = "recorded by a test" if state != "failed" else (error or "rank 0: boom")
         store.set_state(name, state, message, **({"error": error} if error else {}))
     d = job_dir(name)
-    (d / "logs").mkdir(parents=True, exist_ok=True)
+    logs_dir(d).mkdir(parents=True, exist_ok=True)
     for rank in (0, 1):
-        (d / "logs" / f"rank-{rank}.log").write_text(log)
-    write_metrics(d / "metrics.jsonl", rows, eval_every)
+        rank_log(logs_dir(d), rank).write_text(log)
+    write_metrics(run_layout.metrics_file(d), rows, eval_every)
     return d
 
 

@@ -10,6 +10,7 @@ import zipfile
 import pytest
 from selenium.webdriver.common.by import By
 
+from gptrain import run_layout
 from tests.browser.conftest import wait_until
 from tests.conftest import run_cli
 from tests.helpers import TINY, make_dataset
@@ -45,7 +46,7 @@ def state(name):
 def train_rows(name):
     from gptrain.jobs.folder import job_dir
 
-    lines = (job_dir(name) / "metrics.jsonl").read_text().splitlines()
+    lines = run_layout.metrics_file(job_dir(name)).read_text().splitlines()
     return sum("train/loss" in json.loads(line) for line in lines)
 
 

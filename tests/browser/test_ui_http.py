@@ -9,8 +9,10 @@ from http.client import HTTPConnection
 
 import pytest
 
+from gptrain import run_layout
 from tests.browser.conftest import Console, http
 from tests.browser.recorded_jobs import record_job
+from tests.helpers import step_dir
 
 
 def csrf_of(console, **headers):
@@ -156,7 +158,7 @@ def test_traversal_names_get_400_or_404_and_touch_nothing(console, isolated_home
     record_job("real")
     victim = isolated_home / "victim"
     victim.mkdir()
-    (victim / "metrics.jsonl").write_text('{"step": 1, "train/loss": 1.0}\n')
+    run_layout.metrics_file(victim).write_text('{"step": 1, "train/loss": 1.0}\n')
     outside = tmp_path / "outside.txt"
     outside.write_text("keep me")
     token = csrf_of(console)
@@ -175,7 +177,7 @@ def test_traversal_names_get_400_or_404_and_touch_nothing(console, isolated_home
                  "/api/jobs/%2e%2e/stop", "/api/jobs/ghost/remove"):
         status, _, body = console.http(path, "POST", post)
         assert status in (400, 404), (path, status, body)
-    assert (victim / "metrics.jsonl").is_file() and outside.read_text() == "keep me"
+    assert run_layout.metrics_file(victim).is_file() and outside.read_text() == "keep me"
     assert json.loads(console.http("/api/jobs")[2])[0]["name"] == "real"
 
 
@@ -232,7 +234,7 @@ def test_a_checkpoint_download_never_leaves_the_job_directory(console, isolated_
     outside = tmp_path / "private"
     outside.mkdir()
     (outside / "id_rsa").write_text("PRIVATE KEY")
-    real = d / "checkpoints" / "step-000002"
+    real = step_dir(d, 2)
     real.mkdir(parents=True)
     (real / "model.safetensors").write_bytes(b"weights")
     (real / "config.json").write_text('{"model_type": "gpt2"}')  # a HF model directory
@@ -245,11 +247,11 @@ def test_a_checkpoint_download_never_leaves_the_job_directory(console, isolated_
             assert b"PRIVATE" not in b"".join(z.read(n) for n in z.namelist())
             assert all("leak" not in n for n in z.namelist())
             assert "linky-step-000002/config.json" in z.namelist()
-    (d / "checkpoints" / "step-000001").symlink_to(outside)
+    step_dir(d, 1).symlink_to(outside)
     row = {"id": "0123456789ab", "name": "step-000001", "kind": "gptrain", "step": 1, "train_loss": None,
-           "eval_loss": None, "time": 0.0, "size": 11, "mtime": 0.0, "path": str(d / "checkpoints" / "step-000001")}
+           "eval_loss": None, "time": 0.0, "size": 11, "mtime": 0.0, "path": str(step_dir(d, 1))}
     store.sync_checkpoints("linky", [*store.checkpoints("linky"), row])  # as if discovery had listed it
-    for path in (d / "checkpoints" / "step-000001", outside):
+    for path in (step_dir(d, 1), outside):
         store.sync_checkpoints("linky", [*[c for c in store.checkpoints("linky") if c["id"] != row["id"]],
                                          {**row, "path": str(path)}])
         status, _, body = console.http(f"/api/jobs/linky/checkpoints/{row['id']}.zip")

@@ -19,7 +19,7 @@ rates), which a wrong shard or a missed gradient sync would exceed.
 import pytest
 import torch
 
-from tests.helpers import TINY, losses, make_dataset, model_tensors, train
+from tests.helpers import TINY, losses, make_dataset, model_tensors, step_dir, train
 
 pytestmark = pytest.mark.slow  # real multi-process runs: `pytest -m slow` runs them alone
 
@@ -48,8 +48,7 @@ def assert_same_losses(run, ref, tol, label):
 
 
 def final_weights(run, ref):
-    final = f"checkpoints/step-{STEPS:06d}"
-    return model_tensors(run / final), model_tensors(ref / final)
+    return model_tensors(step_dir(run, STEPS)), model_tensors(step_dir(ref, STEPS))
 
 
 def assert_same_weights(run, ref, label):

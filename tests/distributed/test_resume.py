@@ -7,8 +7,9 @@ import sys
 import pytest
 import torch
 
-from gptrain.weights.layout import find_latest
-from tests.helpers import TINY, env, losses, make_dataset, model_tensors, rewind_to, train
+from gptrain import run_layout
+from gptrain.weights.layout import find_latest, step_name
+from tests.helpers import TINY, env, losses, make_dataset, model_tensors, rewind_to, step_dir, train
 
 pytestmark = pytest.mark.slow  # real multi-process runs: `pytest -m slow` runs them alone
 
@@ -47,10 +48,10 @@ def test_resume_is_bitwise_exact(data, straight_run, tmp_path, nproc, layout):
     shutil.copytree(straight, resumed)  # the same run, then as if it stopped after step K
     rewind_to(resumed, K)
     r = train(*_args(data, resumed, *layout), nproc=nproc)
-    assert f"resumed from {resumed / 'checkpoints' / f'step-{K:06d}'} at step {K}" in r.stdout
+    assert f"resumed from {step_dir(resumed, K)} at step {K}" in r.stdout
     assert losses(resumed) == losses(straight)  # exact float equality, every step
-    a = model_tensors(straight / "checkpoints" / f"step-{N:06d}")
-    b = model_tensors(resumed / "checkpoints" / f"step-{N:06d}")
+    a = model_tensors(step_dir(straight, N))
+    b = model_tensors(step_dir(resumed, N))
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
@@ -95,11 +96,12 @@ def test_killed_during_save_resumes_from_previous_checkpoint(data, tmp_path):
     args = _args(data, out, "--checkpoint.every=2")
     crashed = subprocess.run([sys.executable, "-c", CRASH, *args], capture_output=True, text=True, env=env())
     assert crashed.returncode == 9
-    assert (out / "checkpoints" / ".tmp-step-000004").is_dir()  # half-written, never visible
-    assert find_latest(out).name == "step-000002"
+    half = run_layout.checkpoints_dir(out) / f".tmp-{step_name(4)}"
+    assert half.is_dir()  # half-written, never visible
+    assert find_latest(out).name == step_name(2)
     r = train(*args)
     assert "resumed from" in r.stdout and "at step 2" in r.stdout
-    assert not (out / "checkpoints" / ".tmp-step-000004").exists()
+    assert not half.exists()
     straight = tmp_path / "straight"
     train(*_args(data, straight, "--checkpoint.every=2"))
     assert losses(out) == losses(straight)
@@ -114,7 +116,7 @@ def test_async_checkpoints_resume_exactly(data, straight_run, tmp_path, nproc, l
     rewind_to(resumed, K)
     train(*_args(data, resumed, *layout, "--checkpoint.async_save=true"), nproc=nproc)
     assert losses(resumed) == losses(straight)
-    a = model_tensors(straight / "checkpoints" / f"step-{N:06d}")
-    b = model_tensors(resumed / "checkpoints" / f"step-{N:06d}")
+    a = model_tensors(step_dir(straight, N))
+    b = model_tensors(step_dir(resumed, N))
     for key in a:
         assert torch.equal(a[key], b[key]), key

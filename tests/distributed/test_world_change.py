@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from gptrain.weights.layout import read_state
-from tests.helpers import rewind_to
+from tests.helpers import rewind_to, step_dir
 from tests.helpers import TINY, losses, make_dataset, train, write_corpus
 
 pytestmark = pytest.mark.slow  # real multi-process runs
@@ -46,5 +46,4 @@ def test_resumed_on_another_world_size_the_run_goes_on_as_if_uninterrupted(datas
     worst = max(abs(b[step] - a[step]) / a[step] for step in a)
     print(f"largest relative loss difference after the resume: {worst:.2e}")
     assert worst < 1e-5
-    end = f"step-{N:06d}"
-    assert read_state(resumed / "checkpoints" / end)["loader"] == read_state(straight / "checkpoints" / end)["loader"]
+    assert read_state(step_dir(resumed, N))["loader"] == read_state(step_dir(straight, N))["loader"]

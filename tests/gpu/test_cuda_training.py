@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from gptrain import run_layout
 from tests.helpers import TINY, losses, make_dataset, train
 
 STEPS = 6
@@ -57,7 +58,7 @@ def test_mixed_precision_follows_fp32(data, fp32_run, tmp_path, precision, compi
 
 def test_auto_precision_is_bf16_on_the_gpu(data, tmp_path):
     r = train(*_args(data, tmp_path / "run", "--train.device=cuda", "--train.precision=auto"))
-    precision = json.loads((tmp_path / "run" / "run.json").read_text())["precision"]  # (what inspect shows)
+    precision = json.loads(run_layout.run_info_file(tmp_path / "run").read_text())["precision"]  # (what inspect shows)
     assert " in bf16: " in r.stdout and "auto: the GPU supports bf16" in precision, precision
 
 
@@ -129,7 +130,7 @@ def test_logged_memory_is_the_run_peak_and_the_process_peak_is_left_alone(data, 
     run = tmp_path / "run"
     train_here(parse_train_args(_args(data, run, "--train.device=cuda", "--metrics.log_every=1",
                                       "--report_to=none", "--checkpoint.every=0")))
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in run_layout.metrics_file(run).read_text().splitlines()]
     mem = [r["train/mem_gib"] for r in rows if "train/loss" in r]
     assert len(mem) == STEPS and mem == sorted(mem) and mem[0] > 0, rows
     assert torch.cuda.max_memory_allocated() / 2**30 >= mem[-1]

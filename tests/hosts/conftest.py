@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gptrain import run_layout
 from tests.conftest import ROOT, run_cli
 from tests.helpers import make_dataset
 from tests.hosts.podman_hosts import Hosts, unavailable
@@ -56,7 +57,7 @@ def job_home(shared: Path, request, monkeypatch, tmp_path) -> Path:
 def final_eval_loss(jdir: Path, step: int) -> float:
     """A job's evaluation loss at `step` (the trainer evaluates on the same validation blocks
     at the end, whatever the world size): what an interrupted run is compared by."""
-    rows = [json.loads(line) for line in (jdir / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in run_layout.metrics_file(jdir).read_text().splitlines()]
     last = [r["eval/loss"] for r in rows if r.get("step") == step and "eval/loss" in r]
     assert last, rows[-3:]
     return last[-1]

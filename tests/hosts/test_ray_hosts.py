@@ -17,6 +17,8 @@ import time
 
 import pytest
 
+from gptrain.jobs import folder
+from gptrain.jobs.logs import agent_log, rank_log
 from tests.helpers import TINY
 from tests.hosts.conftest import final_eval_loss, gptrain_on_h1, job_home
 
@@ -55,16 +57,16 @@ def test_two_hosts_one_job(ray_hosts, home):
     gptrain(hosts, home, "run", "two", "--scheduler", "ray", "--nodes", "2", "--accels", "1",
             "--dataset", "tiny", "--", *ARGS)
     job = wait_for("two")
-    logs = home / "jobs" / "two" / "logs"
-    assert job["state"] == "succeeded", (logs / "agent-node0.log").read_text()[-3000:]
+    logs = folder.logs_dir(home / "jobs" / "two")
+    assert job["state"] == "succeeded", agent_log(logs, 0).read_text()[-3000:]
     from gptrain.jobs import store
 
     where = " ".join(e["message"] for e in store.events("two") if e["kind"] == "starting")
     assert f"node 0: {hosts.ips[0]} (h1)" in where and f"node 1: {hosts.ips[1]} (h2)" in where, where
-    heads = [(logs / f"rank-{r}.log").read_text().splitlines()[0] for r in (0, 1)]
+    heads = [rank_log(logs, r).read_text().splitlines()[0] for r in (0, 1)]
     assert {h.split(", host ")[1].split(",")[0] for h in heads} == {"h1", "h2"}, heads  # ranks on both hosts
     assert all("world 2" in h for h in heads), heads
-    agents = [(logs / f"agent-node{n}.log").read_text() for n in (0, 1)]
+    agents = [agent_log(logs, n).read_text() for n in (0, 1)]
     assert all(f"--rdzv-endpoint={hosts.ips[0]}:" in a for a in agents)  # met at h1's bridge address
     assert "is_host=1" in agents[0] and "is_host=0" in agents[1]
     FINAL["two"] = final_eval_loss(home / "jobs" / "two", STEPS)
@@ -86,13 +88,13 @@ def test_host_killed_elastic_job_goes_on(ray_hosts, home):
 
     events = store.events("el")
     story = "\n".join(f"{e['kind']}: {e['message']}" for e in events)
-    logs = home / "jobs" / "el" / "logs"
-    assert job["state"] == "succeeded", story + (logs / "agent-node0.log").read_text()[-3000:]
+    logs = folder.logs_dir(home / "jobs" / "el")
+    assert job["state"] == "succeeded", story + agent_log(logs, 0).read_text()[-3000:]
     lost = [e["message"] for e in events if e["kind"] == "node lost"]
     assert len(lost) == 1 and lost[0].startswith(f"node 1 lost (its Ray actor on {hosts.ips[1]} (h2) died"), story
     assert "goes on with 1 node(s)" in lost[0] and "latest checkpoint (step-" in lost[0], story
     assert "finished on 1 of 2 nodes (lost: node 1)" in story, story
-    rank0 = (logs / "rank-0.log").read_text()
+    rank0 = rank_log(logs, 0).read_text()
     assert "host h1, world 1" in rank0 and "resumed from" in rank0, rank0[-3000:]  # one rank, from the checkpoint
     loss, ref = final_eval_loss(home / "jobs" / "el", STEPS), FINAL["two"]
     print(f"final loss at step {STEPS}: uninterrupted 2 hosts {ref:.4f}, h2 killed {loss:.4f}")

@@ -28,7 +28,9 @@ import time
 
 import pytest
 
-from tests.helpers import TINY, steps_lost
+from gptrain.jobs import folder
+from gptrain.jobs.logs import rank_log
+from tests.helpers import TINY, step_dir, steps_lost
 from tests.conftest import ROOT
 from tests.hosts.conftest import final_eval_loss, gptrain_on_h1, job_home
 
@@ -75,12 +77,12 @@ def test_two_hosts_one_slurm_job(slurm_hosts, home):
             "--dataset", "tiny", "--", *ARGS)
     report, _ = until(cluster, home, "two")
     jdir = home / "jobs" / "two"
-    logs = jdir / "logs"
+    logs = folder.logs_dir(jdir)
     out = "\n".join(p.read_text()[-3000:] for p in sorted(logs.glob("*.log")) + sorted(logs.glob("slurm-*.out")))
     assert report["job"]["state"] == "succeeded", (report["events"], out)
     ip1 = cluster.hosts.ips[0]
     assert f"on h[1-2] (rendezvous {ip1})" in "".join(p.read_text() for p in logs.glob("slurm-*.out")), out
-    heads = [(logs / f"rank-{r}.log").read_text().splitlines()[0] for r in (0, 1)]
+    heads = [rank_log(logs, r).read_text().splitlines()[0] for r in (0, 1)]
     assert {h.split(", host ")[1].split(",")[0] for h in heads} == {"h1", "h2"}, heads  # one rank per host
     assert all("world 2" in h for h in heads), heads
     ckpts = json.loads(gptrain(cluster, home, "checkpoints", "two", "--json"))
@@ -96,13 +98,13 @@ def test_host_killed_the_job_is_requeued_and_succeeds_when_the_host_returns(slur
             "--dataset", "tiny", "--", *ARGS)
     jdir = home / "jobs" / "k"
     deadline = time.time() + 180
-    while not (jdir / "checkpoints" / f"step-{EVERY:06d}").is_dir():
-        assert time.time() < deadline, list((jdir / "logs").glob("*"))
+    while not step_dir(jdir, EVERY).is_dir():
+        assert time.time() < deadline, list(folder.logs_dir(jdir).glob("*"))
         time.sleep(0.2)
     hosts.kill(1)  # h2 dies with its slurmd, torchrun agent and rank
     report, seen = until(cluster, home, "k", states=("queued", "failed", "succeeded", "stopped"), timeout=120)
     story = "\n".join(f"{e['kind']}: {e['message']}" for e in report["events"])
-    out = "".join(p.read_text() for p in (jdir / "logs").glob("slurm-*.out"))
+    out = "".join(p.read_text() for p in folder.logs_dir(jdir).glob("slurm-*.out"))
     assert seen[-1] == "queued" and "restarting" in seen, (seen, story, out)
     requeue = [e["message"] for e in report["events"] if e["kind"] == "restarting"]
     assert len(requeue) == 1 and re.match(  # (REQUEUED itself when a look catches its instant)
@@ -113,7 +115,7 @@ def test_host_killed_the_job_is_requeued_and_succeeds_when_the_host_returns(slur
     fields = slurm_job(cluster, job_id)  # what gptrain says is Slurm's: requeued, waiting
     assert fields["JobState"] == "PENDING" and fields["Restarts"] == "1", fields
     assert "DUE TO NODE FAILURE" in out and "Node failure on h2" in out, out
-    rank0 = (jdir / "logs" / "rank-0.log").read_text()
+    rank0 = rank_log(folder.logs_dir(jdir), 0).read_text()
     # h1's rank lost its peer at h2's address (gloo: "Connection reset/closed by peer [IP]:PORT")
     assert f"[{hosts.ips[1]}]:" in rank0 and "by peer" in rank0, rank0[-2000:]
 
@@ -121,9 +123,9 @@ def test_host_killed_the_job_is_requeued_and_succeeds_when_the_host_returns(slur
     report, more = until(cluster, home, "k", timeout=300)
     seen += more[1:] if more[0] == seen[-1] else more
     story = "\n".join(f"{e['kind']}: {e['message']}" for e in report["events"])
-    logs = "".join(p.read_text()[-3000:] for p in sorted((jdir / "logs").glob("*")))
+    logs = "".join(p.read_text()[-3000:] for p in sorted(folder.logs_dir(jdir).glob("*")))
     assert report["job"]["state"] == "succeeded", (seen, story, logs)
-    rank0 = (jdir / "logs" / "rank-0.log").read_text()
+    rank0 = rank_log(folder.logs_dir(jdir), 0).read_text()
     assert re.search(r"resumed from .*step-\d{6}", rank0), rank0[-3000:]
     assert [c["step"] for c in json.loads(gptrain(cluster, home, "checkpoints", "k", "--json"))][-1] == STEPS
     loss, ref = final_eval_loss(jdir, STEPS), FINAL["two"]
@@ -151,17 +153,17 @@ def test_a_sigterm_to_the_trainer_on_one_host_preempts_and_the_job_continues(slu
             "--dataset", "tiny", "--", *TINY, "--train.max_steps=1500", "--train.batch_size=4",
             "--checkpoint.every=100000", "--train.do_eval=false")
     jdir = home / "jobs" / "t"
-    rank0 = jdir / "logs" / "rank-0.log"  # (rank 0 logs the steps)
+    rank0 = rank_log(folder.logs_dir(jdir), 0)  # (rank 0 logs the steps)
     deadline = time.time() + 180
     while not (rank0.is_file() and re.search(r"step\s+\d+/", rank0.read_text(errors="replace"))):
-        assert time.time() < deadline, list((jdir / "logs").glob("*"))
+        assert time.time() < deadline, list(folder.logs_dir(jdir).glob("*"))
         time.sleep(0.2)
     killed = hosts.exec(1, [sys.executable, "-c", KILL_TRAINER, str(jdir)],
                         env={"PYTHONPATH": f"{ROOT}:{ROOT / 'src'}"}).stdout.split()
     assert len(killed) == 1, killed  # the trainer on h2, and nothing else
     report, seen = until(cluster, home, "t", timeout=400)
     story = "\n".join(f"{e['kind']}: {e['message']}" for e in report["events"])
-    logs = "".join(p.read_text()[-3000:] for p in sorted((jdir / "logs").glob("*")))
+    logs = "".join(p.read_text()[-3000:] for p in sorted(folder.logs_dir(jdir).glob("*")))
     assert report["job"]["state"] == "succeeded", (seen, story, logs)
     assert any(e["kind"] == "preempted" and "got SIGTERM" in e["message"] for e in report["events"]), story
     assert report["job"]["restarts"] == 0, story  # a preemption spends no restart meant for crashes

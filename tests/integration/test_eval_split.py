@@ -3,6 +3,7 @@ to evaluate on, and a split too short for the layout is named in one line."""
 
 import json
 
+from gptrain import run_layout
 from tests.helpers import TINY, make_dataset, train
 
 
@@ -17,7 +18,7 @@ def test_a_single_jsonl_file_gets_eval_blocks(tmp_path):
     data = _jsonl(tmp_path / "train.jsonl", 600)  # one file: no validation split of its own
     r = train(f"--data.path={data}", "--data.tokenizer=char", f"--train.output_dir={tmp_path / 'out'}",
               "--train.max_steps=2", "--train.batch_size=2", "--train.eval_every=2", *TINY)
-    rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in run_layout.metrics_file(tmp_path / "out").read_text().splitlines()]
     assert any("eval/loss" in row for row in rows), r.stdout
     assert "no evaluation" not in r.stdout
 

@@ -12,9 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
+from gptrain import run_layout
 from tests.conftest import run_cli
-from tests.helpers import model_tensors
-from tests.job_helpers import TRAIN, job, job_dir, kinds, ok, wait_for, worker_pids
+from tests.helpers import model_tensors, step_dir
+from tests.job_helpers import (
+    TRAIN, agent_log_path, job, job_dir, kinds, ok, rank_log_path, wait_for, worker_pids, zip_name)
 
 pytestmark = pytest.mark.slow  # real multi-process runs: `pytest -m slow` runs them alone
 
@@ -47,7 +49,8 @@ def test_two_process_job_full_lifecycle(dataset, tmp_path):
     import zipfile
 
     names = zipfile.ZipFile(tmp_path / "life.zip").namelist()
-    assert "life/logs/rank-0.log" in names and "life/metrics.jsonl" in names
+    assert zip_name("life", rank_log_path("life")) in names
+    assert zip_name("life", run_layout.metrics_file(job_dir("life"))) in names
     for ref in ("life", last):
         assert ok("generate", ref, "--prompt", "The king", "--max-new-tokens", "5", "--seed", "1").startswith("The king")
     assert "perplexity" in ok("eval", "life", "--dataset", dataset)
@@ -60,9 +63,8 @@ def test_kill_9_of_a_worker_restarts_and_ends_with_the_same_weights(dataset):
     # way from one run (or restart) to the next, and bitwise equal weights need one precision
     args = ["--train.max_steps=40", "--checkpoint.every=5", "--train.precision=fp32", *TRAIN]
     ok("run", "faulty", "--dataset", dataset, "--accels", "2", "--max-restarts", "2", "--", *args)
-    ckpt_dir = job_dir("faulty") / "checkpoints"
     deadline = time.time() + 300  # a guard against a hang: two torch workers on a busy machine
-    while not (ckpt_dir / "step-000010").exists():
+    while not step_dir(job_dir("faulty"), 10).exists():
         assert time.time() < deadline and job("faulty")["state"] in ("queued", "starting", "running")
         time.sleep(0.1)
     victim = worker_pids("faulty")[1]
@@ -70,7 +72,7 @@ def test_kill_9_of_a_worker_restarts_and_ends_with_the_same_weights(dataset):
     j = wait_for("faulty")
     assert j["state"] == "succeeded" and j["restarts"] == 1, j
     assert "restarting" in kinds("faulty")
-    rank0 = (job_dir("faulty") / "logs" / "rank-0.log").read_text()
+    rank0 = rank_log_path("faulty").read_text()
     assert "resumed from" in rank0
     # the survivor of attempt 0 says in one line that it lost its peer, with no torch traceback
     first = rank0.split("--- gptrain: attempt 1")[0]
@@ -78,8 +80,8 @@ def test_kill_9_of_a_worker_restarts_and_ends_with_the_same_weights(dataset):
     assert "Traceback" not in first, first[-3000:]
     ok("run", "clean", "--dataset", dataset, "--accels", "2", "--", *args)
     assert wait_for("clean")["state"] == "succeeded"
-    a = model_tensors(job_dir("faulty") / "checkpoints" / "step-000040")
-    b = model_tensors(job_dir("clean") / "checkpoints" / "step-000040")
+    a = model_tensors(step_dir(job_dir("faulty"), 40))
+    b = model_tensors(step_dir(job_dir("clean"), 40))
     for key in b:
         assert torch.equal(a[key], b[key]), key
 
@@ -87,7 +89,7 @@ def test_kill_9_of_a_worker_restarts_and_ends_with_the_same_weights(dataset):
 def test_stop_keeps_a_checkpoint_and_a_new_job_resumes_from_it(dataset):
     ok("run", "long", "--dataset", dataset, "--accels", "2", "--", "--train.max_steps=100000",
        "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)
-    log = job_dir("long") / "logs" / "rank-0.log"  # "running" comes before the first step
+    log = rank_log_path("long")  # "running" comes before the first step
     deadline = time.time() + 300
     while not (log.is_file() and "| loss" in log.read_text(errors="replace")):
         assert time.time() < deadline and job("long")["state"] in ("queued", "starting", "running"), job("long")
@@ -137,9 +139,9 @@ def test_two_nodes_through_c10d_rendezvous(dataset):
     ok("run", "multi", "--dataset", dataset, "--nodes", "2", "--accels", "1", "--",
        "--train.max_steps=4", *TRAIN)
     j = wait_for("multi")
-    assert j["state"] == "succeeded", (j, (job_dir("multi") / "logs" / "agent-node0.log").read_text()[-2000:])
-    assert (job_dir("multi") / "logs" / "rank-1.log").is_file()
-    assert "--rdzv-backend=c10d" in (job_dir("multi") / "logs" / "agent-node1.log").read_text()
+    assert j["state"] == "succeeded", (j, agent_log_path("multi").read_text()[-2000:])
+    assert rank_log_path("multi", 1).is_file()
+    assert "--rdzv-backend=c10d" in agent_log_path("multi", 1).read_text()
 
 
 def test_custom_script_gets_paths_and_its_checkpoints_are_listed(dataset, tmp_path):

@@ -6,8 +6,9 @@ import json
 import pytest
 import torch
 
+from gptrain import run_layout
 from tests.conftest import run_cli
-from tests.helpers import losses, train, write_corpus
+from tests.helpers import losses, step_dir, train, write_corpus
 
 pytestmark = pytest.mark.slow  # multi-process training
 
@@ -34,9 +35,9 @@ def test_fmengine_pipeline_command_runs_on_jsonl(tiny_hf_llama, tmp_path):
     assert sorted(losses(out)) == [1, 2, 3, 4]
     import tomllib
 
-    resolved = tomllib.loads((out / "config.toml").read_text())  # 8 = 4 microbatches of 2
+    resolved = tomllib.loads(run_layout.config_file(out).read_text())  # 8 = 4 microbatches of 2
     assert (resolved["train"]["batch_size"], resolved["parallel"]["pp_microbatches"]) == (8, 4)
-    assert (out / "checkpoints" / "step-000004").is_dir()
+    assert step_dir(out, 4).is_dir()
 
     g = run_cli("generate", out, "--prompt", "ROMEO:", "--max-new-tokens", "8")
     assert g.returncode == 0, g.stderr

@@ -9,7 +9,8 @@ import json
 import pytest
 import torch
 
-from tests.helpers import rewind_to
+from gptrain import run_layout
+from tests.helpers import rewind_to, step_dir
 from tests.helpers import losses, make_dataset, train
 
 pytestmark = pytest.mark.slow
@@ -57,10 +58,10 @@ def test_lora_learns_keeps_the_base_and_exports_what_it_computes(data, base, tmp
     full = tmp_path / "full"  # a full fine-tune's checkpoint of the same model, for its size
     train(f"--model.init_from={base}", f"--data.path={data}", f"--train.output_dir={full}", "--train.max_steps=1",
           "--train.batch_size=4", "--train.do_eval=false", "--report_to=none", "--train.precision=fp32")
-    size = {run: sum(f.stat().st_size for f in (run / "checkpoints").glob("step-*/*")) / len(
-        list((run / "checkpoints").glob("step-*"))) for run in (out, full)}
+    size = {run: sum(f.stat().st_size for f in run_layout.checkpoints_dir(run).glob("step-*/*")) / len(
+        list(run_layout.checkpoints_dir(run).glob("step-*"))) for run in (out, full)}
     assert size[out] < 0.05 * size[full], size  # adapters (and their optimizer state) only
-    state = json.loads((out / "checkpoints" / "step-000030" / "trainer_state.json").read_text())
+    state = json.loads((step_dir(out, 30) / "trainer_state.json").read_text())
     assert state["lora_base"]["init_from"] == str(base.resolve()) and len(state["lora_base"]["sha256"]) == 64
 
     hf_out = tmp_path / "merged"
@@ -112,14 +113,14 @@ def test_adapters_need_their_own_base(data, tiny_hf_gpt2, tmp_path):
     assert r.returncode == 2 and "is not the one it was trained on" in r.stderr, r.stderr
     r = train(*args(data, base, out, 8), check=False)  # resume over the changed base
     assert r.returncode == 2 and "holds LoRA adapters for the base" in r.stderr, r.stderr
-    for ckpt in (out / "checkpoints").glob("step-*"):  # an edited state naming its own checkpoint
+    for ckpt in run_layout.checkpoints_dir(out).glob("step-*"):  # an edited state naming its own checkpoint
         state_file = ckpt / "trainer_state.json"
         state = json.loads(state_file.read_text())
         state["lora_base"]["init_from"] = str(ckpt)
         state_file.write_text(json.dumps(state))
     r = run_cli("generate", str(out), "--prompt", "a", "--max_new_tokens", "3")
     assert r.returncode == 2 and "fails verification" in r.stderr, r.stderr  # its checksums see the edit
-    for ckpt in (out / "checkpoints").glob("step-*"):  # as a checkpoint from before checksums
+    for ckpt in run_layout.checkpoints_dir(out).glob("step-*"):  # as a checkpoint from before checksums
         (ckpt / "checksums.json").unlink()
     r = run_cli("generate", str(out), "--prompt", "a", "--max_new_tokens", "3")
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "leads back to itself" in r.stderr, r.stderr
@@ -136,8 +137,8 @@ def test_a_stopped_lora_run_resumes_bitwise(data, tiny_hf_llama, tmp_path):
     r = train(*args(data, tiny_hf_llama, resumed, N, *extra))
     assert f"at step {K}" in r.stdout, r.stdout
     assert losses(resumed) == losses(straight)
-    a = model_tensors(straight / "checkpoints" / f"step-{N:06d}")
-    b = model_tensors(resumed / "checkpoints" / f"step-{N:06d}")
+    a = model_tensors(step_dir(straight, N))
+    b = model_tensors(step_dir(resumed, N))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 

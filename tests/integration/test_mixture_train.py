@@ -5,8 +5,9 @@ import shutil
 
 import pytest
 
+from gptrain import run_layout
 from gptrain.weights.layout import read_state
-from tests.helpers import rewind_to
+from tests.helpers import rewind_to, step_dir
 from tests.helpers import TINY, losses, train, write_corpus
 
 N, K = 6, 3
@@ -33,12 +34,12 @@ def test_a_mix_trains_evaluates_each_source_and_resumes_exactly(two_datasets, tm
             "--train.eval_every=100", "--data.max_eval_samples=8", *TINY, f"--checkpoint.every={K}"]
     r = train(*args, f"--train.output_dir={straight}")
     assert f"completed at step {N}" in r.stdout and f"eval step {N}" in r.stdout
-    rows = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in run_layout.metrics_file(straight).read_text().splitlines()]
     ev = next(row for row in rows if "eval/loss" in row)
     assert ev["eval/loss"] == pytest.approx(0.7 * ev["eval/web/loss"] + 0.3 * ev["eval/code/loss"])
     # each source's loss on the console too, not only in `inspect`
     assert f"| by source: web {ev['eval/web/loss']:.4f}, code {ev['eval/code/loss']:.4f}" in r.stdout, r.stdout
-    mix = read_state(straight / "checkpoints" / f"step-{N:06d}")["loader"]["mix"]
+    mix = read_state(step_dir(straight, N))["loader"]["mix"]
     assert [s["name"] for s in mix] == [str(web), str(code)]
     taken = [s["epoch"] * s["n_blocks"] + s["offset"] for s in mix]
     assert sum(taken) == N * 4 and abs(taken[0] - 0.7 * N * 4) < 1  # 24 blocks: 17 web, 7 code
@@ -48,4 +49,4 @@ def test_a_mix_trains_evaluates_each_source_and_resumes_exactly(two_datasets, tm
     r = train(*args, f"--train.output_dir={resumed}")
     assert f"at step {K}" in r.stdout
     assert losses(resumed) == losses(straight)  # every source continued exactly
-    assert read_state(resumed / "checkpoints" / f"step-{N:06d}")["loader"] == {"mix": mix}
+    assert read_state(step_dir(resumed, N))["loader"] == {"mix": mix}

@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from tests.helpers import TINY, make_dataset, save_as_hf_blocks, train
+from gptrain import run_layout
+from tests.helpers import TINY, make_dataset, save_as_hf_blocks, step_dir, train
 
 
 @pytest.fixture(scope="module")
@@ -36,19 +37,20 @@ def test_hosted_service_tutorial_command_runs_as_written(source, gpt2_data, hf_s
     # precision left at auto, the choice and its reason; what MFU is measured against
     out = tmp_path / "out"
     header = [line for line in r.stdout.splitlines() if line.startswith("training ")]
+    info_file = re.escape(str(run_layout.run_info_file(out)))
     assert len(header) == 1 and re.fullmatch(r"training [\d.]+M parameters on 1 x cpu in (fp32|bf16): 3 steps of "
-                                             rf"512 tokens \(how and why: {re.escape(str(out / 'run.json'))}\)",
+                                             rf"512 tokens \(how and why: {info_file}\)",
                                              header[0]), r.stdout
     assert "mfu basis" not in r.stdout and "kernels:" not in r.stdout
-    info = json.loads((out / "run.json").read_text())
+    info = json.loads(run_layout.run_info_file(out).read_text())
     assert "(auto -> " in info["precision"] and " GFLOP/s per core on " in info["precision"], info
     assert info["mfu_basis"].startswith("1 x (") and " per core, measured on one-thread matmuls" in info["mfu_basis"]
     assert info["kernels"] in ("eager blocks, fused chunked loss", "eager blocks, eager plain loss"), info
-    rows = [json.loads(l) for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(l) for l in run_layout.metrics_file(tmp_path / "out").read_text().splitlines()]
     assert any("eval/loss" in row for row in rows) and any("train/loss" in row for row in rows)
     # --logging_steps 50: the first step is shown at once, not after 50 steps (issue 39), then the last
     assert [row["step"] for row in rows if "train/loss" in row] == [1, 3]
-    assert (tmp_path / "out" / "checkpoints" / "step-000003" / "trainer_state.json").is_file()
+    assert (step_dir(tmp_path / "out", 3) / "trainer_state.json").is_file()
 
 
 def test_flash_attention_variant_is_a_clear_error_without_flash_attn(gpt2_data, tiny_hf_gpt2, tmp_path):
@@ -74,7 +76,7 @@ def test_tensorboard_events_are_readable(tmp_path):
     assert [e.step for e in acc.Scalars("train/loss")] == [1, 2, 3, 4]
     # each logged step's gradient norm before clipping, as torchtitan and the HF Trainer log it:
     # in metrics.jsonl, TensorBoard and the console line
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in run_layout.metrics_file(out).read_text().splitlines()]
     norms = [r["train/grad_norm"] for r in rows if "train/grad_norm" in r]
     assert [e.value for e in acc.Scalars("train/grad_norm")] == pytest.approx(norms) and len(norms) == 4
     assert all(n > 0.001 for n in norms)  # (so each step was clipped)
@@ -82,7 +84,7 @@ def test_tensorboard_events_are_readable(tmp_path):
     unclipped = tmp_path / "unclipped"  # the same first step, measured without clipping: the same norm
     train(f"--data.path={data}", f"--train.output_dir={unclipped}", "--train.max_steps=1", *TINY,
           "--train.do_eval=false", "--train.grad_clip=0")
-    first = [json.loads(line) for line in (unclipped / "metrics.jsonl").read_text().splitlines()][0]
+    first = [json.loads(line) for line in run_layout.metrics_file(unclipped).read_text().splitlines()][0]
     assert first["train/grad_norm"] == pytest.approx(norms[0], rel=1e-6)
 
 
@@ -93,7 +95,7 @@ def test_nan_loss_stops_without_a_poisoned_checkpoint(tmp_path):
               *TINY, "--train.lr=1e30", "--train.warmup_steps=0", "--train.grad_clip=0",
               "--checkpoint.every=1", "--train.do_eval=false", check=False)
     assert r.returncode == 2 and "NaN/inf" in r.stderr, r.stderr
-    from gptrain.weights.layout import find_latest, read_state
+    from gptrain.weights.layout import find_latest, read_state, step_name
 
     latest = find_latest(out)
     import math
@@ -101,7 +103,7 @@ def test_nan_loss_stops_without_a_poisoned_checkpoint(tmp_path):
     assert latest is not None and math.isfinite(read_state(latest)["train_loss"])
     # step 1 (lr 1e30) makes the weights overflow: step 2 is the first NaN, skipped on the
     # device (train/finite.py) and reported before step 2's checkpoint would be written
-    assert "the loss became NaN/inf at step 2;" in r.stderr and latest.name == "step-000001", (r.stderr, latest)
+    assert "the loss became NaN/inf at step 2;" in r.stderr and latest.name == step_name(1), (r.stderr, latest)
 
 
 @pytest.mark.parametrize("where", ["a-file", "a-file/out"])
@@ -197,6 +199,6 @@ def test_nanogpts_readme_line_trains_as_typed(tmp_path):
               "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128", "--max_iters=3", "--lr_decay_iters=3",
               "--dropout=0.0", f"--dataset={data}", f"--out_dir={out}", "--eval_interval=3", "--min_lr=1e-4")
     assert "training 0.8" in r.stdout and "3 steps of 768 tokens" in r.stdout, r.stdout
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in run_layout.metrics_file(out).read_text().splitlines()]
     assert [row["step"] for row in rows if "train/loss" in row] == [1, 2, 3]
-    assert any("eval/loss" in row for row in rows) and (out / "checkpoints" / "step-000003").is_dir()
+    assert any("eval/loss" in row for row in rows) and step_dir(out, 3).is_dir()

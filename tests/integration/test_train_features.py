@@ -11,7 +11,10 @@ import time
 
 import pytest
 
-from tests.helpers import TINY, env, http_server, losses, make_dataset, model_tensors, train, write_corpus
+from gptrain import run_layout
+from gptrain.weights.layout import step_name
+from tests.helpers import (
+    TINY, env, http_server, losses, make_dataset, model_tensors, step_dir, train, write_corpus)
 
 STEPS = 4
 
@@ -56,11 +59,11 @@ def test_mixed_precision_tracks_fp32(data, reference, tmp_path, precision, tol):
     got = losses(tmp_path)
     for step, value in reference.items():
         assert math.isfinite(got[step]) and abs(got[step] - value) < tol, (precision, step, got[step], value)
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in run_layout.metrics_file(tmp_path).read_text().splitlines()]
     # MFU against the faster of this precision's and fp32's measured peak (a CPU without bf16
     # units runs these products in fp32): the basis names which. Its size (< 1) is a ratio of two
     # speeds, one timed while the machine may be busy, so it is not asserted here (bench/)
-    said = json.loads((tmp_path / "run.json").read_text())["mfu_basis"]  # (`gptrain inspect` shows it)
+    said = json.loads(run_layout.run_info_file(tmp_path).read_text())["mfu_basis"]  # (`gptrain inspect` shows it)
     basis = re.search(r" GFLOP/s (\w+) per core, measured on one-thread matmuls", said)
     assert basis and basis[1] in (precision, "fp32"), said
     assert basis[1] == precision or f"(faster here than {precision}'s " in said, said
@@ -87,14 +90,14 @@ def test_a_stopped_run_logs_the_step_it_stopped_at(data, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "gptrain", "train", *args], env=env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
-    while not list((tmp_path / "checkpoints").glob("step-*")) and time.monotonic() < deadline:
+    while not list(run_layout.checkpoints_dir(tmp_path).glob("step-*")) and time.monotonic() < deadline:
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=300)[0]
     assert proc.returncode == 143, out  # saved, and not a success: it stopped before its last step
     stopped = int(out.split("stopped at step ")[1].split()[0])
     assert stopped % 1000 and max(losses(tmp_path)) == stopped, out
-    assert (tmp_path / "checkpoints" / f"step-{stopped:06d}").is_dir()
+    assert step_dir(tmp_path, stopped).is_dir()
 
 
 def test_a_resumed_run_drops_the_records_of_the_steps_it_runs_again(data, tmp_path):
@@ -104,13 +107,13 @@ def test_a_resumed_run_drops_the_records_of_the_steps_it_runs_again(data, tmp_pa
 
     args = _args(data, tmp_path, "--train.max_steps=6", "--checkpoint.every=3")
     train(*args)
-    first = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    shutil.rmtree(tmp_path / "checkpoints" / "step-000006")
-    (tmp_path / "checkpoints" / "latest").write_text("step-000003\n")
-    with open(tmp_path / "metrics.jsonl", "a") as f:
+    first = [json.loads(line) for line in run_layout.metrics_file(tmp_path).read_text().splitlines()]
+    shutil.rmtree(step_dir(tmp_path, 6))
+    (run_layout.checkpoints_dir(tmp_path) / "latest").write_text(step_name(3) + "\n")
+    with open(run_layout.metrics_file(tmp_path), "a") as f:
         f.write('{"step": 5, "train/loss": 1.0, "torn')  # a line cut by the kill stays as it was
     train(*args)
-    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    lines = run_layout.metrics_file(tmp_path).read_text().splitlines()
     rows = [json.loads(line) for line in lines if not line.endswith("torn")]
     steps = [r["step"] for r in rows if "train/loss" in r]
     assert steps == [1, 2, 3, 4, 5, 6], steps
@@ -147,20 +150,20 @@ def test_checkpoints_mirrored_to_object_storage_resume_on_a_fresh_machine(data, 
     first = tmp_path / "machine-a"
     train(*_args(data, first, "--checkpoint.every=2", f"--checkpoint.remote={bucket}",
                  "--checkpoint.keep_last=1"), "--train.max_steps=2")
-    assert (tmp_path / "bucket" / "run" / "latest").read_text() == "step-000002"
+    assert (tmp_path / "bucket" / "run" / "latest").read_text() == step_name(2)
     import shutil
 
     shutil.rmtree(first)
     second = tmp_path / "machine-b"
     r = train(*_args(data, second, "--checkpoint.every=2", f"--checkpoint.remote={bucket}",
                      "--checkpoint.keep_last=1"))
-    assert "fetching checkpoint step-000002" in r.stdout and "resumed from" in r.stdout
+    assert f"fetching checkpoint {step_name(2)}" in r.stdout and "resumed from" in r.stdout
     got, expected = losses(second), losses(full)
     assert sorted(got) == [3, 4]
     for step in got:
         assert got[step] == expected[step], (step, got[step], expected[step])
     remote_steps = sorted(p.name for p in (tmp_path / "bucket" / "run").glob("step-*"))
-    assert remote_steps == ["step-000004"]  # keep_last=1 applies to the remote too
+    assert remote_steps == [step_name(4)]  # keep_last=1 applies to the remote too
 
 
 def test_unusable_remote_is_refused_before_training(data, tmp_path):
@@ -197,18 +200,18 @@ def test_load_best_model_at_end_keeps_the_checkpoint_evaluated_lowest_and_the_ru
     train(*_args(data, out, "--train.do_eval=true", "--eval_steps=1", "--save_steps=1", "--save_total_limit=1",
                  "--load_best_model_at_end", "--metric_for_best_model", "eval_loss", "--greater_is_better", "false",
                  "--train.lr=0.05", "--train.warmup_steps=0", "--train.eval_iters=2"))
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in run_layout.metrics_file(out).read_text().splitlines()]
     evals = {r["step"]: r["eval/loss"] for r in rows if "eval/loss" in r}
     assert sorted(evals) == list(range(1, STEPS + 1)), evals
     best = min(evals, key=lambda s: (evals[s], -s))
-    ckpts = out / "checkpoints"
-    assert (ckpts / "best").read_text().strip() == f"step-{best:06d}", evals
-    assert sorted(p.name for p in ckpts.glob("step-*")) == sorted({f"step-{best:06d}", f"step-{STEPS:06d}"})
-    assert find_latest(out).name == f"step-{STEPS:06d}"
-    got, want = model_tensors(out), model_tensors(ckpts / f"step-{best:06d}")
+    ckpts = run_layout.checkpoints_dir(out)
+    assert (ckpts / "best").read_text().strip() == step_name(best), evals
+    assert sorted(p.name for p in ckpts.glob("step-*")) == sorted({step_name(best), step_name(STEPS)})
+    assert find_latest(out).name == step_name(STEPS)
+    got, want = model_tensors(out), model_tensors(ckpts / step_name(best))
     assert all(torch.equal(got[k], want[k]) for k in want)
     assert best < STEPS, evals  # and the newest's weights differ: the run's folder gave the best's
-    newest = model_tensors(ckpts / f"step-{STEPS:06d}")
+    newest = model_tensors(ckpts / step_name(STEPS))
     assert not all(torch.equal(newest[k], want[k]) for k in want)
     # the same run as a job: its name stands for the best (generate, eval, export), but a run told to
     # resume from it continues from the newest
@@ -220,8 +223,8 @@ def test_load_best_model_at_end_keeps_the_checkpoint_evaluated_lowest_and_the_ru
     store.create_job("kept", {"name": "kept"}, 1, 1, "local")
     shutil.copytree(out, folder.job_dir("kept"), dirs_exist_ok=True)
     jckpts = folder.checkpoints_dir(folder.job_dir("kept"))
-    assert model_source("kept") == str(jckpts / f"step-{best:06d}")
-    assert model_source("kept", resume=True) == str(jckpts / f"step-{STEPS:06d}")
+    assert model_source("kept") == str(jckpts / step_name(best))
+    assert model_source("kept", resume=True) == str(jckpts / step_name(STEPS))
 
 
 def test_samples_during_training_are_logged_and_leave_the_losses_unchanged(data, reference, tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.job_helpers import job, job_dir, ok, rank_log, succeeded, wait_for
+from tests.job_helpers import job, job_dir, ok, rank_log, rank_log_path, succeeded, wait_for
 from tests.jobs_code.programs import git_repository, head, project, tiny_wheel
 
 pytestmark = pytest.mark.slow
@@ -165,7 +165,7 @@ def test_stop_reaches_a_command(slots, tmp_path):
                                   "while true; do sleep 0.2; done\n")
     assert run_cli("run", "loop", "--", "loop.sh", cwd=code).returncode == 0
     deadline = time.time() + 180
-    while not (job_dir("loop") / "logs/rank-0.log").is_file() or "started" not in rank_log("loop"):
+    while not rank_log_path("loop").is_file() or "started" not in rank_log("loop"):
         assert time.time() < deadline, job("loop")
         time.sleep(0.2)
     ok("stop", "loop", "--timeout", "120", "--wait")

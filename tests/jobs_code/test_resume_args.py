@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.conftest import run_cli
-from tests.job_helpers import job_dir, ok, rank_log, succeeded, wait_for
+from tests.job_helpers import job_dir, ok, rank_log, rank_log_path, succeeded, wait_for
 from tests.jobs_code.programs import nanogpt_project, write
 def events(name, kind=None):
     from gptrain.jobs import store
@@ -20,7 +20,7 @@ def events(name, kind=None):
 def wait_for_line(name, text):
     import time
 
-    while text not in (rank_log(name) if (job_dir(name) / "logs" / "rank-0.log").exists() else ""):
+    while text not in (rank_log(name) if rank_log_path(name).exists() else ""):
         assert wait_for(name, states=("succeeded", "failed", "stopped", "running"))["state"] == "running", \
             rank_log(name)[-3000:]
         time.sleep(0.2)

@@ -183,19 +183,21 @@ def ran(out: dict, logs: Path) -> None:
 
 def checkpoint_listed(job: str) -> None:
     from gptrain.jobs import found, store
+    from gptrain.weights.layout import step_name
 
     assert [c["step"] for c in found.scan_job(job)] == [3]
     store.sync_checkpoints(job, found.scan_job(job))
     r = run_cli("checkpoints", job)
-    assert r.returncode == 0 and "step-000003" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and step_name(3) in r.stdout, r.stdout + r.stderr
 
 
 def test_the_jobsets_pod_trains_under_podman_kube_play(podman, tmp_path, isolated_home):
     from gptrain.jobs import folder
+    from gptrain.jobs.logs import rank_log
 
     jdir, claim, template = prepare_job(tmp_path, "pod1", nodes=1)
     ran(play(podman, tmp_path, isolated_home, claim, node_pods("pod1", template, 1)), folder.logs_dir(jdir))
-    text = (folder.logs_dir(jdir) / "rank-0.log").read_text()
+    text = rank_log(folder.logs_dir(jdir), 0).read_text()
     assert "--- gptrain: attempt 0, rank 0" in text and "step 3" in text.lower(), text[-2000:]
     checkpoint_listed("pod1")
 
@@ -205,6 +207,7 @@ def test_two_pods_meet_over_the_network_and_train(podman, tmp_path, isolated_hom
     address the manifest names (NAME-node-0-0.NAME:29500) and train one model together."""
     from gptrain.jobs import folder
     from gptrain.jobs.engines import kube_manifest
+    from gptrain.jobs.logs import rank_log
     from tests.hosts.podman_hosts import bridge_network
 
     jdir, claim, template = prepare_job(tmp_path, "pod2", nodes=2)
@@ -227,7 +230,7 @@ def test_two_pods_meet_over_the_network_and_train(podman, tmp_path, isolated_hom
         etc_hosts = out[host][2]  # what the pod resolved: its head's DNS name to the head pod's address
         assert any(line.split()[:1] == [ips[0]] and head in line.split() for line in etc_hosts.splitlines()), etc_hosts
         assert any(line.split()[:1] == [ip] and host in line.split() for line in etc_hosts.splitlines()), etc_hosts
-        text = (folder.logs_dir(jdir) / f"rank-{rank}.log").read_text()
+        text = rank_log(folder.logs_dir(jdir), rank).read_text()
         assert f"--- gptrain: attempt 0, rank {rank}," in text and f", host {host}, world 2" in text, text[-2000:]
-    assert "step 3" in (folder.logs_dir(jdir) / "rank-0.log").read_text().lower()
+    assert "step 3" in rank_log(folder.logs_dir(jdir), 0).read_text().lower()
     checkpoint_listed("pod2")

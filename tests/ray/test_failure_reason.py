@@ -4,7 +4,7 @@ the other node's ranks then fail on the closed connection."""
 
 import pytest
 
-from gptrain.jobs.logs import failed_rank
+from gptrain.jobs.logs import agent_log, failed_rank
 
 ROOT = """--- gptrain: attempt 0, node {node}: torchrun ...
 Root Cause (first observed failure):
@@ -18,7 +18,7 @@ Root Cause (first observed failure):
 
 def agents(tmp_path, *failures):
     for node, (rank, code, second) in enumerate(failures):
-        (tmp_path / f"agent-node{node}.log").write_text(ROOT.format(node=node, rank=rank, code=code, second=second))
+        agent_log(tmp_path, node).write_text(ROOT.format(node=node, rank=rank, code=code, second=second))
     return tmp_path
 
 

@@ -8,9 +8,13 @@ import signal
 import pytest
 
 from tests.conftest import run_cli
-from tests.job_helpers import job, job_dir, kinds, live_with_env, ok, wait_for, wait_until, worker_pids
+from tests.helpers import step_dir
+from tests.job_helpers import (
+    agent_log_path, job, job_dir, kinds, live_with_env, ok, rank_log_path, wait_for, wait_until,
+    worker_pids)
 from tests.ray.cluster import node_agents
 from tests.ray.conftest import NO_RAY, SKIP
+
 pytestmark = pytest.mark.skipif(NO_RAY, reason=SKIP)
 TRAIN = ["--model.n_layer=2", "--model.n_head=2", "--model.n_embd=32", "--model.block_size=32",
          "--train.batch_size=4", "--report_to=none", "--metrics.log_every=1", "--train.lr=1e-3",
@@ -43,11 +47,10 @@ def test_two_nodes_succeed_with_both_ranks_logs_checkpoints_and_generate(ray_job
     assert kinds("pair")[:4] == ["submitted", "queued", "starting", "running"]
     placed = events_of("pair", "starting")[0]
     assert "placement group" in placed and "node 0:" in placed and "node 1:" in placed, placed
-    logs = job_dir("pair") / "logs"
     assert "completed at step 12" in ok("logs", "pair")
     assert "attempt 0, rank 1" in ok("logs", "pair", "--rank", "1")  # (rank 0 alone prints steps)
     host = ray_job.address.split(":")[0]
-    node0, node1 = ((logs / f"agent-node{n}.log").read_text() for n in (0, 1))
+    node0, node1 = (agent_log_path("pair", n).read_text() for n in (0, 1))
     assert f"--rdzv-endpoint={host}:" in node1 and "is_host=0" in node1 and "is_host=1" in node0
     ckpts = json.loads(ok("checkpoints", "pair", "--json"))
     assert [c["step"] for c in ckpts] == [4, 8, 12]
@@ -57,7 +60,7 @@ def test_two_nodes_succeed_with_both_ranks_logs_checkpoints_and_generate(ray_job
 
 def test_stop_ends_every_process_and_resume_continues_from_the_checkpoint(ray_job):
     run_ray("long", "--", "--train.max_steps=100000", "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)
-    log = job_dir("long") / "logs" / "rank-0.log"
+    log = rank_log_path("long")
     wait_until(lambda: "step " in (log.read_text() if log.exists() else ""), 180, "long never trained")
     assert "ray        cluster" in ok("inspect", "long")  # the engine's line, while it runs
     assert "stopped" in ok("stop", "long", "--wait", "--timeout", "60")
@@ -65,7 +68,7 @@ def test_stop_ends_every_process_and_resume_continues_from_the_checkpoint(ray_jo
     steps = [c["step"] for c in json.loads(ok("checkpoints", "long", "--json"))]
     assert len(steps) == 1 and steps[0] > 0, steps  # the checkpoint saved on stop
     ok("resume", "long")
-    wait_until(lambda: f"resumed from {job_dir('long')}/checkpoints/step-{steps[0]:06d}" in log.read_text(),
+    wait_until(lambda: f"resumed from {step_dir(job_dir('long'), steps[0])}" in log.read_text(),
                180, "the resumed job never continued from the checkpoint")
     assert job("long")["state"] == "running"
     assert "stopped" in ok("stop", "long", "--wait", "--timeout", "60")
@@ -75,15 +78,14 @@ def test_stop_ends_every_process_and_resume_continues_from_the_checkpoint(ray_jo
 def test_a_killed_rank_restarts_from_the_latest_checkpoint(ray_job):
     run_ray("faulty", "--max-restarts", "1", "--", "--train.max_steps=30", "--checkpoint.every=5",
             "--train.do_eval=false", *TRAIN)
-    ckpts = job_dir("faulty") / "checkpoints"
-    wait_until(lambda: (ckpts / "step-000010").exists() and 1 in worker_pids("faulty"), 180,
+    wait_until(lambda: step_dir(job_dir("faulty"), 10).exists() and 1 in worker_pids("faulty"), 180,
                "faulty never reached step 10")
     os.kill(worker_pids("faulty")[1], signal.SIGKILL)
     j = wait_for("faulty")
     assert j["state"] == "succeeded" and j["restarts"] == 1, j
     restart = events_of("faulty", "restarting")[0]
     assert "rank 1 was killed by SIGKILL" in restart and "restart 1 of 1" in restart, restart
-    assert "resumed from" in (job_dir("faulty") / "logs" / "rank-0.log").read_text()
+    assert "resumed from" in rank_log_path("faulty").read_text()
     assert [c["step"] for c in json.loads(ok("checkpoints", "faulty", "--json"))][-1] == 30
     nothing_left(ray_job, "faulty")
 
@@ -95,7 +97,7 @@ def test_an_unasked_sigterm_to_a_worker_preempts_and_the_job_continues(ray_job):
     import re
 
     run_ray("evicted", "--", "--train.max_steps=40", "--checkpoint.every=1000", "--train.do_eval=false", *TRAIN)
-    log = job_dir("evicted") / "logs" / "rank-0.log"
+    log = rank_log_path("evicted")
     wait_until(lambda: re.search(r"step\s+([5-9]|\d\d)/", log.read_text() if log.exists() else "")
                and 1 in worker_pids("evicted"), 180, "evicted never reached step 5")
     os.kill(worker_pids("evicted")[1], signal.SIGTERM)
@@ -105,8 +107,8 @@ def test_an_unasked_sigterm_to_a_worker_preempts_and_the_job_continues(ray_job):
     assert len(preempted) == 1 and "got SIGTERM" in preempted[0], preempted
     first = log.read_text().split("--- gptrain: attempt")[1]
     trained = max(int(s) for s in re.findall(r"step\s+(\d+)/", first))
-    assert f"saved checkpoint {job_dir('evicted')}/checkpoints/step-{trained:06d}" in first, first[-2000:]
-    assert f"resumed from {job_dir('evicted')}/checkpoints/step-{trained:06d}" in log.read_text()
+    assert f"saved checkpoint {step_dir(job_dir('evicted'), trained)}" in first, first[-2000:]
+    assert f"resumed from {step_dir(job_dir('evicted'), trained)}" in log.read_text()
     nothing_left(ray_job, "evicted")
 
 
@@ -114,7 +116,7 @@ def test_kill_9_of_the_supervisor_ends_the_job_on_every_node(ray_job):
     """The supervisor is the job's Ray driver: Ray ends a dead driver's actors, and the agents
     and workers die with them; the job is then ended by the reconciler, as a local one."""
     run_ray("orphan", "--", "--train.max_steps=100000", "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)
-    log = job_dir("orphan") / "logs" / "rank-0.log"
+    log = rank_log_path("orphan")
     wait_until(lambda: "step " in (log.read_text() if log.exists() else ""), 180, "orphan never trained")
     os.kill(job("orphan")["supervisor_pid"], signal.SIGKILL)
     nothing_left(ray_job, "orphan")

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from tests.job_helpers import TRAIN, job, job_processes, ok, wait_for, wait_until
+from tests.job_helpers import TRAIN, job, job_processes, ok, rank_log_path, wait_for, wait_until
 pytestmark = pytest.mark.slow
 
 
@@ -64,7 +64,7 @@ def test_a_lost_node_frees_its_slot_and_the_elastic_job_goes_on(dataset):
     assert job("el")["state"] == "running", store.events("el")
     assert any(e["message"] == "cpu slots [1]" for e in store.events("next")), store.events("next")
     wait_until(lambda: found.latest(job_dir("el")).name > at_loss, 300, "el did not go on after the loss")
-    rank0 = (job_dir("el") / "logs" / "rank-0.log").read_text()
+    rank0 = rank_log_path("el").read_text()
     assert "world 1" in rank0 and "resumed from" in rank0, rank0[-3000:]
 
     ok("stop", "el", "--wait", "--timeout", "60")

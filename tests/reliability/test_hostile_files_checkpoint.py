@@ -11,8 +11,9 @@ import struct
 
 import pytest
 
+from gptrain import run_layout
 from tests.conftest import run_cli
-from tests.helpers import TINY, make_dataset, train
+from tests.helpers import TINY, make_dataset, step_dir, train
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,7 @@ def trained(tmp_path_factory):
     out = tmp / "run"
     train(f"--data.path={data}", f"--train.output_dir={out}", "--train.batch_size=2",
           "--train.max_steps=2", "--train.do_eval=false", "--train.precision=fp32", *TINY)
-    return data, out / "checkpoints" / "step-000002"
+    return data, step_dir(out, 2)
 
 
 def _short(s: str) -> bytes:
@@ -52,7 +53,7 @@ def evil(trained, tmp_path):
     """(dataset, a checkpoint whose .metadata would create `marker`, marker path)."""
     data, ckpt = trained
     marker = tmp_path / "pwned"
-    bad = _copy(ckpt, tmp_path / "evil" / "checkpoints" / "step-000002")
+    bad = _copy(ckpt, step_dir(tmp_path / "evil", 2))
     (bad / ".metadata").write_bytes(evil_metadata(marker))
     return data, bad, marker
 
@@ -87,7 +88,7 @@ def test_code_in_checkpoint_metadata_never_runs(evil, tmp_path, entry):
     data, bad, marker = evil
     r = run_cli(*ENTRY_POINTS[entry](data, bad, tmp_path))
     _refused(r, marker, str(bad / ".metadata"), "os.system")
-    assert not (tmp_path / "exported").exists() and not (tmp_path / "new-run" / "checkpoints").exists()
+    assert not (tmp_path / "exported").exists() and not run_layout.checkpoints_dir(tmp_path / "new-run").exists()
 
 
 def test_code_in_checkpoint_metadata_never_runs_by_job_name_id_or_fetch(evil, tmp_path):
@@ -97,7 +98,7 @@ def test_code_in_checkpoint_metadata_never_runs_by_job_name_id_or_fetch(evil, tm
 
     data, bad, marker = evil
     store.create_job("evil", {}, 1, 1, "local")
-    _copy(bad, home() / "jobs" / "evil" / "checkpoints" / "step-000002")
+    _copy(bad, step_dir(home() / "jobs" / "evil", 2))
     store.sync_checkpoints("evil", found.scan_job("evil"))
     (ckpt_id,) = [c["id"] for c in store.checkpoints("evil")]
     for args in (["generate", "evil", "--prompt", "the"], ["generate", ckpt_id, "--prompt", "the"],
@@ -110,7 +111,7 @@ def test_metadata_rewriting_a_metadata_class_is_refused(trained, tmp_path):
     """BUILD with a slot state on an allowed class itself would set that class's attributes in
     the reading process (here Metadata.planted = 1)."""
     data, ckpt = trained
-    bad = _copy(ckpt, tmp_path / "build" / "step-000002")
+    bad = _copy(ckpt, tmp_path / "build" / ckpt.name)
     (bad / ".metadata").write_bytes(
         b"\x80\x04" + _short("torch.distributed.checkpoint.metadata") + _short("Metadata") + b"\x93" +
         b"N}" + _short("planted") + b"K\x01s" + b"\x86b.")  # (None, {'planted': 1}) BUILD
@@ -130,7 +131,7 @@ def test_metadata_naming_bytes_entries_is_refused(trained, tmp_path):
     from gptrain.weights.dcp import _MetadataUnpickler
 
     data, ckpt = trained
-    bad = _copy(ckpt, tmp_path / "bytes" / "step-000002")
+    bad = _copy(ckpt, tmp_path / "bytes" / ckpt.name)
     marker = tmp_path / "pwned"
 
     class Payload:
@@ -162,7 +163,7 @@ def test_metadata_naming_files_outside_the_checkpoint_is_refused(trained, tmp_pa
     from torch.distributed.checkpoint.filesystem import _StorageInfo
 
     data, ckpt = trained
-    bad = _copy(ckpt, tmp_path / "outside" / "step-000002")
+    bad = _copy(ckpt, tmp_path / "outside" / ckpt.name)
     meta = pickle.Unpickler(io.BytesIO((ckpt / ".metadata").read_bytes())).load()
     for idx, info in meta.storage_data.items():
         meta.storage_data[idx] = _StorageInfo(name, info.offset, info.length)
@@ -201,7 +202,7 @@ def test_corrupt_checkpoint_file_is_one_line_naming_it(trained, tmp_path, file, 
     """With its checksums.json the damage is named by verification (checkpoint and file); a
     checkpoint without one (older, or from elsewhere) is refused by the readers themselves."""
     data, ckpt = trained
-    bad = _copy(ckpt, tmp_path / "bad" / "step-000002", sealed)
+    bad = _copy(ckpt, tmp_path / "bad" / ckpt.name, sealed)
     _corrupt(bad / file, how)
     named = [str(bad), "fails verification", file] if sealed or (file, how) == ("__0_0.distcp", "truncated") \
         else [str(bad) if how == "scrambled" else str(bad / file)]  # DCP does not say which tensor file failed
@@ -262,6 +263,7 @@ def test_a_refused_remote_checkpoint_is_not_kept_as_the_local_latest(evil, tmp_p
     out = tmp_path / "run"
     _refused(run_cli(*_train_args(data, out, f"--checkpoint.remote=file://{bucket}")), marker,
              "was refused and not kept", "checkpoint metadata")
-    assert not (out / "checkpoints" / "latest").exists() and not list((out / "checkpoints").glob("*step-*"))
+    root = run_layout.checkpoints_dir(out)
+    assert not (root / "latest").exists() and not list(root.glob("*step-*"))
     r = run_cli(*_train_args(data, out))  # the same output without the remote trains from scratch
     assert r.returncode == 0, r.stderr[-2000:]

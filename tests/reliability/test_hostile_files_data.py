@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
+from gptrain import run_layout
 from tests.conftest import run_cli
 from tests.helpers import TINY, edit_meta, nothing_registered
 from tests.job_helpers import refused
@@ -50,7 +51,7 @@ def test_token_file_names_outside_the_dataset_are_refused(traversal, tmp_path):
     nothing_registered()
     refused(run_cli("data", "inspect", src), "not a plain file name")
     refused(_train(src, tmp_path), "not a plain file name")
-    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert not run_layout.checkpoints_dir(tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("name", ["..", ".", "", "a\\b", "nul\x00.bin", "sub/train.bin"])
@@ -119,7 +120,7 @@ def test_vocab_smaller_than_token_ids_is_refused_on_push_and_verify(small_vocab)
 def test_vocab_smaller_than_token_ids_is_refused_when_training(small_vocab, tmp_path):
     r = _train(small_vocab, tmp_path)
     refused(r, "vocab_size 5", str(small_vocab))
-    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert not run_layout.checkpoints_dir(tmp_path / "run").exists()
 
 
 def test_a_token_file_linked_outside_the_dataset_is_refused_by_train(prepared, tmp_path):
@@ -131,7 +132,7 @@ def test_a_token_file_linked_outside_the_dataset_is_refused_by_train(prepared, t
     (d / "train.bin").unlink()
     (d / "train.bin").symlink_to(outside)
     refused(_train(d, tmp_path), "is a link to a file outside")
-    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert not run_layout.checkpoints_dir(tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("where", ["absolute", "relative", "split", "link"])

@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
+from gptrain import run_layout
 from tests.conftest import run_cli
-from tests.helpers import TINY, env, tmpfs, write_corpus
+from tests.helpers import TINY, env, step_dir, tmpfs, write_corpus
 
 FULL_LINE = "gptrain: error: no space left on device writing "
 
@@ -65,7 +66,7 @@ def _train_args(data, out, *extra):
 def _no_checkpoint(out):
     from gptrain.weights.layout import find_latest
 
-    root = out / "checkpoints"
+    root = run_layout.checkpoints_dir(out)
     assert find_latest(out) is None
     assert not root.exists() or sorted(p.name for p in root.iterdir()) == []  # no .tmp-step-N left
 
@@ -75,7 +76,7 @@ def test_checkpoint_on_a_full_disk(small_disk, prepared):
     _fill(small_disk, 64 * 1024)
     out = small_disk / "run"
     r = run_cli("train", *_train_args(prepared, out))
-    _full(r, out / "checkpoints" / "step-000002")
+    _full(r, step_dir(out, 2))
     _no_checkpoint(out)
 
 
@@ -107,7 +108,7 @@ def test_checkpoint_on_a_full_disk_under_torchrun(small_disk, prepared):
                        capture_output=True, text=True, env=env(), timeout=300)
     assert r.returncode != 0
     lines = [line for line in r.stderr.splitlines() if line.startswith("gptrain: error:")]
-    assert lines and all(line.startswith(FULL_LINE + str(out / "checkpoints" / "step-000002"))
+    assert lines and all(line.startswith(FULL_LINE + str(step_dir(out, 2)))
                          for line in lines), r.stderr[-3000:]
     assert "exitcode  : 2" in r.stderr  # the rank that failed first, in torchrun's report
     _no_checkpoint(out)

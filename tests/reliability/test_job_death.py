@@ -11,8 +11,9 @@ import time
 import pytest
 
 from tests.conftest import run_cli
-from tests.job_helpers import (TRAIN, identity_of, job, job_processes, ok, parent_of, record_job,
-                               wait_for, wait_until)
+from tests.job_helpers import (
+    TRAIN, identity_of, job, job_processes, ok, parent_of, rank_log_path, record_job, wait_for,
+    wait_until)
 
 
 def noop_script(tmp_path, body="pass\n"):
@@ -28,7 +29,7 @@ def test_kill_9_of_the_supervisor_takes_its_workers_and_frees_its_slots(dataset,
     ok("run", "victim", "--dataset", dataset, "--accels", "2", "--", "--train.max_steps=100000",
        "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)
     # supervisor + torchrun agent + 2 workers, once rank 1 is training
-    wait_until(lambda: len(job_processes("victim")) >= 4 and "step" in _text(job_dir("victim") / "logs" / "rank-0.log"),
+    wait_until(lambda: len(job_processes("victim")) >= 4 and "step" in _text(rank_log_path("victim")),
                300, "the job never ran")
     sup = job("victim")["supervisor_pid"]
     os.kill(sup, signal.SIGKILL)
@@ -113,11 +114,9 @@ def test_stop_before_the_supervisor_is_ready_still_stops_the_job(tmp_path, monke
 def test_kill_9_of_the_torchrun_agent_takes_its_workers(dataset):
     """torchrun starts workers in sessions of their own: killing the agent used to leave them
     training while the supervisor recorded the attempt as over."""
-    from gptrain.jobs.folder import job_dir
-
     ok("run", "headless", "--dataset", dataset, "--accels", "2", "--", "--train.max_steps=100000",
        "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)
-    wait_until(lambda: len(job_processes("headless")) >= 4 and "step" in _text(job_dir("headless") / "logs" / "rank-0.log"),
+    wait_until(lambda: len(job_processes("headless")) >= 4 and "step" in _text(rank_log_path("headless")),
                300, "the job never ran")
     sup = job("headless")["supervisor_pid"]
     agent = next(p for p in job_processes("headless") if parent_of(p) == sup)

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from tests.helpers import model_tensors
+from tests.helpers import model_tensors, step_dir
 from tests.job_helpers import TRAIN, job, job_processes, kinds, ok, wait_for, wait_until
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ def kill_everything_at_step_4(name):
     """Freeze every process of the job once step-000004 is written, then SIGKILL them all."""
     from gptrain.jobs.folder import job_dir
 
-    ckpt = job_dir(name) / "checkpoints" / "step-000004"
+    ckpt = step_dir(job_dir(name), 4)
     deadline = time.time() + 180
     while not ckpt.exists():
         assert time.time() < deadline and job(name)["state"] in ("queued", "starting", "running"), job(name)
@@ -39,7 +39,7 @@ def kill_everything_at_step_4(name):
 def final_weights(name):
     from gptrain.jobs.folder import job_dir
 
-    return model_tensors(job_dir(name) / "checkpoints" / "step-000020")
+    return model_tensors(step_dir(job_dir(name), 20))
 
 
 def test_kill_9_of_every_process_resumes_to_the_same_weights(dataset):

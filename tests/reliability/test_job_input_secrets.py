@@ -7,7 +7,7 @@ import json
 import stat
 
 from tests.conftest import run_cli
-from tests.job_helpers import ok, wait_until_done
+from tests.job_helpers import ok, rank_log_path, wait_until_done
 
 SECRET = "s3cr3t-value"
 WORKER = """import os
@@ -26,7 +26,7 @@ def test_secret_reaches_the_worker_and_nothing_else(tmp_path, isolated_home, mon
        "--", tmp_path / "worker.py")
     report = wait_until_done("sec")
     home = isolated_home
-    raw_log = (home / "jobs" / "sec" / "logs" / "rank-0.log").read_text()
+    raw_log = rank_log_path("sec").read_text()
     assert f"the key is {SECRET}" in raw_log  # the worker saw the value (its own raw log)
 
     # the records and every command's output: masked

@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from gptrain.jobs import folder
 from tests.conftest import run_cli
 
 STUBS = {
@@ -178,5 +179,5 @@ def test_bare_secret_takes_the_value_from_the_shell(isolated_home, monkeypatch):
 
 
 def _logs(home, name):
-    logs = home / "jobs" / name / "logs"
+    logs = folder.logs_dir(home / "jobs" / name)
     return {p.name: p.read_text()[-2000:] for p in logs.glob("*")} if logs.is_dir() else {}

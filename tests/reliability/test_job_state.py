@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import run_cli
-from tests.job_helpers import job, kinds, live_with_env, ok, wait_for, wait_until
+from tests.job_helpers import job, kinds, live_with_env, ok, rank_log_path, wait_for, wait_until
 def gated_script(tmp_path, after_go="", name="gated.py"):
     """A program that waits for a file `go` beside it, then (after `after_go`) writes `done`."""
     script = tmp_path / name
@@ -171,7 +171,7 @@ def test_a_database_corrupted_under_a_running_job_costs_no_step(slots, tmp_path)
     j = job("rot")
     sup, run_id = j["supervisor_pid"], j["run_id"]
     jdir = tmp_path / "gptrain-home" / "jobs" / "rot"
-    log0 = jdir / "logs" / "rank-0.log"
+    log0 = rank_log_path("rot")
     wait_until(lambda: log0.is_file() and re.search(r"step\s+\d+/", log0.read_text(errors="replace")),
                120, "no step logged")
     for suffix, keep in (("", 100), ("-wal", 32)):
@@ -186,7 +186,7 @@ def test_a_database_corrupted_under_a_running_job_costs_no_step(slots, tmp_path)
     wait_until(lambda: not alive(sup) and not tagged(run_id), 120, "the job ran on past its corrupt database")
     log = (jdir / "supervisor.log").read_text()
     assert "became unreadable while the job ran" in log and "Traceback" not in log, log
-    rank0 = (jdir / "logs" / "rank-0.log").read_text(errors="replace")
+    rank0 = rank_log_path("rot").read_text(errors="replace")
     trained = max(int(s) for s in re.findall(r"step\s+(\d+)/", rank0))
     saved = int(re.findall(r"saved checkpoint \S*step-(\d+)", rank0)[-1])
     assert saved == trained, rank0[-3000:]

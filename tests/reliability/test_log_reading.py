@@ -13,9 +13,11 @@ import zipfile
 
 import pytest
 
+from gptrain.jobs import folder
 from tests.browser.conftest import Console
 from tests.browser.recorded_jobs import record_job
 from tests.conftest import run_cli
+from tests.job_helpers import rank_log_path, zip_name
 
 # each piece (AAA1 ...) is a part of a secret that must never be shown, whole or in part
 SECRETS = {"API_KEY": "AAA1\"BBB2\\CCC3'DDD4",  # a quote, a backslash and the other quote
@@ -47,8 +49,8 @@ print("step 2 | loss 2.9")
 
 def _leaky_job(tmp_path):
     """A recorded job with three secrets whose rank-0 log a real program wrote, printing each."""
-    d = record_job("leaky", secrets=SECRETS, log="")
-    log = d / "logs" / "rank-0.log"
+    record_job("leaky", secrets=SECRETS, log="")
+    log = rank_log_path("leaky")
     with open(log, "ab") as out:
         subprocess.run([sys.executable, "-c", PROGRAM], stdout=out, stderr=subprocess.STDOUT,
                        env={**os.environ, **SECRETS}, check=True)
@@ -74,7 +76,7 @@ def test_escaped_and_multi_line_secrets_are_masked_in_the_zip(isolated_home, tmp
     r = run_cli("fetch", "leaky", "--destination", tmp_path / "z")
     assert r.returncode == 0, r.stderr
     with zipfile.ZipFile(tmp_path / "z" / "leaky.zip") as z:
-        log = z.read("leaky/logs/rank-0.log").decode()
+        log = z.read(zip_name("leaky", rank_log_path("leaky"))).decode()
     assert "step 2 | loss 2.9" in log and _shown(log) == [], log
 
 
@@ -122,13 +124,13 @@ def _memory_kib(pid: int) -> dict:
 def test_a_200_mib_log_through_the_console_costs_a_page_of_memory(isolated_home, tmp_path):
     """Before: `?offset=0`, or a stream opened without an offset, read the whole log into the
     server (311 MB -> 1.1 GB for a 200 MiB log). Now each answer is one capped page."""
-    d = record_job("huge", secrets={"TOKEN": "sesame-open"})
+    record_job("huge", secrets={"TOKEN": "sesame-open"})
     line = b"step 1 | loss 3.0 | " + b"x" * 79 + b"\n"  # 100 bytes
     block = line * 10_000  # ~1 MB
-    with open(d / "logs" / "rank-0.log", "wb") as f:
+    with open(rank_log_path("huge"), "wb") as f:
         for _ in range(210):
             f.write(block)
-    size = (d / "logs" / "rank-0.log").stat().st_size
+    size = rank_log_path("huge").stat().st_size
     assert size >= 200 * 2 ** 20
     c = Console()
     try:
@@ -170,8 +172,8 @@ def test_a_junk_rank_is_a_clear_404(isolated_home, rank):
 def test_logs_follow_reads_through_the_same_reader(isolated_home, tmp_path):
     """`gptrain logs --follow` on an ended job: the whole log, masked, its last line too even
     without a newline, then the job's end."""
-    d = record_job("ended", secrets={"TOKEN": "sesame-open"}, log="")
-    with open(d / "logs" / "rank-0.log", "a") as f:
+    record_job("ended", secrets={"TOKEN": "sesame-open"}, log="")
+    with open(rank_log_path("ended"), "a") as f:
         f.write(f"token {shlex.quote('sesame open')} {json.dumps({'t': 'sesame-open'})}\n")
         f.write("last line without newline")
     r = run_cli("logs", "ended", "--follow")
@@ -199,9 +201,7 @@ def test_a_killed_agent_is_named_by_its_node(slots, tmp_path):
 
 
 def job_dir_log(name):
-    from gptrain.jobs.folder import job_dir
-
-    return job_dir(name) / "logs" / "rank-0.log"
+    return rank_log_path(name)
 
 
 def test_fetch_zips_files_with_hostile_names_escaped(isolated_home, tmp_path):
@@ -213,7 +213,7 @@ def test_fetch_zips_files_with_hostile_names_escaped(isolated_home, tmp_path):
     for name in (b"bad\xffname.txt", b"new\nline.txt"):
         with open(os.path.join(out, name), "wb") as f:
             f.write(b"kept")
-    with open(os.path.join(os.fsencode(d / "logs"), b"rank-\xfe.log"), "wb") as f:
+    with open(os.path.join(os.fsencode(folder.logs_dir(d)), b"rank-\xfe.log"), "wb") as f:
         f.write(b"token sesame-open\n")
     r = run_cli("fetch", "names", "--destination", tmp_path / "z")
     assert r.returncode == 0, r.stderr

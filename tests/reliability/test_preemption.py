@@ -11,9 +11,10 @@ import signal
 import pytest
 import torch
 
+from gptrain import run_layout
 from tests import helpers
-from tests.helpers import model_tensors
-from tests.job_helpers import TRAIN, job, ok, wait_for, wait_until
+from tests.helpers import model_tensors, step_dir
+from tests.job_helpers import TRAIN, job, ok, rank_log_path, wait_for, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -23,10 +24,8 @@ ARGS = [f"--train.max_steps={STEPS}", "--checkpoint.every=1000", "--train.precis
 
 
 def _log(name, rank=0) -> str:
-    from gptrain.jobs.folder import job_dir
-
     try:
-        return (job_dir(name) / "logs" / f"rank-{rank}.log").read_text(errors="replace")
+        return rank_log_path(name, rank).read_text(errors="replace")
     except OSError:
         return ""
 
@@ -67,7 +66,7 @@ def clean_weights(name="clean"):
     if "weights" not in _CLEAN:
         ok("run", name, "--dataset", "tiny", "--accels", "2", "--", *ARGS)
         assert wait_for(name, timeout=600)["state"] == "succeeded"
-        _CLEAN["weights"] = model_tensors(job_dir(name) / "checkpoints" / f"step-{STEPS:06d}")
+        _CLEAN["weights"] = model_tensors(step_dir(job_dir(name), STEPS))
     return _CLEAN["weights"]
 
 
@@ -92,7 +91,7 @@ def test_an_unasked_sigterm_preempts_and_the_job_continues_to_success(dataset, t
                       "supervisor": "SIGTERM to the job's supervisor"}[target], preempted[0]), preempted
     assert steps_lost("pre") == [0], _log("pre")[-4000:]
     assert "resumed from" in _log("pre")
-    got, want = model_tensors(job_dir("pre") / "checkpoints" / f"step-{STEPS:06d}"), clean_weights()
+    got, want = model_tensors(step_dir(job_dir("pre"), STEPS)), clean_weights()
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
 
 
@@ -128,7 +127,7 @@ def test_a_foreground_train_stopped_by_sigterm_or_ctrl_c_exits_after_its_checkpo
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 120
-        while not (out / "metrics.jsonl").exists() or "step" not in (out / "metrics.jsonl").read_text():
+        while not run_layout.metrics_file(out).exists() or "step" not in run_layout.metrics_file(out).read_text():
             assert time.time() < deadline and p.poll() is None
             time.sleep(0.1)
         p.send_signal(sig)  # Ctrl-C: exited 130 with no checkpoint before (issue 38)

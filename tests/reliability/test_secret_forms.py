@@ -16,7 +16,7 @@ import zipfile
 import pytest
 
 from tests.conftest import run_cli
-from tests.job_helpers import nothing_recorded, ok, refused, wait_until_done
+from tests.job_helpers import nothing_recorded, ok, rank_log_path, refused, wait_until_done, zip_name
 SECRET = "Zq8#Tok3n>>>???/x é~"  # base64 of it holds + and /; quoting changes #, >, ?, space, é
 PIECES = ["Zq8#Tok", "3n>>>???"]  # the two halves of the split print: neither may show
 WORKER = r"""
@@ -74,7 +74,7 @@ def test_a_secret_printed_encoded_or_split_is_masked_everywhere(tmp_path, isolat
     (tmp_path / "worker.py").write_text(WORKER)
     ok("run", "leak", "--secret", f"API_TOKEN={SECRET}", "--", tmp_path / "worker.py")
     report = wait_until_done("leak")
-    raw = (isolated_home / "jobs" / "leak" / "logs" / "rank-0.log").read_text()
+    raw = rank_log_path("leak").read_text()
     assert "step 2 | loss 2.9" in raw and len(_shown(raw)) > 20  # the worker printed every form
 
     assert report["job"]["state"] == "failed"
@@ -85,7 +85,7 @@ def test_a_secret_printed_encoded_or_split_is_masked_everywhere(tmp_path, isolat
 
     ok("fetch", "leak", "--destination", tmp_path / "z")
     with zipfile.ZipFile(tmp_path / "z" / "leak.zip") as z:
-        zipped = z.read("leak/logs/rank-0.log").decode()
+        zipped = z.read(zip_name("leak", rank_log_path("leak"))).decode()
     assert "step 2 | loss 2.9" in zipped and _shown(zipped) == [], zipped
 
     _every_console_page_is_masked(raw.encode())

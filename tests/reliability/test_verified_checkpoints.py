@@ -10,9 +10,11 @@ import shutil
 
 import pytest
 
+from gptrain import run_layout
+from gptrain.weights.layout import step_name
 from tests.conftest import run_cli
-from tests.helpers import TINY, make_dataset, train
-from tests.job_helpers import TRAIN, job, ok, wait_for
+from tests.helpers import TINY, make_dataset, step_dir, train
+from tests.job_helpers import TRAIN, checkpoints_dir, job, ok, wait_for
 
 RUN = [*TINY, "--train.batch_size=2", "--train.do_eval=false", "--train.precision=fp32", "--checkpoint.every=2"]
 
@@ -49,7 +51,7 @@ def test_commit_lists_every_file_with_its_size_and_checksum(trained):
     from gptrain.weights import checksums
 
     _, out = trained
-    ckpt = out / "checkpoints" / "step-000004"
+    ckpt = step_dir(out, 4)
     listed = checksums.read(ckpt)
     on_disk = {p.name for p in ckpt.iterdir() if p.name != checksums.FILE}
     assert set(listed) == on_disk and {".metadata", "__0_0.distcp", "trainer_state.json"} <= on_disk
@@ -67,7 +69,7 @@ def test_a_bit_flipped_anywhere_is_refused_by_every_reader(trained, tmp_path, se
     from gptrain.weights import checksums
 
     _, out = trained
-    ckpt = shutil.copytree(out / "checkpoints" / "step-000004", tmp_path / "step-000004")
+    ckpt = shutil.copytree(step_dir(out, 4), tmp_path / step_name(4))
     files = sorted(p.name for p in ckpt.iterdir())
     victim = files[seed % len(files)]
     flip(ckpt / victim, seed)
@@ -93,24 +95,24 @@ LOAD_PATHS = {
 @pytest.mark.parametrize("path", list(LOAD_PATHS))
 def test_each_command_refuses_a_damaged_checkpoint_in_one_line(trained, tmp_path, path):
     data, out = trained
-    ckpt = shutil.copytree(out / "checkpoints" / "step-000004", tmp_path / "run" / "checkpoints" / "step-000004")
+    ckpt = shutil.copytree(step_dir(out, 4), step_dir(tmp_path / "run", 4))
     flip(ckpt / "__0_0.distcp", 7)
     one_line_refusal(run_cli(*LOAD_PATHS[path](data, ckpt, tmp_path)), str(ckpt), "__0_0.distcp",
                      "fails verification")
-    assert not (tmp_path / "exported").exists() and not (tmp_path / "new" / "checkpoints").exists()
+    assert not (tmp_path / "exported").exists() and not run_layout.checkpoints_dir(tmp_path / "new").exists()
 
 
 def test_a_damaged_remote_copy_is_refused_and_not_kept(trained, tmp_path):
     data, out = trained
     bucket = tmp_path / "bucket"
-    shutil.copytree(out / "checkpoints" / "step-000004", bucket / "step-000004")
-    (bucket / "latest").write_text("step-000004")
-    flip(bucket / "step-000004" / "__0_0.distcp", 3)
+    shutil.copytree(step_dir(out, 4), bucket / step_name(4))
+    (bucket / "latest").write_text(step_name(4))
+    flip(bucket / step_name(4) / "__0_0.distcp", 3)
     new = tmp_path / "elsewhere"
     r = run_cli("train", f"--data.path={data}", f"--train.output_dir={new}", "--train.max_steps=6",
                 f"--checkpoint.remote=file://{bucket}", *RUN)
     one_line_refusal(r, "was refused and not kept", "__0_0.distcp", "fails verification")
-    assert not list((new / "checkpoints").glob("*step-*"))
+    assert not list(run_layout.checkpoints_dir(new).glob("*step-*"))
 
 
 def test_an_exported_hf_model_is_verified_when_loaded(trained, tmp_path, seed=0):
@@ -118,7 +120,7 @@ def test_an_exported_hf_model_is_verified_when_loaded(trained, tmp_path, seed=0)
 
     data, out = trained
     hf = tmp_path / "hf"
-    ok("export", out / "checkpoints" / "step-000004", "--out", hf)
+    ok("export", step_dir(out, 4), "--out", hf)
     assert checksums.verify(hf, what="model") == checksums.VERIFIED and "model.safetensors" in checksums.read(hf)
     flip(hf / "model.safetensors", seed)
     for args in (["generate", hf, "--prompt", "the"],
@@ -138,7 +140,7 @@ def test_a_run_whose_newest_checkpoint_is_damaged_resumes_from_the_one_before(tr
 
     data, out = trained
     run = shutil.copytree(out, tmp_path / "run")
-    newest = run / "checkpoints" / "step-000004" / "__0_0.distcp"
+    newest = step_dir(run, 4) / "__0_0.distcp"
     if damage == "flipped":
         flip(newest, 11)
     else:
@@ -149,18 +151,18 @@ def test_a_run_whose_newest_checkpoint_is_damaged_resumes_from_the_one_before(tr
         "checkpoint step-000004 failed verification: resumed from step-000002 instead" in said, said
     clean = tmp_path / "clean"
     train(f"--data.path={data}", f"--train.output_dir={clean}", "--train.max_steps=6", *RUN)
-    got, want = (model_tensors(d / "checkpoints" / "step-000006") for d in (run, clean))
+    got, want = (model_tensors(step_dir(d, 6)) for d in (run, clean))
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
 
 
 def test_no_good_checkpoint_left_is_one_line(trained, tmp_path):
     data, out = trained
     run = shutil.copytree(out, tmp_path / "run")
-    for step in ("step-000002", "step-000004"):
-        flip(run / "checkpoints" / step / ".metadata", 5)
+    for step in (2, 4):
+        flip(step_dir(run, step) / ".metadata", 5)
     r = run_cli("train", f"--data.path={data}", f"--train.output_dir={run}", "--train.max_steps=6", *RUN)
     assert r.returncode == 2 and "no checkpoint of" in r.stderr and "passes verification" in r.stderr, r.stderr
-    assert (run / "checkpoints" / "step-000004" / "damaged.txt").is_file()
+    assert (step_dir(run, 4) / "damaged.txt").is_file()
 
 
 def test_a_job_heals_itself_lists_the_damage_and_resumes_from_a_chosen_checkpoint(dataset):
@@ -173,12 +175,12 @@ def test_a_job_heals_itself_lists_the_damage_and_resumes_from_a_chosen_checkpoin
     args = ["--train.max_steps=6", "--checkpoint.every=2", "--train.precision=fp32", "--train.do_eval=false", *TRAIN]
     ok("run", "heal", "--dataset", dataset, "--", *args)
     assert wait_for("heal")["state"] == "succeeded"
-    ckpts = job_dir("heal") / "checkpoints"
+    ckpts = checkpoints_dir("heal")
     store.update("heal", state="stopped")  # (as if stopped after step 6, before max_steps=8 below)
-    flip(ckpts / "step-000006" / "__0_0.distcp", 1)
+    flip(ckpts / step_name(6) / "__0_0.distcp", 1)
     listing = ok("checkpoints", "heal", "--verify")
-    row6 = next(line for line in listing.splitlines() if "step-000006" in line)
-    row4 = next(line for line in listing.splitlines() if "step-000004" in line)
+    row6 = next(line for line in listing.splitlines() if step_name(6) in line)
+    row4 = next(line for line in listing.splitlines() if step_name(4) in line)
     assert "FAILED: __0_0.distcp does not match its checksum" in row6 and row4.rstrip().endswith("ok"), listing
 
     spec = json.loads((job_dir("heal") / "job.json").read_text())
@@ -186,17 +188,17 @@ def test_a_job_heals_itself_lists_the_damage_and_resumes_from_a_chosen_checkpoin
     ok("resume", "heal")
     assert wait_for("heal")["state"] == "succeeded"
     log = ok("logs", "heal")
-    assert "resumed from" in log and "step-000004 at step 4" in log, log[-3000:]
+    assert "resumed from" in log and f"{step_name(4)} at step 4" in log, log[-3000:]
     events = [e["message"] for e in store.events("heal") if e["kind"] == "warning"]
-    assert any("step-000006" in m and "failed verification" in m for m in events), events
+    assert any(step_name(6) in m and "failed verification" in m for m in events), events
 
     store.update("heal", state="stopped")
     ids = {c["name"]: c["id"] for c in store.checkpoints("heal")}
     r = run_cli("resume", "heal", "--from", "nope00000000")
     assert r.returncode == 2 and job("heal")["state"] == "stopped", r.stderr
-    ok("resume", "heal", "--from", ids["step-000002"])
+    ok("resume", "heal", "--from", ids[step_name(2)])
     assert wait_for("heal")["state"] == "succeeded"
-    assert "step-000002 at step 2" in ok("logs", "heal")
+    assert f"{step_name(2)} at step 2" in ok("logs", "heal")
 
 
 def test_training_on_a_damaged_token_file_commits_no_checkpoint(tmp_path):
@@ -211,4 +213,4 @@ def test_training_on_a_damaged_token_file_commits_no_checkpoint(tmp_path):
     flip(token_file, 4)
     r = run_cli("train", f"--data.path={data}", f"--train.output_dir={tmp_path / 'bad'}", "--train.max_steps=2", *RUN)
     one_line_refusal(r, str(token_file), "fails its sha256 check")
-    assert not list((tmp_path / "bad" / "checkpoints").glob("step-*"))
+    assert not list(run_layout.checkpoints_dir(tmp_path / "bad").glob("step-*"))

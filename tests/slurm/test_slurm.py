@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.job_helpers import TRAIN, job_dir, logs_tail, ok, requeue_when_written, states_until_done
+from tests.helpers import step_dir
+from tests.job_helpers import (
+    TRAIN, agent_log_path, job_dir, logs_tail, ok, rank_log_path, requeue_when_written,
+    states_until_done)
 
 pytestmark = pytest.mark.slow
 
@@ -25,9 +28,8 @@ def test_two_node_ddp_job_succeeds(dataset, tmp_path):
     assert seen[-1] == "succeeded", (seen, report["events"], logs_tail("sddp"))
     assert "running" in [e["kind"] for e in report["events"]]
     assert report["job"]["external_id"] and report["job"]["scheduler"] == "slurm"
-    logs = job_dir("sddp") / "logs"
     for node in (0, 1):  # one torchrun agent per node, each with its own output, and one rank each
-        assert (logs / f"agent-node{node}.log").is_file() and (logs / f"rank-{node}.log").is_file()
+        assert agent_log_path("sddp", node).is_file() and rank_log_path("sddp", node).is_file()
     assert "completed at step 6" in ok("logs", "sddp") and "rank 1" in ok("logs", "sddp", "--rank", "1")
     ckpts = json.loads(ok("checkpoints", "sddp", "--json"))
     assert [c["step"] for c in ckpts] == [3, 6]
@@ -61,7 +63,7 @@ def test_failing_training_reports_the_rank_error(dataset):
 def test_requeue_resumes_from_the_latest_checkpoint(dataset, slurm):
     ok("run", "sreq", "--scheduler", "slurm", "--nodes", "1", "--accels", "1", "--dataset", dataset,
        "--", "--train.max_steps=400", "--checkpoint.every=20", "--train.do_eval=false", *TRAIN)
-    seen = requeue_when_written("sreq", job_dir("sreq") / "checkpoints" / "step-000020", slurm)
+    seen = requeue_when_written("sreq", step_dir(job_dir("sreq"), 20), slurm)
     assert seen[-1] == "succeeded", (seen, logs_tail("sreq"))
     log = ok("logs", "sreq")
     assert "attempt 1" in log and re.search(r"resumed from .*step-\d+ at step", log), log[-2000:]
@@ -114,7 +116,7 @@ def test_bad_input(dataset, monkeypatch):
 
 def _wait_for_log(name, text, timeout=300):
     deadline = time.time() + timeout
-    path = job_dir(name) / "logs" / "rank-0.log"
+    path = rank_log_path(name)
     while time.time() < deadline:
         if path.is_file() and text in path.read_text():
             return

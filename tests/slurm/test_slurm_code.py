@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tests.jobs_code.programs import project
-from tests.job_helpers import job_dir, logs_tail, ok, requeue_when_written, states_until_done
+from tests.job_helpers import job_dir, logs_tail, ok, rank_log_path, requeue_when_written, states_until_done
 pytestmark = pytest.mark.slow
 
 
@@ -32,7 +32,7 @@ def test_shell_script_once_per_node(slurm, tmp_path, monkeypatch):
     assert seen[-1] == "succeeded", (seen, logs_tail("ssh"))
     jdir = job_dir("ssh")
     for node in (0, 1):  # node N's output: the log of its first rank (N x 1)
-        text = (jdir / "logs" / f"rank-{node}.log").read_text()
+        text = rank_log_path("ssh", node).read_text()
         assert f"node {node} of 2, 1 per node, world 2" in text and f"out {jdir}/output" in text, text
         assert "module __main__ world 2 relative-import-ok" in text, text
 

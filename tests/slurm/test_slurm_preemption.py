@@ -9,18 +9,18 @@ import time
 import pytest
 
 from tests import helpers
-from tests.job_helpers import TRAIN, job_dir, logs_tail, ok, states_until_done, trainer_pids
+from tests.job_helpers import TRAIN, job_dir, logs_tail, ok, rank_log_path, states_until_done, trainer_pids
 
 pytestmark = pytest.mark.slow
 
 
 def steps_lost(name) -> list[int]:
-    return helpers.steps_lost((job_dir(name) / "logs" / "rank-0.log").read_text(errors="replace"))
+    return helpers.steps_lost(rank_log_path(name).read_text(errors="replace"))
 
 
 def _wait_for_a_step(name, timeout=300):
     deadline = time.time() + timeout
-    path = job_dir(name) / "logs" / "rank-0.log"
+    path = rank_log_path(name)
     while not (path.is_file() and re.search(r"step\s+\d+/", path.read_text(errors="replace"))):
         assert time.time() < deadline, logs_tail(name)
         time.sleep(0.2)
@@ -58,7 +58,7 @@ def test_a_real_time_limit_shorter_than_the_training(dataset, slurm):
     while time.time() < deadline:
         report = json.loads(ok("inspect", "slimit", "--json"))
         seen.append(report["job"]["state"])
-        log = job_dir("slimit") / "logs" / "rank-0.log"
+        log = rank_log_path("slimit")
         if log.is_file() and "resumed from" in log.read_text(errors="replace"):
             break
         assert report["job"]["state"] not in ("failed", "succeeded", "stopped"), (report, logs_tail("slimit"))
@@ -86,7 +86,7 @@ def test_a_time_limit_that_ends_every_attempt_before_a_checkpoint_is_not_requeue
     (tmp_path / "stalls.py").write_text(STALLS)
     monkeypatch.chdir(tmp_path)
     ok("run", "sstall", "--scheduler", "slurm", "--", "stalls.py")
-    log = job_dir("sstall") / "logs" / "rank-0.log"
+    log = rank_log_path("sstall")
     for attempt in range(3):
         deadline = time.time() + 300
         while not (log.is_file() and f"attempt {attempt} started" in log.read_text(errors="replace")):

@@ -10,8 +10,9 @@ import time
 import pytest
 import torch
 
+from gptrain import run_layout
 from tests.conftest import run_cli
-from tests.helpers import nanogpt_ckpt
+from tests.helpers import nanogpt_ckpt, step_dir
 
 
 def hf_trainer_checkpoint(tiny_hf_gpt2, path, step, losses=((10, 3.0), (20, 2.5)), eval_loss=2.7):
@@ -29,7 +30,7 @@ def test_each_kind_one_row_right_steps_no_bogus_rows(tmp_path, tiny_hf_gpt2):
     from gptrain.jobs import found
 
     job = tmp_path / "job"
-    out, ck = job / "output", job / "checkpoints"
+    out, ck = job / "output", run_layout.checkpoints_dir(job)
     hf_trainer_checkpoint(tiny_hf_gpt2, out / "checkpoint-20", 20)
     hf_trainer_checkpoint(tiny_hf_gpt2, out / "checkpoint-40", 40, losses=((30, 2.0), (40, 1.75)), eval_loss=1.9)
     hf_trainer_checkpoint(tiny_hf_gpt2, out / "checkpoint-60", 60)
@@ -63,7 +64,7 @@ def test_crafted_pickle_is_refused_and_never_run(tmp_path):
     """A ckpt.pt whose pickle runs a command on load: listed as a plain file, never executed,
     and using it as a model fails in one line."""
     marker = tmp_path / "pwned"
-    evil = tmp_path / "home" / "jobs" / "evil" / "checkpoints" / "ckpt.pt"
+    evil = run_layout.checkpoints_dir(tmp_path / "home" / "jobs" / "evil") / "ckpt.pt"
     evil.parent.mkdir(parents=True)
     code = ("import os, torch\n"
             "class Evil:\n"
@@ -165,7 +166,7 @@ def test_listing_an_unchanged_nanogpt_checkpoint_does_not_load_torch(tmp_path, i
     from gptrain.jobs import folder, store
 
     store.create_job("nano", {"name": "nano", "script": "x.py", "args": [], "datasets": []}, 1, 1, "local")
-    nanogpt_ckpt(folder.job_dir("nano") / "checkpoints" / "ckpt.pt", iter_num=42)
+    nanogpt_ckpt(folder.checkpoints_dir(folder.job_dir("nano")) / "ckpt.pt", iter_num=42)
     code = ("import sys; from gptrain.cli import main\n"
             "assert main(['checkpoints', 'nano']) == 0\n"
             "print('torch' in sys.modules)\n")
@@ -212,9 +213,9 @@ def test_a_restart_resumes_from_the_numbered_folder_of_a_single_file(tmp_path):
         d.mkdir(parents=True)
         torch.save({"step": step}, d / "state.pt")
     assert found.latest(job) == job / "output" / "checkpoint-8"
-    (job / "checkpoints").mkdir()
-    torch.save({"step": 12}, job / "checkpoints" / "step_12.pt")  # a file of its own stays the file
-    assert found.latest(job) == job / "checkpoints" / "step_12.pt"
+    run_layout.checkpoints_dir(job).mkdir()
+    torch.save({"step": 12}, run_layout.checkpoints_dir(job) / "step_12.pt")  # a file of its own stays the file
+    assert found.latest(job) == run_layout.checkpoints_dir(job) / "step_12.pt"
 
 
 def test_a_snapshot_without_a_step_shows_none_made_up(tmp_path, isolated_home):
@@ -226,7 +227,7 @@ def test_a_snapshot_without_a_step_shows_none_made_up(tmp_path, isolated_home):
     store.create_job("mingpt", JobSpec(name="mingpt", script="main.py").to_dict(), 1, 1, "local")
     out = folder.job_dir("mingpt") / "output"
     out.mkdir(parents=True)
-    (folder.job_dir("mingpt") / "logs").mkdir()
+    folder.logs_dir(folder.job_dir("mingpt")).mkdir()
     torch.save({"model_state": {"w": torch.zeros(2)}, "optimizer_state": {}, "finished_epoch": 3},
                out / "snapshot.pt")
     r = run_cli("inspect", "mingpt")
@@ -248,10 +249,10 @@ def test_one_checkpoint_named_every_way_a_user_can_is_the_same_checkpoint(tmp_pa
     jdir = job_dir("named")
     train(f"--data.path={make_dataset(tmp_path)}", f"--train.output_dir={jdir}", "--train.max_steps=4",
           *TINY, "--checkpoint.every=2", "--train.do_eval=false")
-    (jdir / "checkpoints" / "latest").write_text("step-000002\n")
+    (run_layout.checkpoints_dir(jdir) / "latest").write_text(layout.step_name(2) + "\n")
     store.sync_checkpoints("named", found.scan_job("named"))
     ids = {c["name"]: c["id"] for c in store.checkpoints("named")}
-    step2 = jdir / "checkpoints" / "step-000002"
+    step2 = step_dir(jdir, 2)
 
     from pathlib import Path
 
@@ -259,10 +260,10 @@ def test_one_checkpoint_named_every_way_a_user_can_is_the_same_checkpoint(tmp_pa
         p = Path(source)
         return layout.resolve(p) if layout.is_checkpoint_dir(p) or layout.find_latest(p) else p
 
-    for ref in ("named", ids["step-000002"], str(jdir), str(jdir / "checkpoints"), str(step2)):
+    for ref in ("named", ids[layout.step_name(2)], str(jdir), str(run_layout.checkpoints_dir(jdir)), str(step2)):
         assert checkpoint_of(api.model_source(ref)) == step2, ref
     assert layout.find_latest(jdir) == step2 and found.latest(jdir) == step2
-    assert checkpoint_of(api.model_source(ids["step-000004"])) == jdir / "checkpoints" / "step-000004"  # named: itself
+    assert checkpoint_of(api.model_source(ids[layout.step_name(4)])) == step_dir(jdir, 4)  # named: itself
 
 
 def test_a_mistyped_job_name_is_did_you_mean_before_any_network_request(tmp_path, isolated_home, monkeypatch):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from gptrain import run_layout
 from gptrain.errors import UserError
 from gptrain.jobs import folder, found, launch
 from gptrain.jobs.programs import code
@@ -27,9 +28,9 @@ def test_resume_from_the_newest_complete_checkpoint(tmp_path):
         trainer_checkpoint(out / f"checkpoint-{step}", step)
     trainer_checkpoint(out / "checkpoint-11", 11, state=False)  # killed while it was being written
     assert found.latest(tmp_path) == out / "checkpoint-10"
-    (tmp_path / "checkpoints").mkdir()
-    (tmp_path / "checkpoints" / "step-12.pt").write_bytes(b"x")
-    assert found.latest(tmp_path) == tmp_path / "checkpoints" / "step-12.pt"
+    run_layout.checkpoints_dir(tmp_path).mkdir()
+    (run_layout.checkpoints_dir(tmp_path) / "step-12.pt").write_bytes(b"x")
+    assert found.latest(tmp_path) == run_layout.checkpoints_dir(tmp_path) / "step-12.pt"
 
 
 def test_resume_from_a_single_ckpt_pt(tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gptrain import run_layout
 from gptrain.data.formats import open_split, read_meta
 from gptrain.data.loader import BlockLoader, ShardedLoader, ShardOrder
 from gptrain.data.remote_shards import cached_bytes, open_remote, open_remote_split
@@ -201,7 +202,7 @@ def test_two_ranks_train_from_the_url_through_a_cache_smaller_than_the_data(serv
         watcher.join()
     assert "completed at step 6" in r.stdout
     assert shard_bytes(root) < peak[0] <= bound
-    rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in run_layout.metrics_file(tmp_path / "out").read_text().splitlines()]
     assert any("eval/loss" in row for row in rows)  # the validation split, read from the URL too
     [folder] = (tmp_path / "node-cache").glob("shards-*")
     assert 0 < cached_bytes(folder) <= bound

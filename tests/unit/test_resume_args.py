@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gptrain import run_layout
 from gptrain.errors import UserError
 from gptrain.jobs import folder, launch, resume
 from gptrain.jobs.spec import JobSpec
@@ -56,8 +57,8 @@ def test_restart_line_says_what_the_program_is_given(isolated_home, tmp_path):
         "restarted from scratch: the program was given no resume arguments (see --resume-args)")
     script.resume_args = "hf"
     assert resume.restart_line(script, jdir) == f"resumes with --resume_from_checkpoint {jdir}/output/checkpoint-4"
-    (jdir / "checkpoints").mkdir()
-    (jdir / "checkpoints" / "step-12.pt").write_bytes(b"x")  # named as `gptrain checkpoints` names it
+    run_layout.checkpoints_dir(jdir).mkdir()
+    (run_layout.checkpoints_dir(jdir) / "step-12.pt").write_bytes(b"x")  # named as `gptrain checkpoints` names it
     assert resume.restart_line(JobSpec(name="j", entry="trainer"), jdir) == "continues from step-12.pt"
 
 

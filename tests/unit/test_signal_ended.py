@@ -3,22 +3,26 @@
 attempt failed with an error of its own first; then the SIGTERMs are srun's and torchrun's
 teardown of the other ranks. Rank logs as the trainer writes them, one attempt after another."""
 
-from gptrain.jobs.logs import failed_on_its_own, signal_ended
+from pathlib import Path
+
+from gptrain.jobs.folder import logs_dir
+from gptrain.jobs.logs import failed_on_its_own, rank_log, signal_ended
+from tests.helpers import step_dir
 
 HEAD = "--- gptrain: attempt {a}, rank {r}, 2026-11-26 10:04:34, host vm, world 2\n"
 FEWER = ("gptrain: error: the training split has fewer blocks of 100000 tokens than data-parallel ranks (2); "
          "use more data or another model.block_size\n")
 SAVED = ("step      7/3000 | loss 3.1 | lr 1.00e-03 | 5,000 tok/s | mfu 0.6% | eta 00:00:40\n"
          "gptrain: SIGTERM received; saving a checkpoint at the end of this step\n"
-         "saved checkpoint /x/checkpoints/step-000007\nstopped at step 7\n")
+         f"saved checkpoint {step_dir(Path('/x'), 7)}\nstopped at step 7\n")
 
 
 def logs_of(tmp_path, *attempts):
     """rank-R.log for each rank: attempts[a][r] is what rank r wrote in attempt a."""
-    logs = tmp_path / "logs"
+    logs = logs_dir(tmp_path)
     logs.mkdir()
     for r in range(len(attempts[0])):
-        (logs / f"rank-{r}.log").write_text("".join(HEAD.format(a=a, r=r) + att[r] for a, att in enumerate(attempts)))
+        rank_log(logs, r).write_text("".join(HEAD.format(a=a, r=r) + att[r] for a, att in enumerate(attempts)))
     return logs
 
 

@@ -9,6 +9,7 @@ import os
 
 from gptrain.jobs import folder
 from gptrain.jobs.engines.slurm_attempt import ENDED, GAVE_UP, REQUEUE, STALLED_LIMIT, decide
+from gptrain.jobs.logs import rank_log
 from tests.helpers import trainer_checkpoint
 
 SAVED = "step 7/3000 | loss 3.1\ngptrain: SIGTERM received; saving a checkpoint\nstopped at step 7\n"
@@ -17,7 +18,7 @@ SAVED = "step 7/3000 | loss 3.1\ngptrain: SIGTERM received; saving a checkpoint\
 def job(tmp_path):
     jdir = tmp_path / "job"
     folder.logs_dir(jdir).mkdir(parents=True)
-    (folder.logs_dir(jdir) / "rank-0.log").write_text("--- gptrain: attempt 0, rank 0, x, host vm, world 1\n" + SAVED)
+    rank_log(folder.logs_dir(jdir), 0).write_text("--- gptrain: attempt 0, rank 0, x, host vm, world 1\n" + SAVED)
     return jdir
 
 

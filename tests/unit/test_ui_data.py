@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 
+from gptrain import run_layout
 from gptrain.ui.downsample import minmax
 from gptrain.jobs.sparkline import loss_line, sparkline
 from gptrain.ui.metrics import Chart as MetricsFile  # the library's reader, with curves
@@ -24,7 +25,7 @@ def test_small_curves_are_left_whole_and_large_ones_keep_their_extremes():
 
 
 def test_metrics_are_read_incrementally_whole_lines_only(tmp_path):
-    path = tmp_path / "metrics.jsonl"
+    path = run_layout.metrics_file(tmp_path)
     write_metrics(path, 20)
     mf = MetricsFile(path)
     assert mf.refresh() == 20 and mf.count("eval") == 2
@@ -40,7 +41,7 @@ def test_metrics_are_read_incrementally_whole_lines_only(tmp_path):
 
 
 def test_a_replaced_or_shrunk_file_is_read_again(tmp_path):
-    path = tmp_path / "metrics.jsonl"
+    path = run_layout.metrics_file(tmp_path)
     write_metrics(path, 50)
     mf = MetricsFile(path)
     assert mf.refresh() == 50
@@ -52,7 +53,7 @@ def test_a_replaced_or_shrunk_file_is_read_again(tmp_path):
 
 
 def test_curves_on_tokens_and_time(tmp_path):
-    path = tmp_path / "metrics.jsonl"
+    path = run_layout.metrics_file(tmp_path)
     write_metrics(path, 30)
     mf = MetricsFile(path)
     mf.refresh()
@@ -66,7 +67,7 @@ def test_curves_on_tokens_and_time(tmp_path):
 def test_sparkline_of_a_falling_loss(tmp_path):
     assert sparkline([3, 2, 1]) == "█▅▁"
     assert sparkline([1, 1, 1]) == "▁▁▁" and sparkline([]) == ""
-    path = tmp_path / "metrics.jsonl"
+    path = run_layout.metrics_file(tmp_path)
     assert loss_line(path) is None and loss_line(None) is None
     write_metrics(path, 200)
     line = loss_line(path)
@@ -77,7 +78,7 @@ def test_a_file_is_read_in_blocks_rows_across_their_edges(tmp_path, monkeypatch)
     from gptrain.jobs import metrics_file
 
     monkeypatch.setattr(metrics_file, "BLOCK", 300)  # a few rows a block; rows straddle the edges
-    path = tmp_path / "metrics.jsonl"
+    path = run_layout.metrics_file(tmp_path)
     write_metrics(path, 40)
     with open(path, "a") as f:
         f.write(json.dumps({"step": 41, "note": "x" * 1000}) + "\n")  # longer than a block
@@ -90,9 +91,9 @@ def test_a_file_is_read_in_blocks_rows_across_their_edges(tmp_path, monkeypatch)
 def test_a_log_read_from_inside_a_line_never_shows_part_of_a_secret(tmp_path):
     """The console's log API takes a byte offset from the client: one inside a secret used to
     return the secret's tail in clear (masking matches whole values)."""
-    from gptrain.jobs.logs import read_page as read_log
+    from gptrain.jobs.logs import rank_log, read_page as read_log
 
-    log = tmp_path / "rank-0.log"
+    log = rank_log(tmp_path, 0)
     log.write_bytes(b"step 1\nsecret is hunter2xyz\nstep 2\n")
     start = log.read_bytes().index(b"hunter2xyz")
     for offset in range(0, len(log.read_bytes()) + 1):

@@ -6,6 +6,7 @@ import os
 
 import torch
 
+from gptrain import run_layout
 from gptrain.weights import layout, scan
 from gptrain.weights.names import is_listable, step_of
 
@@ -21,7 +22,7 @@ def test_gptrain_checkpoints_are_ordered_by_step_not_by_text(tmp_path):
     """Before: sorted as text, step-9 came after step-10 (find_latest and keep_last's prune, and
     the remote prune, each had their own sort), so a run past the zero padding resumed from an
     older checkpoint and pruned the newest."""
-    root = tmp_path / "checkpoints"
+    root = run_layout.checkpoints_dir(tmp_path)
     for step in (9, 10, 100):
         _gptrain_ckpt(root / f"step-{step}", step)
     assert layout.find_latest(tmp_path) == root / "step-100"
@@ -32,7 +33,7 @@ def test_gptrain_checkpoints_are_ordered_by_step_not_by_text(tmp_path):
 
 def test_newest_across_kinds_is_the_highest_step_then_a_checkpoint_proper_then_time(tmp_path):
     out = tmp_path / "output"
-    _gptrain_ckpt(out / "step-000004", 4)
+    _gptrain_ckpt(out / layout.step_name(4), 4)
     hf = out / "checkpoint-12"
     hf.mkdir(parents=True)
     (hf / "model.safetensors").write_bytes(b"w")
@@ -43,7 +44,7 @@ def test_newest_across_kinds_is_the_highest_step_then_a_checkpoint_proper_then_t
     (out / "final.bin").write_bytes(b"w")  # no step in its name: never the newest by step
     rows = scan.scan_folder(out, "output")
     kinds = {r["name"]: (r["kind"], r["step"]) for r in rows}
-    assert kinds == {"output/step-000004": ("gptrain", 4), "output/checkpoint-12": ("hf-trainer", 12),
+    assert kinds == {f"output/{layout.step_name(4)}": ("gptrain", 4), "output/checkpoint-12": ("hf-trainer", 12),
                      "output/ckpt.pt": ("nanogpt", 8), "output/weights_10.safetensors": ("file", 10),
                      "output/final.bin": ("file", None)}
     assert scan.newest(rows)["name"] == "output/checkpoint-12"
@@ -75,7 +76,7 @@ def test_the_jobs_row_reads_only_the_tail_of_metrics_jsonl(tmp_path):
     from gptrain.jobs import progress
     from gptrain.jobs.metrics_file import MetricsFile
 
-    path = tmp_path / "metrics.jsonl"
+    path = run_layout.metrics_file(tmp_path)
     rows = [{"step": s, "train/loss": 10 - s / 1000, "train/grad_norm": 0.5} for s in range(1, 3001)]
     rows.insert(1500, {"step": 1500, "eval/loss": 2.5})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -93,7 +94,7 @@ def test_what_a_model_is_loaded_from_is_decided_once(tmp_path):
     """models/load.py and train/model_init.py both ask weights/kinds.source_kind."""
     from gptrain.weights.kinds import source_kind
 
-    ck = _gptrain_ckpt(tmp_path / "run" / "checkpoints" / "step-2", 2)
+    ck = _gptrain_ckpt(layout.root_of(tmp_path / "run") / "step-2", 2)
     (tmp_path / "ckpt.pt").write_bytes(b"x")
     hf = tmp_path / "hf"
     hf.mkdir()

@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from gptrain import run_layout
 from tests.job_helpers import ok, wait_for
 @pytest.fixture
 def jobs_home(isolated_home, monkeypatch):
@@ -19,7 +20,7 @@ def jobs_home(isolated_home, monkeypatch):
 def metrics(name: str) -> list[dict]:
     from gptrain.jobs.folder import job_dir
 
-    return [json.loads(line) for line in (job_dir(name) / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in run_layout.metrics_file(job_dir(name)).read_text().splitlines()]
 
 
 def assert_workflow_outcome(name: str, tmp_path, dataset: str | None = None) -> None:
