@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from gptrain.data.host_shares import Partitions
 from gptrain.errors import UserError
 
 
@@ -189,8 +190,9 @@ class BlockLoader:
         return self.batch(self.next_indices())
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "offset": self.offset, "seed": self.seed,
-                "n_blocks": self.n_blocks, "block_size": self.T, "packed": self.rows is not None}
+        state = {"epoch": self.epoch, "offset": self.offset, "seed": self.seed,
+                 "n_blocks": self.n_blocks, "block_size": self.T}
+        return {**state, "packed": True} if self.rows is not None else state  # (the keys of older states)
 
     def load_state_dict(self, state: dict) -> None:
         """The position of a saved stream. It is global (no rank or world size in it), so a run
@@ -214,8 +216,12 @@ class ShardOrder:
         starts = np.asarray(starts, dtype=np.int64)
         self.T = block_size
         first = np.minimum(-(-starts // block_size), n_blocks)  # the first block starting in or after each
-        self.lo, self.hi = first[:-1], first[1:]  # blocks lo..hi start in the shard
+        # blocks lo..hi lie whole in the shard: the one that would run into the next shard is left
+        # out (it would fetch a whole shard for a token, and tie two hosts' shares together)
+        whole = np.maximum((starts[1:] - block_size - 1) // block_size + 1, first[:-1])
+        self.lo, self.hi = first[:-1], np.minimum(first[1:], np.append(whole[:-1], first[-1]))
         self.n_shards = len(self.lo)
+        self.count = int((self.hi - self.lo).sum())  # the blocks of an epoch
 
     def shard_order(self, seed: int, epoch: int):
         rng = np.random.default_rng([seed, epoch])
@@ -258,40 +264,80 @@ class ShardOrder:
         return int(order[self.hi[order] > self.lo[order]][0])
 
 
-def make_loader(tokens, *args, **kwargs) -> BlockLoader:
-    """A BlockLoader over `tokens`; over a ShardTokens (data/remote_shards.py), a ShardedLoader."""
-    return (ShardedLoader if getattr(tokens, "remote", False) else BlockLoader)(tokens, *args, **kwargs)
+def make_loader(tokens, *args, hosts: int = 1, **kwargs) -> BlockLoader:
+    """A BlockLoader over `tokens`; over a ShardTokens (data/remote_shards.py), a ShardedLoader
+    whose `hosts` (of the run's data-parallel ranks, consecutive per host) read their own shares."""
+    if getattr(tokens, "remote", False):
+        return ShardedLoader(tokens, *args, hosts=hosts, **kwargs)
+    return BlockLoader(tokens, *args, **kwargs)
 
 
 READ_AHEAD_BATCHES = 64  # the next shard is fetched at the latest this many global batches before it is read
 
 
 class ShardedLoader(BlockLoader):
-    """A BlockLoader over a ShardTokens: the shard-grouped order, the shards of each batch held
-    while it is read, and the next shard of the stream fetched meanwhile."""
+    """A BlockLoader over a ShardTokens: the shard-grouped order in P partitions, one per host
+    that first ran it (data/host_shares.py; P = 1 on one host), each host reading its own; the
+    shards of each batch held while it is read, and the next shard of each partition the host
+    reads fetched meanwhile."""
 
-    def __init__(self, tokens, *args, **kwargs):
+    def __init__(self, tokens, *args, hosts: int = 1, **kwargs):
         super().__init__(tokens, *args, **kwargs)
         if self.examples is not None:
             raise ValueError("instruction data is not read from a URL")
         self.order = ShardOrder(tokens.starts, self.T, self.n_blocks)
+        self.n_blocks = self.order.count  # (a block across two shards is not read from a URL)
+        if self.n_blocks < self.world:
+            raise ValueError("fewer blocks than ranks")
+        self.hosts = hosts
+        self.shares = Partitions(self.order, hosts, lambda: self.seed)
+
+    def take(self, need: int) -> np.ndarray:
+        blocks = self.shares.batch(self.position, need)
+        self.epoch, self.offset = divmod(self.position + need, self.n_blocks)
+        return blocks
+
+    def next_indices(self) -> np.ndarray:
+        """This rank's blocks of the next global batch: its host's partitions' (a contiguous
+        slice of the batch), dealt to the host's ranks; else every world-th, as on one host."""
+        blocks = self.take(self.global_batch)
+        if not self.shares.local(self.hosts, self.world):
+            return blocks[self.rank:: self.world]
+        per_host = self.world // self.hosts
+        host, local = divmod(self.rank, per_host)
+        mine = blocks.reshape(self.hosts, -1)[host]
+        return mine[local:: per_host]
 
     def batch(self, indices):
-        """Hold what this batch and the rest of its shard's blocks read; read this batch (its own
+        """Hold what this batch and the rest of its shards' blocks read; read this batch (its own
         shards first: a run's first step waits for one shard, never for the read-ahead); then,
-        once the stream is past half of its shard or within READ_AHEAD_BATCHES global batches of
-        its end, have the next shard's fetched meanwhile (so a short run fetches about the shard
-        it trains on, not the ones after it, and a long one never waits)."""
+        for each partition this host reads, once it is past half of its shard or within
+        READ_AHEAD_BATCHES global batches of its end, have the next shard fetched meanwhile (so a
+        short run fetches about the shard it trains on, not the ones after it, and a long one
+        never waits)."""
         starts = np.asarray(indices, dtype=np.int64) * self.T
-        now = self.order.shard_of(self._permutation()[self.offset])  # where the stream goes on
+        host = self.rank // max(1, self.world // self.hosts) if self.shares.local(self.hosts, self.world) else 0
+        mine = self.shares.owned(host, self.hosts if self.shares.local(self.hosts, self.world) else 1)
+        done = self.position // self.shares.parts
+        ahead = [self.shares.ahead(p, done) for p in mine if self.shares.length(p)]
         self.tokens.hold({s for a in starts for s in self.tokens.shards_of(int(a), int(a) + self.T + 1)}
-                         | set(self.order.reads(now, self.tokens)))
+                         | {s for now, *_ in ahead for s in self.order.reads(now, self.tokens)})
         rows = super().batch(indices)
-        left, size = self.order.left_in_shard(self.seed, self.epoch, self.offset)
-        if 2 * left <= size or left <= READ_AHEAD_BATCHES * self.global_batch:
-            nxt = self.order.next_shard(self.seed, self.epoch, self.offset)
-            self.tokens.prefetch(self.order.reads(nxt, self.tokens))
+        share = self.global_batch // self.shares.parts
+        for now, left, size, nxt in ahead:
+            if 2 * left <= size or left <= READ_AHEAD_BATCHES * share:
+                self.tokens.prefetch(self.order.reads(nxt, self.tokens))
         return rows
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        return {**state, "partitions": self.shares.parts} if self.shares.parts > 1 else state
+
+    def load_state_dict(self, state: dict) -> None:
+        """As BlockLoader's, and the partitions the run started with (1 in a state without them)."""
+        super().load_state_dict(state)
+        if state.get("partitions", 1) != self.shares.parts:
+            self.shares = Partitions(self.order, state.get("partitions", 1), lambda: self.seed)
 
 
 def notes(loader, block_size: int) -> list[str]:
@@ -307,7 +353,8 @@ def notes(loader, block_size: int) -> list[str]:
 
 
 def open_train_loader(path, block_size: int, batch_size: int, rank: int, world: int, seed: int,
-                      max_blocks: int | None, vocab_size: int, packing: bool | None = False) -> BlockLoader:
+                      max_blocks: int | None, vocab_size: int, packing: bool | None = False,
+                      hosts: int = 1) -> BlockLoader:
     """The training stream of one prepared dataset (data.path): its train split as blocks, or
     as examples of instruction data (packed by `packing`: True, False, or None: when they
     average at most half a block); one line when it has fewer rows than ranks."""
@@ -322,7 +369,8 @@ def open_train_loader(path, block_size: int, batch_size: int, rank: int, world: 
                         f"({world}); use more data or another model.block_size")
     pack = examples is not None and (packing or (packing is None and packs_well(examples, block_size)))
     loader = make_loader(tokens, block_size, batch_size, rank, world, seed=seed, max_blocks=max_blocks,
-                         vocab_size=vocab_size, source=f"dataset {path}", examples=examples, pack=pack)
+                         vocab_size=vocab_size, source=f"dataset {path}", examples=examples, pack=pack,
+                         hosts=hosts)
     if loader.n_blocks < world:
         raise UserError(f"the training split packs into {loader.n_blocks} row(s) of {block_size} tokens, "
                         f"fewer than data-parallel ranks ({world}); use more data or data.packing=false")

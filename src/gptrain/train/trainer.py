@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -105,7 +106,8 @@ class Trainer(Checkpointing):
         stream = (T, self.plan.batch_size, self.dp_rank, self.dims.dp, tc.seed, cfg.data.max_train_samples,
                   self.vocab_size)
         self.loader = mixture.MixtureLoader.open(self.sources, *stream) if cfg.data.mix else \
-            open_train_loader(self.data_dir, *stream, packing=False if packing_possible(cfg) else cfg.data.packing)
+            open_train_loader(self.data_dir, *stream, packing=False if packing_possible(cfg) else cfg.data.packing,
+                              hosts=self._hosts())
         for line in notes(self.loader, T):
             self.log_main(line)
         self.val_sets = [(name, w, path, *split) for name, w, path in self.sources
@@ -186,6 +188,15 @@ class Trainer(Checkpointing):
             print(msg, flush=True)
 
     # ---- one step ----------------------------------------------------------------------------
+
+    def _hosts(self) -> int:
+        """The hosts among the data-parallel ranks (torchrun numbers each host's ranks one after
+        another), each reading its own share of a dataset at a URL (data/host_shares.py); 1 when
+        tensor or pipeline parallel make the data-parallel ranks other than the world's."""
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        if self.dims.tp > 1 or self.dims.pp > 1 or self.env.world % local:
+            return 1
+        return self.env.world // local
 
     def _grad_sync(self, enabled: bool):
         model = self.parts[0]
