@@ -176,5 +176,6 @@ def lost_peer(error: BaseException) -> InfraError | None:
     what = text.split("] ", 1)[-1].split(". This is typically", 1)[0].splitlines()[0].strip()
     rank = os.environ.get("RANK", "?")
     return InfraError(f"rank {rank} {LOST_PEER} ({what}): a worker, its host or the network "
-                      "between them failed; that worker's log says why (gptrain logs NAME --rank R). A job "
-                      "restarts from its latest checkpoint while it has restarts left (--max-restarts)")
+                      "between them failed; `gptrain inspect NAME` says which rank ended first and how. A job "
+                      "restarts from its latest checkpoint while it has restarts left (--max-restarts, "
+                      "0 by default)")

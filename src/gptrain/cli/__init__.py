@@ -29,6 +29,19 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _unrecognized(parser, argv: list[str], extra: list[str]):
+    """One line for options the command does not take: the closest it does, and its own help."""
+    from gptrain.errors import closest
+
+    command = parser._subparsers._group_actions[0].choices.get(argv[0]) if argv else None
+    if command is None:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    known = [o for o in command._option_string_actions if o.startswith("--")]
+    flag = next((w.split("=", 1)[0] for w in extra if w.startswith("--")), None)
+    hint = closest(flag, known) if flag else ""
+    command.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     import importlib
 
@@ -111,7 +124,7 @@ def _run(argv: list[str] | None) -> int:
     args, extra = parser.parse_known_args(argv)
     args.passthrough = passthrough
     if extra and not getattr(args, "takes_extra", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        _unrecognized(parser, argv, extra)
     private_home()
     sweep_leftovers()
     _quiet_full_disk_in_threads()

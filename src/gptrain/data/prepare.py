@@ -373,7 +373,7 @@ def _tail_to_val(folder: Path, splits: dict, dtype: str, val_fraction: float):
     for split, count in (("train", n - n_val), ("val", n_val)):
         splits[split].update(tokens=count, files=[{
             "name": f"{split}.bin", "tokens": count, "sha256": sha256_file(folder / f"{split}.bin")}])
-    splits["val"].update(documents=0, note="too few documents to draw from: the tail of train")
+    splits["val"].update(documents=0, note="the end of the text (too few documents to hold some out)")
 
 
 def _tqdm(total):

@@ -140,7 +140,7 @@ class Trainer(Checkpointing):
             if tc.do_eval and tc.eval_strategy != "no" and limit is not None and \
                     (whole := count_blocks(tokens, T, None, examples)) > have:
                 self.log_main(f"note: each evaluation reads the first {have:,} of the {whole:,} validation "
-                              f"blocks of {path} (--train.eval_iters=0: the whole split)")
+                              f"blocks of {path} (set --train.eval_iters=0 to read the whole split)")
             return open_tokens(path, "val"), examples
         if tc.do_eval and tc.eval_strategy != "no":
             self.log_main(f"note: no evaluation{' of it' if self.cfg.data.mix else ''}: the validation split of "
