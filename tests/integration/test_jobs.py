@@ -209,6 +209,17 @@ def test_a_mistyped_model_path_is_refused_at_submit_with_the_name_beside_it(data
     assert store.list_jobs() == []
 
 
+def test_a_hub_id_that_cannot_be_had_is_refused_at_submit(dataset, tmp_path):
+    """Was: submitted, exit 0, a job recorded that failed in its worker 15 s later. Now the hub's
+    own answer (here: offline, not in the cache) is one line at submit, nothing recorded."""
+    r = run_cli("run", "m4", "--dataset", "tiny", "--", "--model_name_or_path", "someone/not-a-model", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "cannot get 'someone/not-a-model' from the Hugging Face Hub" in r.stderr, r.stderr
+    from gptrain.jobs import store
+
+    assert store.list_jobs() == []
+
+
 def test_duplicate_name_is_refused(dataset, tmp_path):
     script = tmp_path / "noop.py"
     script.write_text("pass\n")

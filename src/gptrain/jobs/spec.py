@@ -202,6 +202,10 @@ class JobSpec:
         if engine(self.scheduler).workers_here:  # what they would trip on is one line now
             cfg = self.trainer_config()
             missing_paths(cfg, base)  # (a cluster's workers may see other paths)
+            if (hub := hub_id(cfg.model.init_from, base)) is not None:
+                from gptrain.models.hf import check_fetchable
+
+                check_fetchable(hub)
             if cfg.model.attn_implementation == "flash_attention_2":
                 from gptrain.models.flash import check_available
 
@@ -267,6 +271,21 @@ def missing_paths(cfg, base: Path) -> None:
             if p.parent.is_dir() else []
         raise UserError(f"--{key} {value}: no such file or folder"
                         + (f" (did you mean {value[:len(value) - len(p.name)] + near[0]!r}?)" if near else ""))
+
+
+def hub_id(value: str, base: Path) -> str | None:
+    """The Hugging Face Hub repository ("owner/name") model.init_from names, or None: a path,
+    job, checkpoint or URL here is not one (jobs/found.model_source decides, as the trainer will;
+    `hf:NAME` is the hub's NAME)."""
+    import re
+
+    if not value or "://" in value or (base / Path(value).expanduser()).exists():
+        return None
+    from gptrain.jobs import found
+
+    source = found.model_source(value)
+    plain = value[3:] if value.startswith("hf:") else value
+    return source if source == plain and re.fullmatch(r"[\w.-]+/[\w.-]+", source) else None
 
 
 def absolute_mix(value: str, base: Path) -> str:

@@ -44,6 +44,27 @@ def resolve(name_or_path: str) -> Path:
                         "model directory") from None
 
 
+def check_fetchable(hub_id: str) -> None:
+    """At submit, a hub id ("owner/name") the job's workers would fetch: in this machine's HF
+    cache, or else its config.json fetched now (the hub's own answer: no such repository, no
+    network, offline), so a name that cannot be had is one line before anything is recorded."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise UserError(f"{hub_id!r} is not a local directory, and downloading from the "
+                        "Hugging Face Hub needs: pip install 'gptrain[hf]'") from None
+    try:
+        snapshot_download(hub_id, allow_patterns=["config.json"], local_files_only=True)
+        return
+    except Exception:
+        pass
+    try:
+        snapshot_download(hub_id, allow_patterns=["config.json"])
+    except Exception as e:  # the hub client raises many types: offline, 404, auth
+        raise UserError(f"cannot get {hub_id!r} from the Hugging Face Hub ({type(e).__name__}); check "
+                        "the name and the network, or pass a local model directory") from None
+
+
 def config_from_hf(hf: dict, **overrides):
     from gptrain.models.registry import spec_of_hf
 
