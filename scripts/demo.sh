@@ -32,6 +32,9 @@ gptrain eval shakespeare --dataset shakespeare-char --max-blocks 200
 step "export to a Hugging Face directory and load it with transformers"
 gptrain export shakespeare --out demo-out/hf
 python - <<'PY'
+import logging
+for noisy in ("torchao", "torch.utils._pytree"):  # transformers imports torchao: its optional kernels' notes
+    logging.getLogger(noisy).setLevel(logging.ERROR)
 import torch
 from transformers import AutoModelForCausalLM
 model = AutoModelForCausalLM.from_pretrained("demo-out/hf")
