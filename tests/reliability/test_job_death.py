@@ -101,7 +101,7 @@ def test_stop_before_the_supervisor_is_ready_still_stops_the_job(tmp_path, monke
     handler: it must not kill it silently (leaving the job queued for ever)."""
     monkeypatch.setenv("GPTRAIN_LOCAL_SLOTS", "1")
     script = noop_script(tmp_path, "import time\ntime.sleep(60)\n")
-    code = ("import sys\nfrom gptrain.jobs import local\nfrom gptrain.jobs.spec import JobSpec\n"
+    code = ("import sys\nfrom gptrain.jobs.engines import local\nfrom gptrain.jobs.spec import JobSpec\n"
             f"local.submit(JobSpec(name='early', script={str(script)!r}))\n"
             "print(local.stop('early', 5))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
