@@ -115,3 +115,20 @@ def test_packing_asked_where_it_cannot_run_is_one_line(sft_data, tmp_path):
                     "--data.packing=true", *extra)
         assert r.returncode == 2 and words in r.stderr and "data.packing=false" in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("layout", ["--parallel.dp_shard=2", "--parallel.dp_replicate=2"])
+def test_two_processes_packed_take_the_steps_of_one(sft_data, tmp_path, layout):
+    """Packed rows under FSDP2 and DDP (two CPU ranks, each half the rows): the losses of one
+    process with the whole batch (each rank's mean over its own targets, then averaged: as padded)."""
+    from tests.helpers import losses
+
+    base = [f"--data.path={sft_data}", *TINY, f"--model.block_size={T}", "--train.do_eval=false",
+            "--train.max_steps=3", "--checkpoint.every=0"]
+    one = train(*base, f"--train.output_dir={tmp_path / 'one'}", "--train.batch_size=4")
+    two = train(*base, f"--train.output_dir={tmp_path / 'two'}", "--train.batch_size=2", layout, nproc=2)
+    assert "instruction data packed" in one.stdout and "instruction data packed" in two.stdout
+    a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
+    assert sorted(a) == sorted(b) == [1, 2, 3]
+    for step in a:
+        assert abs(a[step] - b[step]) < 1e-3 * a[step], (layout, step, a[step], b[step])

@@ -90,7 +90,7 @@ class Partitions:
         """(shard now, blocks left of it in partition p's span, its blocks in all, the shard after
         it in the span, or the next epoch's first) for partition p's position `done`."""
         epoch, at = self.locate(p, done)
-        order, ends, g = self.order._where(self.seed, epoch, at)
+        order, ends, g = self.order.where(self.seed, epoch, at)
         now = int(order[g])
         end = min(int(ends[g]), self.bounds[p + 1])
         start = int(ends[g - 1]) if g else 0

@@ -238,30 +238,12 @@ class ShardOrder:
     def shard_of(self, block: int) -> int:
         return int(np.searchsorted(self.lo, block, "right") - 1)
 
-    def _where(self, seed: int, epoch: int, offset: int):
+    def where(self, seed: int, epoch: int, offset: int):
         """(the epoch's shard order, where each shard's blocks end in the stream, the index in that
         order of the shard holding stream position `offset`)."""
         order, _ = self.shard_order(seed, epoch)
         ends = np.cumsum(self.hi[order] - self.lo[order])
         return order, ends, int(np.searchsorted(ends, offset, "right"))
-
-    def left_in_shard(self, seed: int, epoch: int, offset: int) -> tuple[int, int]:
-        """(blocks left, blocks in all) of the shard holding stream position `offset`."""
-        _, ends, g = self._where(seed, epoch, offset)
-        if g >= len(ends):
-            return 0, 0
-        start = int(ends[g - 1]) if g else 0
-        return int(ends[g]) - offset, int(ends[g]) - start
-
-    def next_shard(self, seed: int, epoch: int, offset: int) -> int:
-        """The shard whose blocks come after those of the shard holding stream position `offset`."""
-        order, _, g = self._where(seed, epoch, offset)
-        later = order[g + 1:]
-        later = later[self.hi[later] > self.lo[later]]
-        if len(later):
-            return int(later[0])
-        order, _ = self.shard_order(seed, epoch + 1)
-        return int(order[self.hi[order] > self.lo[order]][0])
 
 
 def make_loader(tokens, *args, hosts: int = 1, **kwargs) -> BlockLoader:

@@ -29,19 +29,8 @@ def resolve(name_or_path: str) -> Path:
         return p
     if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
         raise UserError(f"model path {name_or_path} does not exist")
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(name_or_path, allow_patterns=[
-            "config.json", "generation_config.json", "model.safetensors*", "*.json", "merges.txt",
-            "vocab.json", "tokenizer.model"]))
-    except ImportError:
-        raise UserError(f"{name_or_path!r} is not a local directory, and downloading from the "
-                        "Hugging Face Hub needs: pip install 'gptrain[hf]'") from None
-    except Exception as e:  # the hub client raises many types: offline, 404, auth
-        raise UserError(f"cannot get {name_or_path!r} from the Hugging Face Hub "
-                        f"({type(e).__name__}); check the name and the network, or pass a local "
-                        "model directory") from None
+    return _from_hub(name_or_path, ["config.json", "generation_config.json", "model.safetensors*", "*.json",
+                                    "merges.txt", "vocab.json", "tokenizer.model"])
 
 
 def check_fetchable(hub_id: str) -> None:
@@ -49,19 +38,22 @@ def check_fetchable(hub_id: str) -> None:
     cache, or else its config.json fetched now (the hub's own answer: no such repository, no
     network, offline), so a name that cannot be had is one line before anything is recorded."""
     try:
+        _from_hub(hub_id, ["config.json"], local_files_only=True)
+    except UserError:
+        _from_hub(hub_id, ["config.json"])
+
+
+def _from_hub(name: str, patterns: list[str], **kw) -> Path:
+    """snapshot_download of `patterns` of a hub model, its failures one line."""
+    try:
         from huggingface_hub import snapshot_download
     except ImportError:
-        raise UserError(f"{hub_id!r} is not a local directory, and downloading from the "
+        raise UserError(f"{name!r} is not a local directory, and downloading from the "
                         "Hugging Face Hub needs: pip install 'gptrain[hf]'") from None
     try:
-        snapshot_download(hub_id, allow_patterns=["config.json"], local_files_only=True)
-        return
-    except Exception:
-        pass
-    try:
-        snapshot_download(hub_id, allow_patterns=["config.json"])
+        return Path(snapshot_download(name, allow_patterns=patterns, **kw))
     except Exception as e:  # the hub client raises many types: offline, 404, auth
-        raise UserError(f"cannot get {hub_id!r} from the Hugging Face Hub ({type(e).__name__}); check "
+        raise UserError(f"cannot get {name!r} from the Hugging Face Hub ({type(e).__name__}); check "
                         "the name and the network, or pass a local model directory") from None
 
 
