@@ -40,6 +40,9 @@ def register(sub) -> None:
     p.add_argument("--from", dest="from_id", metavar="ID", default=None,
                    help="resume from this checkpoint (an ID from `gptrain checkpoints NAME`) rather "
                    "than the newest; it is verified first")
+    p.add_argument("--nodes", metavar="N", default=None,
+                   help="run on N nodes from now on (MIN:MAX where elastic runs); the checkpoint is "
+                   "resharded and the data goes on where it stopped (docs/multi-host.md)")
     p.add_argument("--follow", action="store_true", help="stream rank 0's log until the job ends")
     p.set_defaults(func=cmd_resume)
 
@@ -147,8 +150,9 @@ def cmd_stop(args, extra) -> int:
 
 
 def cmd_resume(args, extra) -> int:
-    api.resume(args.name, args.from_id)
-    print(f"resumed job {args.name}{f' from checkpoint {args.from_id}' if args.from_id else ''}; watch it with `gptrain logs {args.name} --follow`")
+    api.resume(args.name, args.from_id, args.nodes)
+    where = f" on {args.nodes} node(s)" if args.nodes else ""
+    print(f"resumed job {args.name}{f' from checkpoint {args.from_id}' if args.from_id else ''}{where}; watch it with `gptrain logs {args.name} --follow`")
     return follow(args.name, rank=0) if args.follow else 0
 
 

@@ -111,14 +111,24 @@ def _wait_ended(name: str) -> str:
     return row["state"]
 
 
-def resume(name: str, from_id: str | None = None) -> None:
+def resume(name: str, from_id: str | None = None, nodes: str | None = None) -> None:
     """Start a failed or stopped job again from its newest good checkpoint, or from the one
-    `from_id` names (verified first; jobs/records.py)."""
+    `from_id` names (verified first; jobs/records.py), on `nodes` nodes when given (the
+    checkpoint is resharded and the data position carried over: docs/multi-host.md)."""
     known(name)
-    if from_id is None:
-        resume_job(name)
-        return
-    _resume_from(name, checkpoint(from_id, name))
+    undo, placed = records.place_on(name, nodes) if nodes is not None else (None, None)
+    try:
+        if from_id is None:
+            resume_job(name)
+        else:
+            _resume_from(name, checkpoint(from_id, name))
+    except BaseException:
+        if undo is not None:
+            undo()
+        raise
+    if placed:
+        with store.transaction() as conn:
+            store.add_event(conn, name, "placed", placed)
 
 
 def _resume_from(name: str, row: dict) -> None:

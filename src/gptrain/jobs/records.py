@@ -54,6 +54,37 @@ def forget(name: str, made: Path | None) -> None:
         secrets.remove(name)
 
 
+def place_on(name: str, nodes: str):
+    """A failed or stopped job's spec set to run on `nodes` (N, or MIN:MAX where elastic runs)
+    from its next start (`gptrain resume NAME --nodes N`): the record, its nodes column and
+    job.json, checked as at submit. Returns the undo (the old spec back, for a resume refused)
+    and the line for the job's events once the resume is taken."""
+    from gptrain.errors import UserError
+    from gptrain.jobs import store
+    from gptrain.jobs.spec import JobSpec
+
+    job = store.get_job(name)
+    if job["state"] not in store.TERMINAL or job["state"] == store.JobState.SUCCEEDED:
+        raise UserError(f"job {name} is {job['state']}; only a failed or stopped job can be resumed")
+    old = JobSpec.from_dict(job["spec"])
+    new = JobSpec.from_dict({**job["spec"], "nodes": str(nodes), "min_nodes": None})
+    new.parse_nodes()  # (N or MIN:MAX, elastic only where it runs: one line, as at submit)
+    if new.nodes < 1:
+        raise UserError(f"--nodes must be a whole number >= 1, got {nodes!r}")
+    jfile = folder.spec_file(folder.job_dir(name))
+    before = jfile.read_text() if jfile.is_file() else None
+
+    def write(spec, text) -> None:
+        store.update(name, spec=json.dumps(spec.to_dict()), nodes=spec.nodes)
+        if text is not None:
+            jfile.write_text(text)
+
+    write(new, json.dumps(new.to_dict(), indent=2) if before is not None else None)
+    was = f"{old.min_nodes}:{old.nodes}" if old.elastic else str(old.nodes)
+    now = f"{new.min_nodes}:{new.nodes}" if new.elastic else str(new.nodes)
+    return lambda: write(old, before), f"to run on {now} node(s) from its next start (was {was})"
+
+
 def sync_checkpoints(name: str) -> None:
     """The job's checkpoint rows made to match its directory; on a full disk the rows recorded
     so far stand (reads keep answering)."""

@@ -287,7 +287,8 @@ def resume(name: str) -> str:
     folder.stop_request(jdir).unlink(missing_ok=True)
     for path in (folder.slurm_exit(jdir), folder.slurm_requeues(jdir)):
         path.unlink(missing_ok=True)
-    r = _run(["sbatch", "--parsable", str(script)])
+    # (--nodes from the record: `gptrain resume --nodes N` may have changed it since the script)
+    r = _run(["sbatch", "--parsable", f"--nodes={job['spec']['nodes']}", str(script)])
     if r.returncode != 0:
         reason = f"sbatch refused the job: {(r.stderr.strip().splitlines() or ['?'])[-1]}"
         store.set_state(name, JobState.FAILED, reason, exit_code=job["exit_code"])
