@@ -273,6 +273,7 @@ class ShardedLoader(BlockLoader):
             raise ValueError("fewer blocks than ranks")
         self.hosts = hosts
         self.shares = Partitions(self.order, hosts, lambda: self.seed)
+        self.ends_at: int | None = None  # the run's last block (position), when known: nothing read ahead past it
 
     def take(self, need: int) -> np.ndarray:
         blocks = self.shares.batch(self.position, need)
@@ -296,7 +297,7 @@ class ShardedLoader(BlockLoader):
         for each partition this host reads, once it is past half of its shard or within
         READ_AHEAD_BATCHES global batches of its end, have the next shard fetched meanwhile (so a
         short run fetches about the shard it trains on, not the ones after it, and a long one
-        never waits)."""
+        never waits); never a shard after the run's last block (`ends_at`, set by the trainer)."""
         starts = np.asarray(indices, dtype=np.int64) * self.T
         host = self.rank // max(1, self.world // self.hosts) if self.shares.local(self.hosts, self.world) else 0
         mine = self.shares.owned(host, self.hosts if self.shares.local(self.hosts, self.world) else 1)
@@ -306,7 +307,10 @@ class ShardedLoader(BlockLoader):
                          | {s for now, *_ in ahead for s in self.order.reads(now, self.tokens)})
         rows = super().batch(indices)
         share = self.global_batch // self.shares.parts
+        end = None if self.ends_at is None else -(-self.ends_at // self.shares.parts)  # (in each partition)
         for now, left, size, nxt in ahead:
+            if end is not None and done + left >= end:
+                continue  # the run ends before the next shard
             if 2 * left <= size or left <= READ_AHEAD_BATCHES * share:
                 self.tokens.prefetch(self.order.reads(nxt, self.tokens))
         return rows

@@ -116,6 +116,9 @@ class Trainer(Checkpointing, Evaluating):
         batches_per_epoch = self.loader.batches_per_epoch() / self.plan.grad_accum_steps
         self.steps_per_epoch = max(1, math.ceil(batches_per_epoch))
         self.total_steps = tc.max_steps if tc.max_steps > 0 else max(1, math.ceil(tc.epochs * batches_per_epoch))
+        if hasattr(self.loader, "ends_at"):  # (a URL's loader reads nothing ahead past the run's end)
+            per_step = 1 if self.schedule is not None else self.plan.grad_accum_steps
+            self.loader.ends_at = self.total_steps * per_step * self.loader.global_batch
         self.step, self.skipped = 0, 0
         self.last = {"train_loss": None, "eval_loss": None, "eval_step": None}
         self._step_loss = None
