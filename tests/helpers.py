@@ -25,6 +25,25 @@ def write_corpus(path: Path, n_chars: int = 60000, seed: int = 0) -> Path:
     return path
 
 
+def streaming_dataset(out: Path) -> int:
+    """A char dataset of 4.4M tokens at `out`, ~260 train shards of 16,800 tokens (33.6 KB):
+    what the multi-host streaming tests and bench/host_streaming.py fetch from a URL. Each of 4
+    hosts reads ~65 shards an epoch and fetches about one more (the shard at its span's end is
+    shared with the next host's span) and meta.json (~110 bytes a shard, read by every host at
+    every start); a run resumed on other hosts fetches again the shards it stopped in. At this
+    size that is 2-7% over the bytes trained on; with real shards (16 MiB) and data, far less.
+    Returns its train tokens."""
+    import tempfile
+
+    from gptrain.data.formats import read_meta
+    from gptrain.data.prepare import prepare
+
+    with tempfile.TemporaryDirectory() as texts:
+        paths = [str(write_corpus(Path(texts) / f"corpus-{i}.txt", 48000, seed=i)) for i in range(96)]
+        prepare(paths, str(out), tokenizer="char", val_fraction=0.05, shard_tokens=16800, quiet=True)
+    return sum(f["tokens"] for f in read_meta(out)["splits"]["train"]["files"])
+
+
 def save_as_hf_blocks(prepared: Path, out: Path, block: int = 64) -> Path:
     """A prepared dataset's tokens as the hosted tutorials ship them: a HF DatasetDict written by
     save_to_disk, with input_ids (and labels) grouped into blocks, train and validation."""

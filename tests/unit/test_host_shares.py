@@ -3,10 +3,6 @@ each with its own cache on its own disk, read through a real HTTP server that co
 it sends; and a run stopped on 4 hosts and resumed on 2 (or 2 -> 4) reads, batch by batch, the
 blocks of an uninterrupted run."""
 
-import functools
-import http.server
-import threading
-
 import numpy as np
 import pytest
 
@@ -14,38 +10,24 @@ from gptrain.data.formats import open_split, read_meta
 from gptrain.data.host_shares import Partitions
 from gptrain.data.loader import ShardedLoader, ShardOrder
 from gptrain.data.remote_shards import open_remote, open_remote_split
+from tests.byte_counting import ByteCountingServer
 from tests.helpers import write_corpus
 
 T, B = 32, 4
 
 
-class Counting(http.server.SimpleHTTPRequestHandler):
-    sent = 0
-    lock = threading.Lock()
-
-    def copyfile(self, source, outputfile):
-        data = source.read()
-        with Counting.lock:
-            Counting.sent += len(data)
-        outputfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """(folder served, URL of its dataset, the train split's bytes): 128 small train shards."""
+    """(folder served, URL of its dataset, the train split's bytes, the server): 128 small train shards."""
     from gptrain.data.prepare import prepare
 
     root = tmp_path_factory.mktemp("served")
     texts = [str(write_corpus(root / f"corpus-{i}.txt", 6000, seed=i)) for i in range(48)]
     prepare(texts, str(root / "ds"), tokenizer="char", val_fraction=0.05, shard_tokens=2100, quiet=True)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Counting, directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = ByteCountingServer(root)
     files = read_meta(root / "ds")["splits"]["train"]["files"]
-    yield root, f"http://127.0.0.1:{server.server_address[1]}/ds", sum(f["tokens"] for f in files) * 2
-    server.shutdown()
+    yield root, f"{server.url}/ds", sum(f["tokens"] for f in files) * 2, server
+    server.close()
 
 
 def host_loaders(url, tmp_path, host: int, hosts: int, per_host: int, **kw):
@@ -65,18 +47,18 @@ def drained(loader):
 
 @pytest.mark.parametrize("hosts", [2, 4])
 def test_each_host_fetches_its_share_and_all_of_them_about_the_data_once(served, tmp_path, hosts):
-    root, url, data_bytes = served
+    root, url, data_bytes, server = served
     steps, fetched, seen = None, [], []
     for host in range(hosts):
         ranks = host_loaders(url, tmp_path, host, hosts, per_host=1)
         steps = steps or 2 * ranks[0].n_blocks // ranks[0].global_batch  # two epochs
-        before = Counting.sent
+        before = server.sent
         for _ in range(steps):
             for r in ranks:
                 x, y = r.next_batch()
                 seen.append(x[:, 0])
         drained(ranks[0])
-        fetched.append(Counting.sent - before)
+        fetched.append(server.sent - before)
     trained = 2 * data_bytes
     print(f"{hosts} hosts, two epochs: fetched / trained {sum(fetched) / trained:.3f}; "
           f"each host {[round(f / trained, 3) for f in fetched]} of the data trained on")
@@ -85,17 +67,17 @@ def test_each_host_fetches_its_share_and_all_of_them_about_the_data_once(served,
     # was: one stream dealt every world-th block, so each host's cache fetched all of it
     alone = ShardedLoader(open_remote_split(open_remote(url, 4 * (data_bytes // 100), cache_dir=str(tmp_path / "one")),
                                             "train"), T, B, 0, hosts, seed=7)
-    before = Counting.sent
+    before = server.sent
     for _ in range(steps):
         alone.next_batch()
     drained(alone)
-    assert Counting.sent - before >= 0.9 * trained
+    assert server.sent - before >= 0.9 * trained
 
 
 def test_one_host_reads_what_four_hosts_read_together(served, tmp_path):
     """The global order depends on the partitions only: 4 hosts of one rank, 2 hosts of two and
     one host of four ranks (all with P = 4) read the same blocks in each global batch."""
-    _, url, _ = served
+    _, url, _, _ = served
     runs = {}
     for hosts, per_host in ((4, 1), (2, 2), (1, 4)):
         ranks = [r for h in range(hosts) for r in host_loaders(url, tmp_path, h, hosts, per_host)]
@@ -108,7 +90,7 @@ def test_one_host_reads_what_four_hosts_read_together(served, tmp_path):
 
 @pytest.mark.parametrize("before,after", [((4, 1), (2, 2)), ((2, 2), (4, 1)), ((4, 1), (1, 4))])
 def test_a_run_resumed_on_other_hosts_reads_the_blocks_of_an_uninterrupted_one(served, tmp_path, before, after):
-    _, url, _ = served
+    _, url, _, _ = served
     whole = [r for h in range(before[0]) for r in host_loaders(url, tmp_path, h, *before)]
     n = 3 * whole[0].n_blocks // whole[0].global_batch // 2  # across an epoch's end
     reference = [sorted(np.concatenate([r.next_indices() for r in whole]).tolist()) for _ in range(n)]
@@ -130,7 +112,7 @@ def test_a_run_resumed_on_other_hosts_reads_the_blocks_of_an_uninterrupted_one(s
 
 
 def test_partitions_cut_each_epoch_into_equal_spans_and_one_partition_is_the_single_stream(served):
-    root, _, _ = served
+    root, _, _, _ = served
     files = read_meta(root / "ds")["splits"]["train"]["files"]
     starts = np.concatenate([[0], np.cumsum([f["tokens"] for f in files])])
     order = ShardOrder(starts, T, int((starts[-1] - 1) // T))
@@ -141,3 +123,23 @@ def test_partitions_cut_each_epoch_into_equal_spans_and_one_partition_is_the_sin
     assert {four.length(p) for p in range(4)} <= {n // 4, n // 4 + 1}
     epoch = np.concatenate([four.batch(k * 4 * B, 4 * B) for k in range(n // (4 * B))])
     assert len(set(epoch.tolist())) == len(epoch)  # no block twice within an epoch
+
+
+def test_nothing_is_read_ahead_past_the_runs_last_block(served, tmp_path):
+    """Host 0 of 2 (a cache of 4 shards) in a run that ends at an epoch's end fetches the shards
+    it reads and not its next epoch's first (read ahead for a step that never comes); without
+    the run's end known, it does."""
+    _, url, data_bytes, server = served
+    fetched = {}
+    for known in (False, True):
+        loader = host_loaders(url, tmp_path / f"c{known}", 0, 2, per_host=1)[0]
+        steps = loader.n_blocks // loader.global_batch
+        if known:
+            loader.ends_at = steps * loader.global_batch
+        before = server.sent
+        for _ in range(steps):
+            loader.next_batch()
+        drained(loader)
+        fetched[known] = server.sent - before
+    shard = data_bytes // 100  # (~128 shards)
+    assert fetched[True] + shard // 2 < fetched[False] <= 1.2 * data_bytes / 2, (fetched, data_bytes)
