@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,8 @@ from gptrain.data.remote_shards import cached_bytes
 from tests.byte_counting import CountingProxy
 from tests.helpers import TINY, streaming_dataset
 
-from tests.s3.test_s3_moto import ROOT, S3PY
+ROOT = Path(__file__).resolve().parents[2]
+S3PY = ROOT / ".venv-s3" / "bin" / "python"  # (make s3: tests/s3/test_s3_moto.py says why a second venv)
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not S3PY.is_file(), reason="needs .venv-s3 (s3fs, moto): make s3")]
 T, GLOBAL, PER_RANK = 128, 256, 64
