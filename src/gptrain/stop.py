@@ -55,6 +55,16 @@ def wait(done, what: str, poll_s: float = 0.1) -> None:
         time.sleep(poll_s)
 
 
+def join(thread: threading.Thread, what: str, give_up=lambda: False, poll_s: float = 0.1) -> None:
+    """Return as soon as `thread` has ended, or once `give_up()` is true (checked every poll_s);
+    raise Interrupted (naming `what`) as soon as a stop is requested. Unlike `wait`, a thread
+    that ends at once costs no poll: a remote read of 2 ms waited 100 ms through `wait`."""
+    while thread.is_alive() and not give_up():
+        if _requested.is_set():
+            raise Interrupted(f"stopped while {what}")
+        thread.join(poll_s)
+
+
 def sleep(seconds: float, what: str) -> None:
     """time.sleep that a stop request cuts short (Interrupted)."""
     end = time.monotonic() + seconds

@@ -82,8 +82,7 @@ def _patiently(url: str, work, timeout_s: float):
         t = threading.Thread(target=run, daemon=True, name=f"read {redact(url)}")
         t.start()
         try:
-            stop.wait(lambda: not t.is_alive() or time.monotonic() - heard[0] > timeout_s,
-                      f"reading {redact(url)}")
+            stop.join(t, f"reading {redact(url)}", give_up=lambda: time.monotonic() - heard[0] > timeout_s)
         except stop.Interrupted:
             abandoned.set()
             raise

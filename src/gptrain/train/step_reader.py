@@ -39,7 +39,7 @@ class StepReader:
         worker = threading.Thread(target=run, daemon=True, name="read the next step's batches")
         worker.start()
         try:
-            stop.wait(lambda: not worker.is_alive(), "reading the next step's batches")
+            stop.join(worker, "reading the next step's batches")
         except stop.Interrupted:
             self.abandoned = True
             return None
