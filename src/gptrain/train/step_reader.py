@@ -43,6 +43,9 @@ class StepReader:
         except stop.Interrupted:
             self.abandoned = True
             return None
+        if isinstance(box.get("error"), stop.Interrupted):  # the read itself saw the stop first
+            self.abandoned = True
+            return None
         if "error" in box:
             raise box["error"]
         return box["batches"]
