@@ -6,6 +6,7 @@
 Each skips, in one line, where podman cannot run, Ray is not installed or Slurm cannot be.
 """
 
+import contextlib
 import json
 import sys
 import time
@@ -22,13 +23,15 @@ RAY = str(Path(sys.executable).parent / "ray")
 RAY_PORT = 6379
 
 
-@pytest.fixture(scope="module")
-def hosts(tmp_path_factory):
+@contextlib.contextmanager
+def started_hosts(tmp_path_factory, n: int):
+    """n podman hosts sharing one new folder (`shared_dir`), removed at the end; the test skips,
+    in one line, where podman cannot run them."""
     why = unavailable()
     if why:
         pytest.skip(f"no podman hosts: {why}")
     shared = tmp_path_factory.mktemp("shared")
-    h = Hosts(2, shared=[shared])
+    h = Hosts(n, shared=[shared])
     h.shared_dir = shared
     try:
         h.start()
@@ -38,6 +41,12 @@ def hosts(tmp_path_factory):
         yield h
     finally:
         h.stop()
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    with started_hosts(tmp_path_factory, 2) as h:
+        yield h
 
 
 def node_env() -> dict:

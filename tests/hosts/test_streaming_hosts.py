@@ -24,8 +24,7 @@ from gptrain.jobs import folder
 from gptrain.jobs.logs import rank_log
 from tests.byte_counting import ByteCountingServer
 from tests.helpers import TINY, losses, streaming_dataset
-from tests.hosts.conftest import gptrain_on_h1
-from tests.hosts.podman_hosts import Hosts, unavailable
+from tests.hosts.conftest import gptrain_on_h1, started_hosts
 
 pytestmark = pytest.mark.slow
 T, GLOBAL, PER_RANK = 128, 256, 64  # block, global batch (blocks), batch per rank and micro-step
@@ -39,26 +38,16 @@ def cluster(tmp_path_factory):
     from tests.hosts.slurm_hosts import HostsCluster
     from tests.slurm.cluster import Unavailable
 
-    why = unavailable()
-    if why:
-        pytest.skip(f"no podman hosts: {why}")
-    shared = tmp_path_factory.mktemp("shared4")
-    hosts = Hosts(4, shared=[shared])
-    hosts.shared_dir = shared
-    try:
-        hosts.start()
-    except RuntimeError as e:
-        pytest.skip(f"no podman hosts: podman cannot run a container here: {str(e).splitlines()[-1][:300]}")
-    c = HostsCluster(hosts, shared / "slurm")
-    try:
+    with started_hosts(tmp_path_factory, 4) as hosts:
+        c = HostsCluster(hosts, hosts.shared_dir / "slurm")
         try:
-            c.start()
-        except Unavailable as e:
-            pytest.skip(f"no Slurm on the podman hosts: {e}")
-        yield c
-    finally:
-        c.stop()
-        hosts.stop()
+            try:
+                c.start()
+            except Unavailable as e:
+                pytest.skip(f"no Slurm on the podman hosts: {e}")
+            yield c
+        finally:
+            c.stop()
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,9 @@ rank, one process; torchrun's static rendezvous on 127.0.0.1) with its own shard
 them together fetch at most 1.1x the bytes trained on (each host fetched all of it before), and
 each host's cache holds about 1/N of the data."""
 
-import json
 import os
 import socket
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +16,7 @@ from gptrain.data.remote_shards import cached_bytes
 from tests.byte_counting import CountingProxy
 from tests.helpers import TINY, streaming_dataset
 
-ROOT = Path(__file__).resolve().parents[2]
-S3PY = ROOT / ".venv-s3" / "bin" / "python"  # (make s3: tests/s3/test_s3_moto.py says why a second venv)
+from tests.s3.moto_server import S3PY, env_of, serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not S3PY.is_file(), reason="needs .venv-s3 (s3fs, moto): make s3")]
 T, GLOBAL, PER_RANK = 128, 256, 64
@@ -31,21 +28,11 @@ def s3(tmp_path_factory):
     dataset of tests/helpers.streaming_dataset at s3://data/web/ds."""
     root = tmp_path_factory.mktemp("s3hosts")
     tokens = streaming_dataset(root / "up" / "ds")
-    server = subprocess.Popen([S3PY, ROOT / "tests" / "s3" / "moto_s3.py", root / "up", "data", "web"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        line = server.stdout.readline()
-        assert line, "the moto server did not start"
-        info = json.loads(line)
+    with serve(root / "up") as info:
         host, port = info["endpoint"].split("//")[1].split(":")
         proxy = CountingProxy((host, int(port)))
-        env = {"AWS_ACCESS_KEY_ID": info["key"], "AWS_SECRET_ACCESS_KEY": info["secret"],
-               "FSSPEC_S3_ENDPOINT_URL": proxy.endpoint, "AWS_DEFAULT_REGION": "us-east-1"}
-        yield env, proxy, tokens // T
+        yield env_of(info, proxy.endpoint), proxy, tokens // T
         proxy.close()
-    finally:
-        server.stdin.close()
-        server.wait(timeout=30)
 
 
 def free_port() -> int:

@@ -18,8 +18,7 @@ import pytest
 from gptrain.data.remote_shards import cached_bytes
 from tests.helpers import TINY, write_corpus
 
-ROOT = Path(__file__).resolve().parents[2]
-S3PY = ROOT / ".venv-s3" / "bin" / "python"
+from tests.s3.moto_server import S3PY, env_of, serve
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not S3PY.is_file(), reason="needs .venv-s3 (s3fs, moto): make s3")]
 
 
@@ -35,18 +34,8 @@ def bucket(tmp_path_factory):
     prepare(texts, str(root / "up" / "ds"), tokenizer="char", val_fraction=0.2, shard_tokens=7000, quiet=True)
     (root / "up" / "empty").mkdir()
     (root / "up" / "empty" / "README").write_text("not a dataset\n")
-    server = subprocess.Popen([S3PY, ROOT / "tests" / "s3" / "moto_s3.py", root / "up", "data", "web"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        line = server.stdout.readline()
-        assert line, "the moto server did not start"
-        s3 = json.loads(line)
-        env = {"AWS_ACCESS_KEY_ID": s3["key"], "AWS_SECRET_ACCESS_KEY": s3["secret"],
-               "FSSPEC_S3_ENDPOINT_URL": s3["endpoint"], "AWS_DEFAULT_REGION": "us-east-1"}
-        yield root / "up" / "ds", env, s3["meta_only"]
-    finally:
-        server.stdin.close()
-        server.wait(timeout=30)
+    with serve(root / "up") as s3:
+        yield root / "up" / "ds", env_of(s3), s3["meta_only"]
 
 
 @pytest.fixture

@@ -64,7 +64,7 @@ def place_on(name: str, nodes: str):
     from gptrain.jobs.spec import JobSpec
 
     job = store.get_job(name)
-    if job["state"] not in store.TERMINAL or job["state"] == store.JobState.SUCCEEDED:
+    if job["state"] not in (store.JobState.FAILED, store.JobState.STOPPED):  # (store.reopen's rule, checked before writing)
         raise UserError(f"job {name} is {job['state']}; only a failed or stopped job can be resumed")
     old = JobSpec.from_dict(job["spec"])
     new = JobSpec.from_dict({**job["spec"], "nodes": str(nodes), "min_nodes": None})
