@@ -1,6 +1,7 @@
 """A multi-host job from a URL against the same job from local files (issue #36), on real hosts.
 
-    python bench/host_streaming.py [--hosts 2 4] [--rounds 2] [--epochs 1] [--model-arg=--model.n_embd=64 ...]
+    python bench/host_streaming.py [--hosts 2 4] [--rounds 2] [--epochs 1] [--shard-tokens 16800]
+                                    [--model-arg=--model.n_embd=64 ...]
 
 Needs root, podman, runc and Slurm (what tests/hosts needs: `make podman`, tests/slurm's
 packages). Starts max(--hosts) podman hosts (tests/hosts/podman_hosts.py: own address, own disk)
@@ -66,6 +67,9 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--epochs", type=float, default=1.0)
+    ap.add_argument("--shard-tokens", type=int, default=16800,
+                    help="tokens a shard (default: ~260 shards, a shard a step on each host, the data side at its "
+                         "heaviest; 262144: ~17 shards, one every ~16 steps on each of 2 hosts)")
     ap.add_argument("--model-arg", action="append", default=[], help="one more trainer flag (repeat)")
     args = ap.parse_args()
     why = unavailable()
@@ -74,7 +78,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="host-streaming-"))
     shared = work / "shared"
     shared.mkdir()
-    blocks = streaming_dataset(shared / "ds") // T
+    blocks = streaming_dataset(shared / "ds", args.shard_tokens) // T
     files = read_meta(shared / "ds")["splits"]["train"]["files"]
     steps = int(args.epochs * blocks // GLOBAL)
     print(f"dataset: {len(files)} train shards, {blocks:,} blocks of {T} tokens; {steps} steps of {GLOBAL} blocks per job")

@@ -25,14 +25,14 @@ def write_corpus(path: Path, n_chars: int = 60000, seed: int = 0) -> Path:
     return path
 
 
-def streaming_dataset(out: Path) -> int:
+def streaming_dataset(out: Path, shard_tokens: int = 16800) -> int:
     """A char dataset of 4.4M tokens at `out`, ~260 train shards of 16,800 tokens (33.6 KB):
     what the multi-host streaming tests and bench/host_streaming.py fetch from a URL. Each of 4
     hosts reads ~65 shards an epoch and fetches about one more (the shard at its span's end is
     shared with the next host's span) and meta.json (~110 bytes a shard, read by every host at
     every start); a run resumed on other hosts fetches again the shards it stopped in. At this
     size that is 2-7% over the bytes trained on; with real shards (16 MiB) and data, far less.
-    Returns its train tokens."""
+    Returns its train tokens (`shard_tokens`: other shards, for bench/host_streaming.py)."""
     import tempfile
 
     from gptrain.data.formats import read_meta
@@ -40,7 +40,7 @@ def streaming_dataset(out: Path) -> int:
 
     with tempfile.TemporaryDirectory() as texts:
         paths = [str(write_corpus(Path(texts) / f"corpus-{i}.txt", 48000, seed=i)) for i in range(96)]
-        prepare(paths, str(out), tokenizer="char", val_fraction=0.05, shard_tokens=16800, quiet=True)
+        prepare(paths, str(out), tokenizer="char", val_fraction=0.05, shard_tokens=shard_tokens, quiet=True)
     return sum(f["tokens"] for f in read_meta(out)["splits"]["train"]["files"])
 
 

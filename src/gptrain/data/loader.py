@@ -274,6 +274,7 @@ class ShardedLoader(BlockLoader):
         self.hosts = hosts
         self.shares = Partitions(self.order, hosts, lambda: self.seed)
         self.ends_at: int | None = None  # the run's last block (position), when known: nothing read ahead past it
+        self.resume_note: str | None = None  # what a loaded state changed in the order, to log
 
     def take(self, need: int) -> np.ndarray:
         blocks = self.shares.batch(self.position, need)
@@ -301,13 +302,13 @@ class ShardedLoader(BlockLoader):
         starts = np.asarray(indices, dtype=np.int64) * self.T
         host = self.rank // max(1, self.world // self.hosts) if self.shares.local(self.hosts, self.world) else 0
         mine = self.shares.owned(host, self.hosts if self.shares.local(self.hosts, self.world) else 1)
-        done = self.position // self.shares.parts
+        done = self.shares.done(self.position)
         ahead = [self.shares.ahead(p, done) for p in mine if self.shares.length(p)]
         self.tokens.hold({s for a in starts for s in self.tokens.shards_of(int(a), int(a) + self.T + 1)}
                          | {s for now, *_ in ahead for s in self.order.reads(now, self.tokens)})
         rows = super().batch(indices)
         share = self.global_batch // self.shares.parts
-        end = None if self.ends_at is None else -(-self.ends_at // self.shares.parts)  # (in each partition)
+        end = None if self.ends_at is None else self.shares.done(self.ends_at, up=True)  # (in each partition)
         for now, left, size, nxt in ahead:
             if end is not None and done + left >= end:
                 continue  # the run ends before the next shard
@@ -317,13 +318,27 @@ class ShardedLoader(BlockLoader):
 
     def state_dict(self) -> dict:
         state = super().state_dict()
-        return {**state, "partitions": self.shares.parts} if self.shares.parts > 1 else state
+        if self.shares.first > 1:
+            state["partitions"] = self.shares.first
+        if self.shares.history:
+            state["repartitions"] = self.shares.history
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        """As BlockLoader's, and the partitions the run started with (1 in a state without them)."""
+        """As BlockLoader's, and the partitions the run started with (1 in a state without them)
+        and its re-partitions; on hosts that cannot each read whole partitions, the stream is
+        re-partitioned here, one partition per host (data/host_shares.py), and `resume_note`
+        says so."""
         super().load_state_dict(state)
-        if state.get("partitions", 1) != self.shares.parts:
-            self.shares = Partitions(self.order, state.get("partitions", 1), lambda: self.seed)
+        first, history = int(state.get("partitions", 1)), [[int(a), int(b)] for a, b in state.get("repartitions", [])]
+        if (first, history) != (self.shares.first, self.shares.history):
+            self.shares = Partitions(self.order, first, lambda: self.seed, history)
+        if self.hosts > 1 and self.shares.parts % self.hosts:
+            was = self.shares.parts
+            self.shares.repartition(self.position, self.hosts)
+            self.resume_note = (f"data: the stream's {was} partition(s) re-partitioned into {self.hosts}, one per "
+                                f"host, at block {self.position:,} (each host fetches its own share; every block is "
+                                "still read once an epoch)")
 
 
 def notes(loader, block_size: int) -> list[str]:

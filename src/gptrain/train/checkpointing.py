@@ -134,6 +134,8 @@ class Checkpointing:
             self.loader.load_state_dict(state["loader"])
         except ValueError:
             self.log_main("warning: the dataset, block size or data.packing changed; the data order restarts")
+        if getattr(self.loader, "resume_note", None):
+            self.log_main(self.loader.resume_note)
         if state.get("world_size") == self.env.world:
             ckpt.load_rng(path)
         if self.scaler and state.get("scaler"):
