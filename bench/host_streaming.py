@@ -13,7 +13,8 @@ bytes it sends to each host. For each number of hosts and each round, alternatin
 128 tokens, 64 per rank and micro-step) for --epochs epochs from (a) and one from (b), each URL job with its own
 cache folder in each host's /tmp. Per job: steps/s from step 20 to the end (rank 0's logged step
 times) and, for the URL jobs, the bytes fetched by all hosts / the bytes trained on. Prints each
-side's median steps/s and their ratio (URL / local) per number of hosts.
+side's median steps/s and their ratio (URL / local) per number of hosts, and each round's ratio
+(the sides alternate which goes first).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def main() -> None:
             rates = {"local": [], "url": []}
             ratios = []
             for r in range(args.rounds):
-                for side in ("local", "url"):
+                for side in ("local", "url") if r % 2 == 0 else ("url", "local"):  # (no side always first)
                     name = f"{side}-{n}-{r}"
                     if side == "local":
                         data = [f"--data.path={shared / 'ds'}"]
@@ -110,9 +111,11 @@ def main() -> None:
                         line += f", fetched / trained {ratios[-1]:.3f}"
                     print(line, flush=True)
             local, url = statistics.median(rates["local"]), statistics.median(rates["url"])
+            paired = [u / lo for u, lo in zip(rates["url"], rates["local"])]
             print(f"== {n} hosts: local files {local:.2f} steps/s, URL {url:.2f} steps/s, "
-                  f"URL / local {url / local:.3f}; fetched / trained {statistics.median(ratios):.3f} (median of {args.rounds})",
-                  flush=True)
+                  f"URL / local {url / local:.3f}; each round's URL / local {[round(p, 3) for p in paired]} "
+                  f"(median {statistics.median(paired):.3f}); fetched / trained {statistics.median(ratios):.3f} "
+                  f"(median of {args.rounds})", flush=True)
     finally:
         if server is not None:
             server.close()

@@ -142,6 +142,8 @@ class BlockLoader:
 
     def blocks(self, indices) -> torch.Tensor:
         starts = np.asarray(indices, dtype=np.int64) * self.T
+        if hasattr(self.tokens, "rows"):  # (a URL's cached shards: each mapped once a batch)
+            return self._checked(self.tokens.rows(starts, self.T + 1).astype(np.int64))
         return self._checked(np.stack([self.tokens[s: s + self.T + 1] for s in starts]).astype(np.int64))
 
     def _checked(self, rows: np.ndarray) -> torch.Tensor:
@@ -304,7 +306,8 @@ class ShardedLoader(BlockLoader):
         mine = self.shares.owned(host, self.hosts if self.shares.local(self.hosts, self.world) else 1)
         done = self.shares.done(self.position)
         ahead = [self.shares.ahead(p, done) for p in mine if self.shares.length(p)]
-        self.tokens.hold({s for a in starts for s in self.tokens.shards_of(int(a), int(a) + self.T + 1)}
+        edges = np.searchsorted(self.tokens.starts, np.concatenate([starts, starts + self.T]), "right") - 1
+        self.tokens.hold(set(np.unique(edges).tolist())  # (a row's first and last token's shards)
                          | {s for now, *_ in ahead for s in self.order.reads(now, self.tokens)})
         rows = super().batch(indices)
         share = self.global_batch // self.shares.parts
