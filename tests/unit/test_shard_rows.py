@@ -2,10 +2,9 @@
 takes) against the simple reference: the same tokens as the local files' slices, rows across two
 shards included, and a shard mapped before another rank evicted it still reads right.
 
-Before, each of a batch's rows looked its shard up, checked the cache and opened the file: 10.3
-ms a batch of 128 blocks of 128 tokens against 1.5 ms from local files (AMD EPYC, 2 cores;
-`python bench/url_batches.py` prints both), which showed as URL jobs at 0.89-0.95x
-the steps/s of local ones on podman hosts."""
+Before, each of a batch's rows looked its shard up, checked the cache and opened the file: 9.8-12.7
+ms a batch of 128 blocks of 128 tokens against 2.5-3.8 ms from local files, now 0.7-1.6 ms (AMD
+EPYC, 2 cores; the loader timing of bench/remote_prefetch.py --train DS --repeat 0)."""
 
 import numpy as np
 import pytest
