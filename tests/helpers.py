@@ -33,15 +33,23 @@ def streaming_dataset(out: Path, shard_tokens: int = 16800) -> int:
     every start); a run resumed on other hosts fetches again the shards it stopped in. At this
     size that is 2-7% over the bytes trained on; with real shards (16 MiB) and data, far less.
     Returns its train tokens (`shard_tokens`: other shards, for bench/host_streaming.py)."""
+    from gptrain.data.formats import read_meta
+
+    char_shards(out, 96, 48000, shard_tokens)
+    return sum(f["tokens"] for f in read_meta(out)["splits"]["train"]["files"])
+
+
+def char_shards(out: Path, corpora: int, chars: int, shard_tokens: int, val_fraction: float = 0.05) -> Path:
+    """A char dataset at `out` prepared from `corpora` synthetic corpora of `chars` characters
+    (write_corpus, seeds 0..corpora-1) in train shards of `shard_tokens` tokens."""
     import tempfile
 
-    from gptrain.data.formats import read_meta
     from gptrain.data.prepare import prepare
 
     with tempfile.TemporaryDirectory() as texts:
-        paths = [str(write_corpus(Path(texts) / f"corpus-{i}.txt", 48000, seed=i)) for i in range(96)]
-        prepare(paths, str(out), tokenizer="char", val_fraction=0.05, shard_tokens=shard_tokens, quiet=True)
-    return sum(f["tokens"] for f in read_meta(out)["splits"]["train"]["files"])
+        paths = [str(write_corpus(Path(texts) / f"corpus-{i}.txt", chars, seed=i)) for i in range(corpora)]
+        prepare(paths, str(out), tokenizer="char", val_fraction=val_fraction, shard_tokens=shard_tokens, quiet=True)
+    return out
 
 
 def save_as_hf_blocks(prepared: Path, out: Path, block: int = 64) -> Path:

@@ -11,7 +11,7 @@ from gptrain.data.host_shares import Partitions
 from gptrain.data.loader import ShardedLoader, ShardOrder
 from gptrain.data.remote_shards import open_remote, open_remote_split
 from tests.byte_counting import ByteCountingServer
-from tests.helpers import write_corpus
+from tests.helpers import char_shards
 
 T, B = 32, 4
 
@@ -19,11 +19,8 @@ T, B = 32, 4
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """(folder served, URL of its dataset, the train split's bytes, the server): 128 small train shards."""
-    from gptrain.data.prepare import prepare
-
     root = tmp_path_factory.mktemp("served")
-    texts = [str(write_corpus(root / f"corpus-{i}.txt", 6000, seed=i)) for i in range(48)]
-    prepare(texts, str(root / "ds"), tokenizer="char", val_fraction=0.05, shard_tokens=2100, quiet=True)
+    char_shards(root / "ds", 48, 6000, 2100)
     server = ByteCountingServer(root)
     files = read_meta(root / "ds")["splits"]["train"]["files"]
     yield root, f"{server.url}/ds", sum(f["tokens"] for f in files) * 2, server

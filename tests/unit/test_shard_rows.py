@@ -13,16 +13,13 @@ from gptrain.data.formats import open_split
 from gptrain.data.loader import ShardedLoader
 from gptrain.data.remote_shards import open_remote, open_remote_split
 from tests.byte_counting import ByteCountingServer
-from tests.helpers import write_corpus
+from tests.helpers import char_shards
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    from gptrain.data.prepare import prepare
-
     root = tmp_path_factory.mktemp("served")
-    texts = [str(write_corpus(root / f"corpus-{i}.txt", 3000, seed=i)) for i in range(8)]
-    prepare(texts, str(root / "ds"), tokenizer="char", val_fraction=0.1, shard_tokens=1500, quiet=True)
+    char_shards(root / "ds", 8, 3000, 1500, val_fraction=0.1)
     server = ByteCountingServer(root)
     yield root / "ds", f"{server.url}/ds"
     server.close()
