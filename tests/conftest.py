@@ -1,5 +1,4 @@
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -83,13 +82,13 @@ def dataset(slots, tmp_path):
 
 
 def run_cli(*args, env=None, cwd=None, timeout=600):
-    """Run `python -m gptrain ARGS` in a subprocess; returns CompletedProcess."""
-    import subprocess
+    """`gptrain ARGS` as a process of its own (tests/cli_process.py: forked from a server that has
+    imported torch once); returns a CompletedProcess."""
+    from tests import cli_process
 
     full_env = dict(os.environ)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "gptrain", *map(str, args)], capture_output=True,
-                          text=True, env=full_env, cwd=cwd, timeout=timeout)
+    return cli_process.run(list(args), full_env, cwd=cwd, timeout=timeout)
 
 
 # `make test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`). A worker takes

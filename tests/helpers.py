@@ -92,13 +92,15 @@ def env(**extra) -> dict:
 
 
 def train(*args, nproc: int = 1, timeout: int = 600, check: bool = True):
-    """`gptrain train ARGS`, under torchrun when nproc > 1."""
+    """`gptrain train ARGS` in a process of its own (tests/cli_process.py), under torchrun when nproc > 1."""
     if nproc == 1:
-        cmd = [sys.executable, "-m", "gptrain", "train", *map(str, args)]
+        from tests import cli_process
+
+        r = cli_process.run(["train", *args], env(), timeout=timeout)
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={nproc}", "-m", "gptrain", "train", *map(str, args)]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout)
     if check and r.returncode != 0:
         raise AssertionError(f"training failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
     return r

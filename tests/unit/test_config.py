@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -94,17 +95,29 @@ def test_train_help_lists_every_field():
         assert f"--{alias}" in r.stdout
 
 
-def test_help_and_version_do_not_import_torch():
+def test_help_version_and_refusals_answer_before_torch_is_imported(tmp_path):
+    """`--help`, `--version` and a refused `train` or `run` (a typo, a value out of bounds, a bad
+    TOML, a job layout that cannot run) answer without loading torch: a typo took 12 s when the
+    trainer was imported before the flags were read (issue 45; bench/cli_latency.py)."""
     import subprocess
     import sys
 
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train\n")
+    refusals = [["train", "--nope.x=1"], ["train", "--train.batch_size=0"], ["train", str(bad)],
+                ["run", "x", "--", "--nope=1"], ["run", "x", "--nodes", "1:2", "--", "--parallel.tp=3"],
+                ["run", "x", "--", "--model.n_embd=32", "--model.n_head=3"]]
     code = ("import sys; from gptrain.cli import main\n"
             "for a in (['--help'], ['--version']):\n"
             "    try: main(a)\n"
             "    except SystemExit: pass\n"
+            f"for a in {refusals!r}:\n"
+            "    assert main(a) == 2, a\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "GPTRAIN_HOME": str(tmp_path / "home")})
     assert r.returncode == 0, r.stderr
+    assert r.stderr.count("gptrain: error:") == len(refusals), r.stderr
 
 
 def test_fmengine_flags_and_deepspeed_config(tmp_path, capsys):

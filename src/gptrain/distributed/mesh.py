@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from gptrain.errors import UserError
+
+if TYPE_CHECKING:  # torch is imported where a process group or a mesh is made: `gptrain run`
+    import torch  # checks a job's layout (ParallelDims) before anything loads torch
 
 
 @dataclass
@@ -30,6 +32,8 @@ def init_distributed(device_pref: str = "auto") -> Dist:
     """Read torchrun's environment, pick the device, start the process group: nccl with a GPU
     per local rank, else gloo (CPU, or more ranks than GPUs on a host: ranks then share GPUs
     round-robin, which NCCL cannot do)."""
+    import torch
+
     rank = int(os.environ.get("RANK", 0))
     world = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))

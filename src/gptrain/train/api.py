@@ -15,14 +15,15 @@ def train(argv: list[str], resolve=None) -> int:
     `resolve(ref, resume=False) -> path` turns model.init_from and checkpoint.resume_from names
     into paths (a job's checkpoint to resume from is its newest, never its kept best)."""
     from gptrain.config_options import parse_train_args
-    from gptrain.train.trainer import train as run
 
-    cfg = parse_train_args(argv)
+    cfg = parse_train_args(argv)  # a mistyped flag or a bad value is answered before torch loads
     if resolve is not None:
         if cfg.model.init_from:
             cfg.model.init_from = resolve(cfg.model.init_from)
         if cfg.checkpoint.resume_from not in ("auto", "none"):
             cfg.checkpoint.resume_from = resolve(cfg.checkpoint.resume_from, resume=True)
+    from gptrain.train.trainer import train as run
+
     result = run(cfg)
     return stop.exit_code() if result["status"] == "stopped" else 0
 
