@@ -17,6 +17,7 @@ script, what /proc says of the process) start it with subprocess themselves.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -134,3 +135,75 @@ def _child(args, env, cwd, umask, out_path, err_path):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def run_ranks(args: list[str], env: dict, nproc: int, cwd=None, timeout: float | None = None):
+    """`torchrun --standalone --nproc-per-node=NPROC -m gptrain ARGS` with its ranks forked from
+    the server, as PyTorch's own distributed tests start theirs (MultiProcessTestCase): each rank a
+    process of its own with the environment torchrun gives a worker (RANK, LOCAL_RANK, WORLD_SIZE,
+    MASTER_ADDR/PORT, TORCHELASTIC_*), meeting the others over gloo at a free port; the first rank
+    that fails ends the others, as torchrun's agent does. A CompletedProcess: the ranks' output,
+    rank by rank, and torchrun's exit code (0, or 1 when a rank failed: its own code is in
+    `rank_codes`). The agent itself is what this leaves out: the tests of torchrun's part (its
+    report, a killed agent, restarts) start it for real, as do the jobs' supervisors."""
+    import socket
+    import time
+    import uuid
+    from multiprocessing.connection import wait
+
+    args = [str(a) for a in args]
+    if os.environ.get("GPTRAIN_TEST_FRESH") or _reads_at_import(env, _context(env)["env"]):
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                               f"--nproc-per-node={nproc}", "-m", "gptrain", *args], capture_output=True,
+                              text=True, env=env, cwd=cwd, timeout=timeout)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run_id = uuid.uuid4().hex
+    umask = os.umask(0o022)
+    os.umask(umask)
+    with tempfile.TemporaryDirectory(prefix="gptrain-ranks-") as tmp:
+        ranks, paths = [], []
+        for rank in range(nproc):
+            rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
+                        "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc), "GROUP_WORLD_SIZE": "1",
+                        "ROLE_WORLD_SIZE": str(nproc), "ROLE_NAME": "default", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0",
+                        "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_USE_AGENT_STORE": "False"}
+            out, err = os.path.join(tmp, f"out-{rank}"), os.path.join(tmp, f"err-{rank}")
+            paths.append((out, err))
+            ranks.append(_server["ctx"].Process(target=_child, args=(args, rank_env, str(cwd or os.getcwd()), umask,
+                                                                      out, err)))
+        for p in ranks:
+            p.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while any(p.exitcode is None for p in ranks):
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                _end(ranks, signal.SIGKILL)
+                raise subprocess.TimeoutExpired(["torchrun", *args], timeout, *_joined(paths))
+            wait([p.sentinel for p in ranks if p.exitcode is None], left)
+            if any(p.exitcode not in (None, 0) for p in ranks):  # torchrun: the others are ended
+                _end(ranks, signal.SIGTERM)
+        codes = [p.exitcode for p in ranks]
+        done = subprocess.CompletedProcess(["torchrun", *args], 0 if not any(codes) else 1, *_joined(paths))
+        done.rank_codes = codes
+        return done
+
+
+def _end(ranks, sig) -> None:
+    for p in ranks:
+        if p.exitcode is None:
+            try:
+                os.kill(p.pid, sig)
+            except ProcessLookupError:
+                pass
+    for p in ranks:
+        p.join(30)
+        if p.exitcode is None:
+            p.kill()
+            p.join()
+
+
+def _joined(paths) -> tuple[str, str]:
+    return "".join(_read(o) for o, _ in paths), "".join(_read(e) for _, e in paths)

@@ -7,7 +7,6 @@ import random
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 WORDS = ("the king and queen of england rode out at dawn with their men while the river "
@@ -92,15 +91,14 @@ def env(**extra) -> dict:
 
 
 def train(*args, nproc: int = 1, timeout: int = 600, check: bool = True):
-    """`gptrain train ARGS` in a process of its own (tests/cli_process.py), under torchrun when nproc > 1."""
-    if nproc == 1:
-        from tests import cli_process
+    """`gptrain train ARGS` in a process of its own, or `nproc` ranks as torchrun starts them (both
+    forked from a server that imported torch once: tests/cli_process.py)."""
+    from tests import cli_process
 
+    if nproc == 1:
         r = cli_process.run(["train", *args], env(), timeout=timeout)
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={nproc}", "-m", "gptrain", "train", *map(str, args)]
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout)
+        r = cli_process.run_ranks(["train", *args], env(), nproc, timeout=timeout)
     if check and r.returncode != 0:
         raise AssertionError(f"training failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
     return r

@@ -19,9 +19,11 @@ class HostsCluster(Cluster):
     def __init__(self, hosts: Hosts, root: Path, extra: str = ""):
         names, ips = hosts.hostnames, hosts.ips
         super().__init__(root, ctld=(names[0], ips[0]), nodes=[(h, h, ip) for h, ip in zip(names, ips)],
-                         munge_run=Path(f"/tmp/{hosts.net}-munge"), extra=extra, cred_expire=None)
-        # Slurm's default cred_expire (120 s): with 15 s, slurmctld sent the requeued job's step on the
-        # rebooted host a SIGTERM (signal 991, seen at SlurmctldDebug=debug2) ~12 s after it started.
+                         munge_run=Path(f"/tmp/{hosts.net}-munge"), extra=extra, cred_expire=60)
+        # A requeued job waits cred_expire + 1 s (Slurm's default: 120 s; every requeue test here paid
+        # it). With 15 s, slurmctld's kill of the job's first run, held for the killed host, reached the
+        # rebooted host after the requeued run had started there: its step got a SIGTERM (signal 991,
+        # seen at SlurmctldDebug=debug2) ~12 s after it started. 60 s leaves the returned host the time.
         self.hosts = hosts
 
     def on(self, host: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:

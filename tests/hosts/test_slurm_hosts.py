@@ -39,6 +39,7 @@ STEPS, EVERY = 120, 30
 ARGS = [*TINY, f"--train.max_steps={STEPS}", "--train.batch_size=4", f"--checkpoint.every={EVERY}",
         "--train.seed=1"]
 FINAL = {}  # test 1's final loss, the reference of test 2
+LONG = 400  # steps of test 3: its SIGTERM is sent once the first step is logged (~10 steps/s here)
 
 
 @pytest.fixture
@@ -150,7 +151,7 @@ def test_a_sigterm_to_the_trainer_on_one_host_preempts_and_the_job_continues(slu
 
     cluster, hosts = slurm_hosts, slurm_hosts.hosts
     gptrain(cluster, home, "run", "t", "--scheduler", "slurm", "--nodes", "2", "--accels", "1",
-            "--dataset", "tiny", "--", *TINY, "--train.max_steps=1500", "--train.batch_size=4",
+            "--dataset", "tiny", "--", *TINY, f"--train.max_steps={LONG}", "--train.batch_size=4",
             "--checkpoint.every=100000", "--train.do_eval=false")
     jdir = home / "jobs" / "t"
     rank0 = rank_log(folder.logs_dir(jdir), 0)  # (rank 0 logs the steps)
@@ -169,5 +170,5 @@ def test_a_sigterm_to_the_trainer_on_one_host_preempts_and_the_job_continues(slu
     assert report["job"]["restarts"] == 0, story  # a preemption spends no restart meant for crashes
     lost = steps_lost(rank0.read_text(errors="replace"))
     assert lost == [0], logs
-    assert [c["step"] for c in json.loads(gptrain(cluster, home, "checkpoints", "t", "--json"))][-1] == 1500
+    assert [c["step"] for c in json.loads(gptrain(cluster, home, "checkpoints", "t", "--json"))][-1] == LONG
     print(f"SIGTERM to the trainer on h2: gptrain showed {' -> '.join(seen)}; steps lost {lost}; events:\n{story}")

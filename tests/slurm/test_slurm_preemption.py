@@ -12,6 +12,8 @@ from tests import helpers
 from tests.job_helpers import TRAIN, job_dir, logs_tail, ok, rank_log_path, states_until_done, trainer_pids
 
 pytestmark = pytest.mark.slow
+# the runs a signal interrupts: it is sent once the first step is logged, ~10 s of steps before the end
+STEPS = 1000
 
 
 def steps_lost(name) -> list[int]:
@@ -33,7 +35,7 @@ def _external_id(name):
 def test_the_pre_timeout_signal_checkpoints_requeues_and_the_job_succeeds(dataset, slurm):
     """What Slurm sends SIGNAL_GRACE_S before the time limit (`--signal=B:USR1@120`), sent now."""
     ok("run", "stime", "--scheduler", "slurm", "--nodes", "1", "--accels", "1", "--dataset", dataset,
-       "--", "--train.max_steps=3000", "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)
+       "--", f"--train.max_steps={STEPS}", "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)
     _wait_for_a_step("stime")
     slurm.run("scancel", "--batch", "--signal=USR1", _external_id("stime"))
     seen = states_until_done("stime")
@@ -43,7 +45,7 @@ def test_the_pre_timeout_signal_checkpoints_requeues_and_the_job_succeeds(datase
         report["events"]
     assert steps_lost("stime") == [0], logs_tail("stime")
     assert re.search(r"resumed from .*step-\d+ at step", ok("logs", "stime"))
-    assert json.loads(ok("checkpoints", "stime", "--json"))[-1]["step"] == 3000
+    assert json.loads(ok("checkpoints", "stime", "--json"))[-1]["step"] == STEPS
 
 
 def test_a_real_time_limit_shorter_than_the_training(dataset, slurm):
@@ -124,7 +126,7 @@ def test_a_sigterm_to_a_worker_requeues_the_job_and_it_succeeds(dataset, slurm):
     import signal
 
     ok("run", "sterm", "--scheduler", "slurm", "--nodes", "1", "--accels", "1", "--dataset", dataset,
-       "--", "--train.max_steps=3000", "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)
+       "--", f"--train.max_steps={STEPS}", "--checkpoint.every=100000", "--train.do_eval=false", *TRAIN)
     _wait_for_a_step("sterm")
     os.kill(_worker_pid("sterm"), signal.SIGTERM)
     seen = states_until_done("sterm")
@@ -132,4 +134,4 @@ def test_a_sigterm_to_a_worker_requeues_the_job_and_it_succeeds(dataset, slurm):
     assert seen[-1] == "succeeded", (seen, report["events"], logs_tail("sterm"))
     assert any(e["kind"] == "preempted" and "got SIGTERM" in e["message"] for e in report["events"]), report["events"]
     assert steps_lost("sterm") == [0], logs_tail("sterm")
-    assert json.loads(ok("checkpoints", "sterm", "--json"))[-1]["step"] == 3000
+    assert json.loads(ok("checkpoints", "sterm", "--json"))[-1]["step"] == STEPS

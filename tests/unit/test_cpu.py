@@ -21,6 +21,8 @@ EPYC_ZEN4 = ("vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel name\t: AMD EPY
 EPYC_ZEN2 = ("vendor_id\t: AuthenticAMD\ncpu family\t: 23\nmodel name\t: AMD EPYC 7B12\n"
              "cpu MHz\t\t: 2250.000\nflags\t\t: fpu avx2 fma\n")
 
+pytestmark = pytest.mark.cpu_unmeasured  # these tests measure (or fake) the CPU in an empty home
+
 
 def test_a_cpu_kind_is_read_from_its_first_processor_entry():
     xeon = cpu.CpuKind.from_cpuinfo(XEON_NO_AMX)

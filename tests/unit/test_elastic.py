@@ -79,6 +79,7 @@ def test_job_file_nodes_min_max_quoted_or_not(tmp_path):
         assert from_yaml(str(tmp_path / "job.yaml"))["nodes"] == "1:2"  # not YAML 1.1's 62
 
 
+@pytest.mark.cpu_unmeasured  # (nothing written: not even the home)
 def test_a_negative_looking_value_is_one_line_naming_the_way_to_write_it(isolated_home):
     from tests.conftest import run_cli
 
