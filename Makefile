@@ -60,8 +60,11 @@ s3: $(S3VENV)/.installed-stamp
 # one cluster (tests/conftest.py): the suite's tests wait on processes, clusters and browsers for
 # much of their time. One thread per process: two workers and their subprocesses already fill the
 # two cores, and OpenMP threads spin while they wait for a core.
+# It ends with the 30 slowest tests and its own wall time (GPTRAIN_TEST_TIMES=FILE: each test's
+# time as it finishes, tests/conftest.py).
 test: $(STAMP) browser podman ray s3
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --durations=60 tests
+	@start=$$(date +%s); OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --durations=30 tests; \
+		code=$$?; echo "make test: the suite took $$(( $$(date +%s) - start )) s"; exit $$code
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests

@@ -26,16 +26,16 @@ def cpu_measurement(tmp_path_factory) -> tuple[str, str] | None:
 
 
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path, monkeypatch, request):
-    """Every test gets its own GPTRAIN_HOME, so tests never see each other's jobs or datasets; the
-    CPU measurement of this process is in its cache already (a test marked `cpu_unmeasured` sees
-    an empty home)."""
-    home = tmp_path / "gptrain-home"
+def isolated_home(tmp_path, tmp_path_factory, monkeypatch, request):
+    """Every test gets its own GPTRAIN_HOME (beside its tmp_path, not in it), so tests never see
+    each other's jobs or datasets; the CPU measurement of this process is in its cache already (a
+    test marked `cpu_unmeasured` sees no home until gptrain makes one)."""
+    home = tmp_path_factory.mktemp("gptrain-home", numbered=True) / "home"
     if request.node.get_closest_marker("cpu_unmeasured") is None:
         kept = request.getfixturevalue("cpu_measurement")
         if kept is not None:
-            (home / "cache").mkdir(parents=True, mode=0o700)
-            os.chmod(home, 0o700)  # as gptrain makes it (cli.private_home)
+            home.mkdir(mode=0o700)  # as gptrain makes it (cli.private_home)
+            (home / "cache").mkdir(mode=0o700)
             path = home / "cache" / kept[0]
             path.write_text(kept[1])
             os.chmod(path, 0o600)
@@ -89,6 +89,27 @@ def tiny_hf_gpt2(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_hf_llama(tmp_path_factory):
     return save_tiny_hf_llama(tmp_path_factory.mktemp("hf") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def data(tmp_path_factory):
+    """A small prepared char dataset (tests/helpers.make_dataset), made once per test process and
+    only read: a test that changes or damages a dataset copies it first."""
+    from tests.helpers import make_dataset
+
+    return make_dataset(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="session")
+def tiny_run(data, tmp_path_factory):
+    """A tiny finished run on `data` (fp32, 2 rows a step, no evaluation) with checkpoints at steps
+    2 and 4: its output folder, only read (tests that damage a checkpoint copy it first)."""
+    from tests.helpers import TINY, train
+
+    out = tmp_path_factory.mktemp("tiny-run") / "run"
+    train(f"--data.path={data}", f"--train.output_dir={out}", "--train.max_steps=4", *TINY, "--train.batch_size=2",
+          "--train.do_eval=false", "--train.precision=fp32", "--checkpoint.every=2")
+    return out
 
 
 @pytest.fixture
@@ -146,10 +167,19 @@ def pytest_collection_finish(session):
                                 "and pytest-xdist do not work together; install pytest<9.2")
 
 
+def pytest_configure(config):
+    global _IN_XDIST_WORKER
+    _IN_XDIST_WORKER = hasattr(config, "workerinput")
+
+
+_IN_XDIST_WORKER = False
+
+
 def pytest_runtest_logreport(report):
     """GPTRAIN_TEST_TIMES=FILE: each test's phase durations appended as they finish (to see where
-    the suite's time goes while it still runs; --durations says it only at the end)."""
+    the suite's time goes while it still runs; --durations says it only at the end). Written
+    once, by the process that reports (under xdist the workers' reports reach it too)."""
     where = os.environ.get("GPTRAIN_TEST_TIMES")
-    if where and report.when in ("setup", "call"):
+    if where and report.when in ("setup", "call") and not _IN_XDIST_WORKER:
         with open(where, "a") as f:
             f.write(f"{report.duration:.1f} {report.when} {report.nodeid}\n")

@@ -19,7 +19,7 @@ rates), which a wrong shard or a missed gradient sync would exceed.
 import pytest
 import torch
 
-from tests.helpers import TINY, losses, make_dataset, model_tensors, step_dir, train
+from tests.helpers import TINY, losses, model_tensors, step_dir, train
 
 pytestmark = pytest.mark.slow  # real multi-process runs: `pytest -m slow` runs them alone
 
@@ -27,11 +27,6 @@ STEPS = 5
 TOL = 1e-4
 BF16_U = 2.0 ** -8
 LR = 1e-3  # TINY's peak learning rate (2 warmup steps)
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("parity"))
 
 
 def _args(data, out, rows, n_layer, preset="gpt2-tiny", precision="fp32"):

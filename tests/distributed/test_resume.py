@@ -9,16 +9,11 @@ import torch
 
 from gptrain import run_layout
 from gptrain.weights.layout import find_latest, step_name
-from tests.helpers import TINY, env, losses, make_dataset, model_tensors, rewind_to, step_dir, train
+from tests.helpers import TINY, env, losses, model_tensors, rewind_to, step_dir, train
 
 pytestmark = pytest.mark.slow  # real multi-process runs: `pytest -m slow` runs them alone
 
 N, K = 8, 4
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("resume"))
 
 
 @pytest.fixture(scope="module")

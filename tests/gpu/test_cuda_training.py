@@ -7,14 +7,9 @@ import math
 import pytest
 
 from gptrain import run_layout
-from tests.helpers import TINY, losses, make_dataset, train
+from tests.helpers import TINY, losses, train
 
 STEPS = 6
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("gpu"))
 
 
 def _args(data, out, *extra, steps=STEPS, rows=8):

@@ -11,15 +11,10 @@ import torch
 
 from gptrain import run_layout
 from tests.helpers import rewind_to, step_dir
-from tests.helpers import losses, make_dataset, train
+from tests.helpers import losses, train
 
 pytestmark = pytest.mark.slow
 N, K = 8, 4
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("lora"))
 
 
 @pytest.fixture(params=["gpt2", "llama"])

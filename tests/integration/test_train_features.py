@@ -14,14 +14,9 @@ import pytest
 from gptrain import run_layout
 from gptrain.weights.layout import step_name
 from tests.helpers import (
-    TINY, env, http_server, losses, make_dataset, model_tensors, step_dir, train, write_corpus)
+    TINY, env, http_server, losses, model_tensors, step_dir, train, write_corpus)
 
 STEPS = 4
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_dataset(tmp_path_factory.mktemp("features"))
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,6 @@ import pytest
 
 from tests.browser.recorded_jobs import record_job
 from tests.conftest import run_cli
-from tests.helpers import tmpfs
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    with tmpfs(tmp_path / "disk", "2m") as disk:
-        yield disk
 
 
 def _job_with_a_big_checkpoint():

@@ -48,7 +48,7 @@ def _no_traceback(*args):
     return r.stdout
 
 
-def test_hostile_names_in_a_running_job_are_skipped_and_the_job_goes_on(slots, tmp_path):
+def test_hostile_names_in_a_running_job_are_skipped_and_the_job_goes_on(slots, isolated_home, tmp_path):
     from gptrain.jobs import store
 
     prog = tmp_path / "names.py"
@@ -70,7 +70,7 @@ def test_hostile_names_in_a_running_job_are_skipped_and_the_job_goes_on(slots, t
     finally:
         console.close()
 
-    (tmp_path / "gptrain-home" / "jobs" / "names" / "output" / "go-on").touch()
+    (isolated_home / "jobs" / "names" / "output" / "go-on").touch()
     assert wait_for("names")["state"] == "succeeded"
     assert _recorded("names") == {"output/step_1.pt", "output/step_2.pt", LONG, "output/" + LONG}
 
@@ -86,4 +86,4 @@ def test_hostile_names_in_a_running_job_are_skipped_and_the_job_goes_on(slots, t
     assert "Traceback" not in r.stderr and r.returncode in (0, 2), r.stderr
     if r.returncode == 0:
         assert wait_for("names")["state"] == "succeeded"
-    assert os.listdir(tmp_path / "gptrain-home" / "jobs" / "names" / "output")  # the files are still there
+    assert os.listdir(isolated_home / "jobs" / "names" / "output")  # the files are still there

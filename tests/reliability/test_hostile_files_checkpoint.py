@@ -13,18 +13,13 @@ import pytest
 
 from gptrain import run_layout
 from tests.conftest import run_cli
-from tests.helpers import TINY, make_dataset, step_dir, train
+from tests.helpers import TINY, step_dir
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A tiny trained run: (dataset dir, checkpoint dir)."""
-    tmp = tmp_path_factory.mktemp("hostile-ckpt")
-    data = make_dataset(tmp)
-    out = tmp / "run"
-    train(f"--data.path={data}", f"--train.output_dir={out}", "--train.batch_size=2",
-          "--train.max_steps=2", "--train.do_eval=false", "--train.precision=fp32", *TINY)
-    return data, step_dir(out, 2)
+@pytest.fixture
+def trained(data, tiny_run):
+    """The session's tiny trained run: (dataset dir, its step-2 checkpoint)."""
+    return data, step_dir(tiny_run, 2)
 
 
 def _short(s: str) -> bytes:

@@ -12,16 +12,9 @@ import pytest
 
 from gptrain import run_layout
 from tests.conftest import run_cli
-from tests.helpers import TINY, env, step_dir, tmpfs, write_corpus
+from tests.helpers import TINY, env, step_dir, write_corpus
 
 FULL_LINE = "gptrain: error: no space left on device writing "
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    """A mounted 2 MiB tmpfs (unmounted afterwards)."""
-    with tmpfs(tmp_path / "disk", "2m") as disk:
-        yield disk
 
 
 def _fill(disk, free_bytes: int) -> None:

@@ -20,7 +20,7 @@ FILL = ("import os, pathlib\n"
 
 
 @pytest.fixture
-def small_disk(tmp_path, monkeypatch):
+def small_home(tmp_path, monkeypatch):
     with tmpfs(tmp_path / "small-home", "48m") as home:
         monkeypatch.setenv("GPTRAIN_HOME", str(home))
         monkeypatch.setenv("GPTRAIN_LOCAL_SLOTS", "2")
@@ -44,13 +44,13 @@ def fill(path):
         os.close(fd)
 
 
-def test_enospc_fails_the_job_once_and_reads_still_tell_the_truth(small_disk, tmp_path):
+def test_enospc_fails_the_job_once_and_reads_still_tell_the_truth(small_home, tmp_path):
     script = tmp_path / "fill_disk.py"
     script.write_text(FILL)
     ok("run", "filler", "--max-restarts", "2", "--", script)
     j = wait_for("filler", timeout=300)
     assert j["state"] == "failed" and j["restarts"] == 0, j  # no restart wasted on a full disk
-    assert "no space left on device" in j["error"] and str(small_disk) in j["error"], j["error"]
+    assert "no space left on device" in j["error"] and str(small_home) in j["error"], j["error"]
     assert "gptrain resume filler" in j["error"]
 
     # a job whose supervisor died, found while the disk is full: shown failed, not "running"
@@ -59,7 +59,7 @@ def test_enospc_fails_the_job_once_and_reads_still_tell_the_truth(small_disk, tm
     gone.kill()
     gone.wait()
     record_job("ghost", script, "running", ident)
-    fill(small_disk / "more")
+    fill(small_home / "more")
     time.sleep(0.2)
 
     r = run_cli("jobs", "--json")

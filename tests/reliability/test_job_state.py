@@ -53,7 +53,7 @@ def tagged(run_id) -> set[int]:
 
 
 @pytest.mark.parametrize("newer", ["ended", "taken over"])
-def test_a_stale_supervisor_cannot_write(slots, tmp_path, newer):
+def test_a_stale_supervisor_cannot_write(slots, isolated_home, tmp_path, newer):
     """A supervisor whose job was ended, or handed to another owner, while it was frozen: its
     'succeeded' is refused and the newer record stands."""
     ok("run", "stale", "--", gated_script(tmp_path))
@@ -73,11 +73,11 @@ def test_a_stale_supervisor_cannot_write(slots, tmp_path, newer):
     j = job("stale")
     assert j["state"] == ("failed" if newer == "ended" else "running"), j
     assert "succeeded" not in kinds("stale")
-    log = (tmp_path / "gptrain-home" / "jobs" / "stale" / "supervisor.log").read_text()
+    log = (isolated_home / "jobs" / "stale" / "supervisor.log").read_text()
     assert "no longer this supervisor's" in log and "Traceback" not in log, log
 
 
-def test_a_deleted_database_leaves_no_orphan(slots, tmp_path):
+def test_a_deleted_database_leaves_no_orphan(slots, isolated_home, tmp_path):
     """gptrain.db deleted while a job runs: its supervisor notices, stops the job's processes and
     says so in its log; resubmitting the name is one line, and no junk row is left."""
     ok("run", "ghost", "--", gated_script(tmp_path))
@@ -92,7 +92,7 @@ def test_a_deleted_database_leaves_no_orphan(slots, tmp_path):
             pass
     wait_until(lambda: not alive(sup) and not tagged(run_id), 60,
                "the job ran on after its database was deleted")
-    log = (tmp_path / "gptrain-home" / "jobs" / "ghost" / "supervisor.log").read_text()
+    log = (isolated_home / "jobs" / "ghost" / "supervisor.log").read_text()
     assert "was deleted or replaced" in log and "Traceback" not in log, log
     r = run_cli("run", "ghost", "--", gated_script(tmp_path, name="again.py"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (r.stdout, r.stderr)
@@ -101,7 +101,7 @@ def test_a_deleted_database_leaves_no_orphan(slots, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_database_locked_past_the_busy_timeout_kills_nothing(slots, tmp_path):
+def test_a_database_locked_past_the_busy_timeout_kills_nothing(slots, isolated_home, tmp_path):
     """Another sqlite3 client holds `BEGIN EXCLUSIVE` longer than SQLite's busy timeout while the
     job runs and finishes: the program is untouched and the job is recorded succeeded once the
     lock is gone (the write retried past one busy timeout)."""
@@ -124,7 +124,7 @@ def test_a_database_locked_past_the_busy_timeout_kills_nothing(slots, tmp_path):
         holder.kill()
     j = wait_for("busy", timeout=300)
     assert j["state"] == "succeeded" and j["exit_code"] == 0, j
-    log = (tmp_path / "gptrain-home" / "jobs" / "busy" / "supervisor.log").read_text()
+    log = (isolated_home / "jobs" / "busy" / "supervisor.log").read_text()
     assert "Traceback" not in log and "is locked by another program; waiting" in log, log
 
 
@@ -132,7 +132,7 @@ def test_a_database_locked_past_the_busy_timeout_kills_nothing(slots, tmp_path):
 def test_a_corrupt_database_is_one_line(isolated_home, tmp_path, args):
     """Every command: one line naming the file and what to do, exit 2, the file left as it was."""
     args = [str(gated_script(tmp_path)) if a == "SCRIPT" else a for a in args]
-    isolated_home.mkdir(parents=True)
+    isolated_home.mkdir(parents=True, exist_ok=True)
     db = isolated_home / "gptrain.db"
     junk = b"this is not an SQLite database\n" * 200
     db.write_bytes(junk)
@@ -154,7 +154,7 @@ def test_a_failed_submit_records_nothing(slots, isolated_home, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_database_corrupted_under_a_running_job_costs_no_step(slots, tmp_path):
+def test_a_database_corrupted_under_a_running_job_costs_no_step(slots, isolated_home, tmp_path):
     """gptrain.db overwritten with garbage past its header while the trainer runs: the supervisor
     says why in one line and stops the job's processes after their checkpoint of the step they
     reached (was: it died on DatabaseError, the workers with it, no checkpoint); `gptrain stop`
@@ -170,7 +170,7 @@ def test_a_database_corrupted_under_a_running_job_costs_no_step(slots, tmp_path)
     wait_for("rot", ("running",), timeout=300)
     j = job("rot")
     sup, run_id = j["supervisor_pid"], j["run_id"]
-    jdir = tmp_path / "gptrain-home" / "jobs" / "rot"
+    jdir = isolated_home / "jobs" / "rot"
     log0 = rank_log_path("rot")
     wait_until(lambda: log0.is_file() and re.search(r"step\s+\d+/", log0.read_text(errors="replace")),
                120, "no step logged")

@@ -19,14 +19,10 @@ from tests.job_helpers import TRAIN, checkpoints_dir, job, ok, wait_for
 RUN = [*TINY, "--train.batch_size=2", "--train.do_eval=false", "--train.precision=fp32", "--checkpoint.every=2"]
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A tiny run with checkpoints at steps 2 and 4: (dataset dir, output dir)."""
-    tmp = tmp_path_factory.mktemp("verified")
-    data = make_dataset(tmp)
-    out = tmp / "run"
-    train(f"--data.path={data}", f"--train.output_dir={out}", "--train.max_steps=4", *RUN)
-    return data, out
+@pytest.fixture
+def trained(data, tiny_run):
+    """The session's tiny run (RUN's settings), checkpoints at steps 2 and 4: (dataset dir, output dir)."""
+    return data, tiny_run
 
 
 def flip(path, seed: int) -> int:

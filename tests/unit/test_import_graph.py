@@ -6,6 +6,7 @@ importing a test module (what tests share lives in helpers and conftest files). 
 function over a graph, and each is shown failing on a violation planted in a copy of the real graph."""
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -98,7 +99,13 @@ def named_modules(tree: ast.AST, known) -> set[str]:
 def import_graph() -> dict[str, set[str]]:
     """Every module's imports. A module that calls importlib imports, besides the modules its
     own strings name, those named in a table it imports from another module (the engines'
-    descriptors, jobs/engines/table.py, loaded by jobs/schedulers.py)."""
+    descriptors, jobs/engines/table.py, loaded by jobs/schedulers.py). Read once per run (every
+    check reads it; each gets its own copy, which a planted violation may change)."""
+    return {name: set(edges) for name, edges in _read_graph().items()}
+
+
+@functools.cache
+def _read_graph() -> dict[str, set[str]]:
     mods = modules()
     trees = {name: ast.parse(f.read_text(), str(f)) for name, (f, _) in mods.items()}
     graph = {name: edges_of(trees[name], package, mods) - {name} for name, (_, package) in mods.items()}
@@ -247,6 +254,12 @@ def imports_of_test_modules(files: dict[str, ast.AST]) -> list[str]:
 
 
 def parsed_tests() -> dict[str, ast.AST]:
+    """Every file of tests/, parsed once per run (a copy of the table: a check may plant a file)."""
+    return dict(_parsed_tests())
+
+
+@functools.cache
+def _parsed_tests() -> dict[str, ast.AST]:
     tests = ROOT / "tests"
     return {f.relative_to(ROOT).as_posix(): ast.parse(f.read_text()) for f in tests.rglob("*.py")}
 

@@ -6,9 +6,10 @@ finishes the launch at launch time (GPTRAIN_RESUME_FROM, `$GPTRAIN_*` in argumen
 resume arguments on a restart: jobs/resume.py).
 
 Entrypoints (JobSpec.entry):
-    trainer   the built-in trainer (`-- --train.max_steps=100 ...`): torchrun, nproc per node
+    trainer   the built-in trainer (`-- --train.max_steps=100 ...`): torchrun, nproc per node;
+              a job of one process (1 node x 1 accel) runs it alone, as `gptrain train` is
     script    a .py file (`-- train.py ARGS`): torchrun, nproc per node; a job of one process
-              (1 node x 1 accel) runs it as `python train.py`, with no RANK, WORLD_SIZE, ...
+              runs it as `python train.py`, with no RANK, WORLD_SIZE, ...
     module    `-- -m package.module ARGS`: as a script
     command   anything else (`-- bash run.sh`, `-- ./run.sh`, `-- accelerate launch ...`): once per
               node, with the rendezvous environment (RENDEZVOUS_VARS) to start its own workers
@@ -47,8 +48,10 @@ def workdir(spec, jdir: Path) -> Path:
 def single_process(spec) -> bool:
     """A Python program of one process (1 node x 1 accel): run as `python train.py` is, without
     torchrun, whose RANK/WORLD_SIZE/LOCAL_RANK make programs (nanoGPT, HF Trainer) take the
-    distributed path (nanoGPT then asks for NCCL on a CPU machine)."""
-    return spec.entry in ("script", "module") and spec.nodes == 1 and spec.accels == 1
+    distributed path (nanoGPT then asks for NCCL on a CPU machine). The built-in trainer too: an
+    agent in front of one worker only cost the job ~3 s of start (its own torch import) and
+    memory; gptrain restarts, signals and reads the worker itself either way."""
+    return spec.entry in ("trainer", "script", "module") and spec.nodes == 1 and spec.accels == 1
 
 
 def under_torchrun(spec) -> bool:
