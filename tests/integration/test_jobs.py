@@ -106,9 +106,13 @@ def test_stop_keeps_a_checkpoint_and_a_new_job_resumes_from_it(dataset):
     assert f"at step {step}" in ok("logs", "again") and f"completed at step {step + 3}" in ok("logs", "again")
 
 
-def test_jobs_queue_for_slots_in_submission_order(dataset):
+def test_jobs_queue_for_slots_in_submission_order(dataset, tmp_path):
+    """Three jobs that each need both slots run one after another, in the order submitted (a
+    program of 2 processes under torchrun: the queue is the same for every entrypoint)."""
+    script = tmp_path / "busy.py"
+    script.write_text("import time\ntime.sleep(1)\n")
     for name in ("q1", "q2", "q3"):
-        ok("run", name, "--dataset", dataset, "--accels", "2", "--", "--train.max_steps=6", *TRAIN)
+        ok("run", name, "--dataset", dataset, "--accels", "2", "--", script)
     spans = []
     for name in ("q1", "q2", "q3"):
         assert wait_for(name)["state"] == "succeeded"

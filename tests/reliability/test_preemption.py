@@ -97,9 +97,9 @@ def test_an_unasked_sigterm_preempts_and_the_job_continues_to_success(dataset, t
 
 def test_the_users_stop_is_stopped_and_a_stopped_run_is_never_succeeded(dataset):
     """`gptrain stop` ends `stopped` (the trainer exits 143 after its checkpoint, not 0), and
-    `gptrain resume` then finishes it. 400 steps: a stop sent after step 5 of 40 could come as the
+    `gptrain resume` then finishes it. 200 steps: a stop sent after step 5 of 40 could come as the
     run finished (it is then `succeeded`: it completed)."""
-    ok("run", "mine", "--dataset", dataset, "--accels", "2", "--", *ARGS, "--train.max_steps=400")
+    ok("run", "mine", "--dataset", dataset, "--accels", "2", "--", *ARGS, "--train.max_steps=200")
     at_step_5("mine")
     ok("stop", "mine", "--wait")
     j = job("mine")
