@@ -113,6 +113,9 @@ def wait_for(name, states=DONE, timeout=300) -> dict:
     while time.time() < deadline:
         j = job(name)
         if j["state"] in states:
+            if j["state"] == "failed":  # shown with the test's output when an assertion then fails
+                print(f"job {name} failed (exit {j.get('exit_code')}): {j.get('error')}\n" + "\n".join(
+                    f"--- {log} (end)\n{tail}" for log, tail in sorted(logs_tail(name).items())))
             return j
         time.sleep(0.3)
     raise AssertionError(f"job {name} still {job(name)['state']} after {timeout}s")

@@ -58,6 +58,33 @@ def init_distributed(device_pref: str = "auto") -> Dist:
     return Dist(rank, world, local_rank, device)
 
 
+def end_distributed() -> None:
+    """Destroy the process groups and end their native threads now, while the interpreter is
+    alive. `destroy_process_group` alone leaves each gloo group alive: every DeviceMesh keeps its
+    groups in `_pg_registry`, and the meshes live on in DTensor's sharding caches, so the group's
+    worker threads (pt_gloo_runloop, gloo_tcp_loop) outlive the interpreter. A worker thread that
+    drops its last collective's tensor while the interpreter finalizes takes the GIL of a dying
+    interpreter: the rank aborts ("terminate called without an active exception", SIGABRT)
+    after its run completed, and torchrun reports the run failed (issue #47 row 0). Emptying
+    the registries destroys the groups here: each joins its threads after its queued work."""
+    import gc
+
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return
+    dist.destroy_process_group()
+    from torch.distributed.device_mesh import DeviceMesh
+
+    gc.collect()  # the trainer's cycles (model, optimizer, FSDP state) hold groups too
+    for obj in gc.get_objects():
+        if isinstance(obj, DeviceMesh):
+            registry = getattr(obj, "_pg_registry", None)
+            if isinstance(registry, dict):
+                registry.clear()
+    gc.collect()
+
+
 @dataclass
 class ParallelDims:
     dp_replicate: int

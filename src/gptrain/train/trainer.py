@@ -30,7 +30,7 @@ from gptrain.data import mixture
 from gptrain.data.loader import notes, open_train_loader
 from gptrain.data.remote_shards import is_remote_folder
 from gptrain.distributed import pipeline
-from gptrain.distributed.mesh import init_distributed
+from gptrain.distributed.mesh import end_distributed, init_distributed
 from gptrain.distributed.parallelize import check_layout, parallelize
 from gptrain.errors import UserError, disk_full
 from gptrain.models.base import cross_entropy
@@ -61,8 +61,7 @@ def train(cfg: Config) -> dict:
             raise
         raise full from None
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        end_distributed()
 
 
 class Trainer(Checkpointing, Evaluating):
