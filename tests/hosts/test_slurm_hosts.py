@@ -109,7 +109,7 @@ def test_host_killed_the_job_is_requeued_and_succeeds_when_the_host_returns(slur
     assert seen[-1] == "queued" and "restarting" in seen, (seen, story, out)
     requeue = [e["message"] for e in report["events"] if e["kind"] == "restarting"]
     assert len(requeue) == 1 and re.match(  # (REQUEUED itself when a look catches its instant)
-        r"Slurm (requeued the job \(restart 1\), now PENDING|REQUEUED).*: continues from step-\d{6}$",
+        r"Slurm (requeued the job \(restart 1\), now PENDING|REQUEUED).*: continues from step-\d{6} \(or the newest one before it that passes verification\)$",
         requeue[0]), story
     assert report["events"][-1]["message"].startswith("Slurm PENDING"), story
     job_id = report["job"]["external_id"]

@@ -156,9 +156,19 @@ def test_no_good_checkpoint_left_is_one_line(trained, tmp_path):
     run = shutil.copytree(out, tmp_path / "run")
     for step in (2, 4):
         flip(step_dir(run, step) / ".metadata", 5)
-    r = run_cli("train", f"--data.path={data}", f"--train.output_dir={run}", "--train.max_steps=6", *RUN)
-    assert r.returncode == 2 and "no checkpoint of" in r.stderr and "passes verification" in r.stderr, r.stderr
-    assert (step_dir(run, 4) / "damaged.txt").is_file()
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != "damaged.txt"}
+    for attempt in range(2):  # the second found both marked damaged: it trained from step 0 over them (#47 row 1)
+        r = run_cli("train", f"--data.path={data}", f"--train.output_dir={run}", "--train.max_steps=6", *RUN)
+        assert r.returncode == 2 and "no checkpoint of" in r.stderr and "passes verification" in r.stderr, \
+            (attempt, r.stderr[-2000:])
+        assert "step-000002" in r.stderr and "step-000004" in r.stderr and "resumed from" not in r.stdout, \
+            (attempt, r.stdout[-2000:])
+        assert (step_dir(run, 4) / "damaged.txt").is_file()
+    assert not (step_dir(run, 6)).exists()
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != "damaged.txt"}
+    # every checkpoint byte as it was (the refusals add to damaged.jsonl; config.toml is the last one asked for)
+    kept = {run / "checkpoints" / "damaged.jsonl", run / "config.toml"}
+    assert {p: b for p, b in after.items() if p not in kept} == {p: b for p, b in before.items() if p not in kept}
 
 
 def test_a_job_heals_itself_lists_the_damage_and_resumes_from_a_chosen_checkpoint(dataset):

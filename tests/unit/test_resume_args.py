@@ -59,7 +59,8 @@ def test_restart_line_says_what_the_program_is_given(isolated_home, tmp_path):
     assert resume.restart_line(script, jdir) == f"resumes with --resume_from_checkpoint {jdir}/output/checkpoint-4"
     run_layout.checkpoints_dir(jdir).mkdir()
     (run_layout.checkpoints_dir(jdir) / "step-12.pt").write_bytes(b"x")  # named as `gptrain checkpoints` names it
-    assert resume.restart_line(JobSpec(name="j", entry="trainer"), jdir) == "continues from step-12.pt"
+    assert resume.restart_line(JobSpec(name="j", entry="trainer"), jdir) == \
+        "continues from step-12.pt (or the newest one before it that passes verification)"
 
 
 def test_rewinds_below_the_step_reached():

@@ -75,7 +75,7 @@ def restart_line(spec, jdir) -> str:
     if latest is None:
         return "starts again (no checkpoint yet)"
     if spec.entry == "trainer":
-        return f"continues from {name}"
+        return f"continues from {name} (or the newest one before it that passes verification)"
     args, why = words(spec.resume_args, latest)
     if args:
         return f"resumes with {shlex.join(args)}"

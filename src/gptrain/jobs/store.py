@@ -181,7 +181,7 @@ def _damage_line(report: dict) -> str:
 
     at = datetime.datetime.fromtimestamp(report["time"]).strftime("%Y-%m-%d %H:%M:%S")
     return (f"checkpoint {report['name']} failed verification when the run resumed at {at} "
-            f"({report['why']}): it resumed from the newest good one before it")
+            f"({report['why']}): the run did not load it (its log says where it resumed, if anywhere)")
 
 
 # ---- local scheduler: supervisors, slots, orphans --------------------------------------------

@@ -105,7 +105,7 @@ class Checkpointing:
                 self._resume(path)
             except VerificationError as e:
                 refused.append(path.name)
-                self.log_main(f"warning: {e}; resuming from the checkpoint before it")
+                self.log_main(f"warning: {e}; passed by (a resume tries the checkpoint before it)")
                 if self.env.is_main:
                     layout.mark_damaged(path, e.why)
                 continue
@@ -113,6 +113,9 @@ class Checkpointing:
                 self.log_main(f"checkpoint {', '.join(refused)} failed verification: resumed from "
                               f"{path.name} instead (the steps after it are trained again)")
             return
+        # checkpoints an earlier attempt marked damaged are not tried again, and they are no reason
+        # to start over on top of them either (a second attempt trained from step 0 and overwrote them)
+        refused = refused or [p.name for p in layout.complete(layout.root_of(self.out)) if layout.damaged(p)]
         if refused:
             raise UserError(f"no checkpoint of {self.out} passes verification ({', '.join(refused)} "
                             "damaged; see `gptrain checkpoints NAME --verify`): resume from another "
