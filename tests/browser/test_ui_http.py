@@ -209,6 +209,21 @@ def test_an_action_a_job_refuses_is_one_clear_message(console):
     assert status == 409 and "stop busy` first" in json.loads(body)["error"]
 
 
+def test_a_deeply_nested_or_huge_body_is_one_clear_message(console):
+    """#47 row 9: a 100,000-deep JSON body to POST /api/runs was a 500 with a RecursionError
+    traceback. Nesting and item count are bounded (files.parse_user_text): 400, one line."""
+    token = csrf_of(console)
+    post = {"Origin": console.base, "X-CSRF-Token": token, "Content-Type": "application/json"}
+    bodies = {"deep": b"[" * 100_000 + b"]" * 100_000, "not a dict": b"[1, 2]", "not JSON": b"{nope",
+              "many": json.dumps({"config": {"x": list(range(200_000))}}).encode()}
+    for kind, body in bodies.items():
+        req = console.request("/api/runs", "POST", post)
+        req.data = body
+        status, _, text = http(req)
+        assert status == 400 and len(text.strip().splitlines()) == 1, (kind, status, text[:300])
+        assert "Traceback" not in text and "Recursion" not in text, (kind, text[:300])
+
+
 def test_secrets_are_never_shown(console):
     secret = "hunter2-very-secret"
     record_job("sec", state="failed", secrets={"API_KEY": secret},

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from gptrain.errors import BadName, NotFound, UserError
+from gptrain.files import parse_user_text  # noqa: F401 (the console reads what a form posts through it)
 from gptrain.home import check_name
 from gptrain.jobs import copy_out, folder, records, secrets, store, submission
 from gptrain.jobs.engines.table import SUPERVISED
