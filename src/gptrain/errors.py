@@ -35,8 +35,19 @@ def _credential_param(name: str) -> bool:
 
 
 def _scrub_params(url: str) -> str:
-    """`url` with the value of each credential `;name=value` replaced by ***."""
-    return _PARAM.sub(lambda m: f";{m.group(1)}=***" if _credential_param(m.group(1)) else m.group(0), url)
+    """`url` with the value of each credential `;name=value` replaced by ***, and a fragment
+    that holds a credential (`#access_token=...`) by `#***`."""
+    url = _PARAM.sub(lambda m: f";{m.group(1)}=***" if _credential_param(m.group(1)) else m.group(0), url)
+    head, hash_, fragment = url.partition("#")
+    return head + "#***" if hash_ and _credential_fragment(fragment) else url
+
+
+# a fragment's `name=value` pairs (`#access_token=...&token_type=bearer`: OAuth's implicit grant)
+_FRAGMENT_PAIR = re.compile(r"(?:^|[&;#/?])([^&;#/?=]*)=")
+
+
+def _credential_fragment(fragment: str) -> bool:
+    return any(_credential_param(name) for name in _FRAGMENT_PAIR.findall(fragment))
 
 
 def scrub_credentials(text: str) -> str:
@@ -61,12 +72,14 @@ def has_credentials(url: str) -> bool:
     case: HTTPS://u:p@, git+ssh://u:p@, scp-form u:p@host:path, https://TOKEN@), a query string
     (?access_token=, ?X-Amz-Signature=: any query) or a path parameter named as a credential
     (`;token=`, `;X-Amz-Signature=`: CREDENTIAL_WORDS; `;` is a plain character in a file or
-    object name); in any link of an fsspec chain (simplecache::https://u:p@host/x)."""
+    object name) or in its fragment (`#access_token=`); in any link of an fsspec chain (simplecache::https://u:p@host/x)."""
     if "::" in url:
         return any(has_credentials(link) for link in url.split("::"))
     m = SCHEME.match(url)
     if m and any(_credential_param(p.group(1)) for p in _PARAM.finditer(url)):
         return True
+    if m and "#" in url and _credential_fragment(url.partition("#")[2]):
+        return True  # `#access_token=`: a token in the fragment is recorded with the URL as well
     if m:
         scheme, authority, rest = m.group(1).lower(), m.group(2), m.group(3)
         user = authority.rpartition("@")[0] if "@" in authority else None
@@ -75,6 +88,27 @@ def has_credentials(url: str) -> bool:
         return "?" in rest  # query strings carry tokens (a presigned signature, ?token=)
     head = url.split("/", 1)[0]  # scp-form [user@]host:path: the part before any slash
     return "@" in head and ":" in head.rpartition("@")[0]
+
+
+def names_a_credential(text: str) -> bool:
+    """Whether a URL written in `text` (a program's argument, an environment value) carries a
+    credential that it names as one: a user part with a password (or a bare token, but for ssh),
+    or a query, path parameter or fragment whose name says credential (`?access_token=`,
+    `;sig=`, `#token=`: CREDENTIAL_WORDS). A plain query (`?page=2`) is not one."""
+    for m in _URL.finditer(text):
+        scheme, rest = m.group(1)[:-3].lower(), m.group(2)
+        authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+        user = authority.rpartition("@")[0] if "@" in authority else None
+        if user is not None and (":" in user or not scheme.endswith("ssh")):
+            return True
+        if any(_credential_param(p.group(1)) for p in _PARAM.finditer(rest)):
+            return True
+        query = rest.partition("?")[2].partition("#")[0]
+        if any(_credential_param(name) for name in re.findall(r"(?:^|&)([^&=]*)=", query)):
+            return True
+        if "#" in rest and _credential_fragment(rest.partition("#")[2]):
+            return True
+    return False
 
 
 def redact(url) -> str:
@@ -94,6 +128,8 @@ def redact(url) -> str:
         authority, rest = m.group(2), m.group(3)
         host = ("***@" + authority.rpartition("@")[2]) if "@" in authority else authority
         path, query = rest.split("?", 1)[0], "?***" if "?" in rest else ""
+        if "?" not in rest and "#***" in rest:
+            path, query = rest.split("#", 1)[0], "#***"
         return f"{m.group(1)}://{host}{path}{query}"
     head, slash, tail = url.partition("/")
     if "@" in head:

@@ -119,3 +119,44 @@ def test_url_parameters_that_name_no_credential_pass_the_check():
     for url in ("http://127.0.0.1:9/x;type=a", "s3://bucket/a;b.txt", "https://h/d;v=2/data.bin", "/local/a;token=x"):
         refuse_credentials(url, "--data.path")
         assert redact(url) == url
+
+
+@pytest.mark.parametrize("words", [["--", f"--metrics.sample_prompt=see http://h/x#access_token={SECRET}"],
+                                   ["--", "--data.path=x", f"--checkpoint.remote=http://h/c#token={SECRET}"],
+                                   ["--", "train.py", f"--url=https://h/x?page=2&access_token={SECRET}"],
+                                   ["--env", f"FEED=https://bot:{SECRET}@h/feed", "--", "train.py"]],
+                         ids=["fragment-in-a-text-flag", "fragment-in-a-path-flag", "query-in-a-script-arg", "env"])
+def test_a_job_argument_holding_a_credential_url_is_refused_unechoed_and_nothing_recorded(words, isolated_home,
+                                                                                          tmp_path):
+    """#47 row 10: `http://h/x#access_token=...` in a trainer flag was recorded and shown by
+    inspect (a fragment was not taken for a credential, and a flag that is not a path was not
+    looked at); arguments and --env values are recorded with the job."""
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    r = run_cli("run", "j", *words, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, (r.stdout, r.stderr)
+    assert "credential" in r.stderr and "--secret" in r.stderr, r.stderr
+    assert SECRET not in r.stdout + r.stderr
+    assert json.loads(run_cli("jobs", "--json").stdout) == []
+
+
+def test_a_plain_query_or_an_ssh_user_in_a_job_argument_is_no_credential():
+    from gptrain.errors import names_a_credential
+
+    for text in ("http://h/x?page=2", "see http://h/x#L10", "git+ssh://git@h/r.git", "https://h/a#section=2"):
+        assert not names_a_credential(text), text
+
+
+def test_a_secret_printed_as_base32_is_masked():
+    """#47 row 10: a base32-encoded secret was shown in clear (base64 and hex were masked)."""
+    import base64
+
+    from gptrain.jobs.secrets import mask
+
+    value = "Zq8#Tok3n>>>???/x"
+    raw = value.encode()
+    for head in (b"", b"u", b"us", b"use", b"user", b"user:"):  # at each offset of a longer blob
+        blob = base64.b32encode(head + raw + b"@host").decode()
+        own = blob[-(-8 * len(head) // 5):8 * (len(head) + len(raw)) // 5]
+        shown = mask(f"seed: {blob}\n", [value])
+        assert own not in shown and own.lower() not in mask(f"seed: {blob.lower()}\n", [value]), (head, shown)
+    assert base64.b32encode(raw).decode().rstrip("=") not in mask(base64.b32encode(raw).decode(), [value])

@@ -94,8 +94,8 @@ def forms(value: str) -> set[str]:
 def encoded(value: str) -> set[str]:
     """`value` (its UTF-8 bytes) as base64 (standard and URL-safe, with and without `=`), with
     the characters that depend on it alone when it sits at each of the 3 byte offsets of a longer
-    base64 string (`base64(b"token=" + value)`); as hex (either case: `mask` ignores case); and
-    URL-quoted (`quote`, with and without `/` kept, `quote_plus`)."""
+    base64 string (`base64(b"token=" + value)`); as base32 likewise (5 offsets); as hex (either
+    case: `mask` ignores case); and URL-quoted (`quote`, with and without `/` kept, `quote_plus`)."""
     import base64
     from urllib.parse import quote, quote_plus
 
@@ -105,7 +105,12 @@ def encoded(value: str) -> set[str]:
         first, end = -(-8 * align // 6), 8 * (align + len(raw)) // 6  # whole 6-bit groups of value
         b64 |= {text[first:end]} | ({text, text.rstrip("=")} if align == 0 else set())
     b64 |= {f.replace("+", "-").replace("/", "_") for f in b64}
-    return b64 | {raw.hex(), quote(value), quote(value, safe=""), quote_plus(value)}
+    b32 = set()
+    for align in range(5):  # base32: 5 bytes to 8 characters (a TOTP seed, a cloud key)
+        text = base64.b32encode(b"\0" * align + raw).decode()
+        first, end = -(-8 * align // 5), 8 * (align + len(raw)) // 5
+        b32 |= {text[first:end]} | ({text, text.rstrip("=")} if align == 0 else set())
+    return b64 | b32 | {raw.hex(), quote(value), quote(value, safe=""), quote_plus(value)}
 
 
 def flat(text: str) -> str:

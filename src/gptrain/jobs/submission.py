@@ -99,7 +99,25 @@ def build(req: Request) -> tuple:
         kube.update(fields.get("kubernetes") or {})
         kube.update({k: v for k, v in req.kubernetes.items() if v is not None})
         fields["kubernetes"] = kube
-    return spec_mod.JobSpec(**fields), notes
+    spec = spec_mod.JobSpec(**fields)  # (its own checks first: a trainer's path setting says which)
+    _refuse_recorded_credentials(fields)
+    return spec, notes
+
+
+def _refuse_recorded_credentials(fields: dict) -> None:
+    """A job's arguments and environment are recorded and shown (`inspect`, the console): one
+    holding a URL with a credential (`?access_token=`, `#access_token=`, `user:pass@`) is refused,
+    unechoed; the credential goes in a secret, which the program reads from its environment."""
+    from gptrain.errors import names_a_credential, scrub_credentials
+
+    words = [(f"argument {i + 1}", w) for i, w in enumerate(fields.get("args") or [])]
+    words += [(f"--env {k}", v) for k, v in (fields.get("env") or {}).items()]
+    for where, word in words:
+        if isinstance(word, str) and names_a_credential(word):
+            raise UserError(f"{where} of the job ({scrub_credentials(word)!r}) must not hold credentials (a "
+                            "URL's password, token or signed query would be recorded with the job and shown): "
+                            "give them with --secret NAME=VALUE (the program reads $NAME from its environment; "
+                            "AWS_* or FSSPEC_HTTPS for the trainer's URLs, see docs/object-storage.md)")
 
 
 def fields_of(spec: dict, secret_values: dict, code_snapshot: Path) -> dict:
