@@ -11,15 +11,15 @@ import shutil
 import pytest
 
 from tests.conftest import run_cli
-from tests.job_helpers import TRAIN, job, job_dir, ok, rank_log, refused, stop_all, wait_for, wait_until
+from tests.job_helpers import TRAIN, job, job_dir, ok, rank_log, refused, wait_for, wait_until
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def home(isolated_home):
-    yield isolated_home
-    stop_all()
+def home(slots, isolated_home):
+    """Two local slots (conftest.slots), the job's home."""
+    return isolated_home
 
 
 def log(name) -> str:
@@ -47,7 +47,11 @@ def test_a_stopped_job_resumes_on_fewer_nodes(home, tmp_path):
     ok("stop", "two", "--wait")
     assert job("two")["state"] == "stopped"
 
-    for bad, words in (("0", "--nodes"), ("two", "--nodes must be N or MIN:MAX")):
+    for bad, words in (("0", "--nodes"), ("two", "--nodes must be N or MIN:MAX"),
+                       # more than this machine's 2 slots, or than any cluster: it was accepted and
+                       # queued forever, blocking every later job (#47 row 8)
+                       ("3", "needs 3 x 1 = 3 cpu slots but this machine has 2"),
+                       ("1000000000", "more than any cluster"), ("1:1000000000", "more than any cluster")):
         refused(run_cli("resume", "two", "--nodes", bad), *words)
     assert job("two")["nodes"] == 2 and job("two")["spec"]["nodes"] == 2 and spec_on_disk("two")["nodes"] == 2
     away = shutil.move(job_dir("two"), tmp_path / "away")  # the engine refuses: no folder

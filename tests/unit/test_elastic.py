@@ -31,6 +31,14 @@ def test_refused_in_one_line(nodes, scheduler, words):
         spec(nodes, scheduler)
 
 
+@pytest.mark.parametrize("nodes, accels", [("1:1000000000", 1), (1000000000, 1), (2, 100000)])
+def test_a_count_past_any_cluster_is_one_line(nodes, accels):
+    """#47 row 8: `run --nodes 1:1000000000` spun at 100% CPU for minutes (check_worlds tried
+    every world size) and `resume --nodes 1000000000` was accepted and queued forever."""
+    with pytest.raises(UserError, match="more than any cluster"):
+        JobSpec(name="e", nodes=nodes, accels=accels, scheduler="ray", entry="trainer").validate()
+
+
 def test_a_command_entrypoint_cannot_be_elastic():
     with pytest.raises(UserError, match="needs a Python entrypoint"):
         spec("1:2", command="bash")

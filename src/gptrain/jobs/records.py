@@ -68,9 +68,12 @@ def place_on(name: str, nodes: str):
         raise UserError(f"job {name} is {job['state']}; only a failed or stopped job can be resumed")
     old = JobSpec.from_dict(job["spec"])
     new = JobSpec.from_dict({**job["spec"], "nodes": str(nodes), "min_nodes": None})
-    new.parse_nodes()  # (N or MIN:MAX, elastic only where it runs: one line, as at submit)
-    if new.nodes < 1:
-        raise UserError(f"--nodes must be a whole number >= 1, got {nodes!r}")
+    new.validate()  # (N or MIN:MAX, elastic only where it runs, bounded: one line, as at submit)
+    from gptrain.jobs.schedulers import scheduler
+
+    fits = getattr(scheduler(new.scheduler), "check_fits", None)
+    if fits is not None:
+        fits(new)  # what this machine has, as at submit (the local engine's slots)
     jfile = folder.spec_file(folder.job_dir(name))
     before = jfile.read_text() if jfile.is_file() else None
 

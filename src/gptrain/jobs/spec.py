@@ -37,6 +37,7 @@ from gptrain.jobs.launch import ENTRY_KINDS
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NODES = re.compile(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?")  # N or MIN:MAX
+MOST = {"nodes": 8192, "accels": 1024}  # bounds any count a user gives (a typo's 1000000000 is one line)
 MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -101,6 +102,10 @@ class JobSpec:
             if getattr(self, key) < least:
                 raise UserError(f"--{key.replace('_', '-')} must be a whole number >= {least}, "
                                 f"got {getattr(self, key)!r}")
+        for key, most in MOST.items():  # no cluster has more; the engines check what theirs has
+            if getattr(self, key) > most:
+                raise UserError(f"--{key.replace('_', '-')} {getattr(self, key)} is more than any cluster gptrain "
+                                f"runs on ({most} at most): ask for what the machine or cluster has")
         engine(self.scheduler)  # (an unknown one is one line)
         check_env(self.env, "env")
         check_env(self.secrets, "secret")

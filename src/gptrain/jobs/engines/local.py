@@ -56,13 +56,19 @@ def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
         raise UserError("--dry-run prints a Slurm script: add --scheduler slurm")
     spec.validate()
     reconcile()  # slots held by jobs whose supervisor died are freed before this one queues
+    check_fits(spec)
+    record_and_start(spec, "local")
+    return None
+
+
+def check_fits(spec: JobSpec) -> None:
+    """One UserError when the job needs more slots than this machine has: at submit, and at a
+    resume on other nodes (it would queue forever, and every later job behind it)."""
     kind, total = local_slots()
     need = spec.nodes * spec.accels
     if need > total:
         raise UserError(f"job needs {spec.nodes} x {spec.accels} = {need} {kind} slots but this "
                         f"machine has {total}; ask for fewer (or set GPTRAIN_LOCAL_SLOTS)")
-    record_and_start(spec, "local")
-    return None
 
 
 def record_and_start(spec: JobSpec, scheduler: str, check=None) -> None:
