@@ -68,12 +68,8 @@ def place_on(name: str, nodes: str):
         raise UserError(f"job {name} is {job['state']}; only a failed or stopped job can be resumed")
     old = JobSpec.from_dict(job["spec"])
     new = JobSpec.from_dict({**job["spec"], "nodes": str(nodes), "min_nodes": None})
-    new.validate()  # (N or MIN:MAX, elastic only where it runs, bounded: one line, as at submit)
-    from gptrain.jobs.schedulers import scheduler
-
-    fits = getattr(scheduler(new.scheduler), "check_fits", None)
-    if fits is not None:
-        fits(new)  # what this machine has, as at submit (the local engine's slots)
+    new.validate()  # (N or MIN:MAX, elastic only where it runs, bounded: one line, as at submit;
+    # what the machine has is the engine's resume's to check, which undoes this when it refuses)
     jfile = folder.spec_file(folder.job_dir(name))
     before = jfile.read_text() if jfile.is_file() else None
 

@@ -104,7 +104,9 @@ def resume(name: str) -> None:
     d = job_dir(name)
     if not d.is_dir():
         raise UserError(f"job {name} has no directory {d} any more; submit it again with `gptrain run`")
-    store.reopen(name, restart_line(JobSpec.from_dict(store.get_job(name)["spec"]), d))
+    spec = JobSpec.from_dict(store.get_job(name)["spec"])
+    check_fits(spec)  # (resume --nodes, or fewer slots set since)
+    store.reopen(name, restart_line(spec, d))
     stop_request(d).unlink(missing_ok=True)
     procs.start_supervisor(name)
 
