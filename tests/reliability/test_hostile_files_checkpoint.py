@@ -6,6 +6,7 @@ dotted name, so ('torch.distributed.checkpoint.filesystem', 'os.system') is os.s
 through a module of DCP's own (which an allowlist of whole modules let through).
 """
 
+import json
 import shutil
 import struct
 
@@ -38,8 +39,13 @@ def _copy(ckpt, dest, sealed=False):
     checksums.json that gptrain writes (a crafted file would fail it: tests/reliability/
     test_verified_checkpoints.py), so what is tested here is the reader's own refusal."""
     shutil.copytree(ckpt, dest)
-    if not sealed:
+    if not sealed:  # nor the mark in its trainer_state.json that says it was sealed with one
         (dest / "checksums.json").unlink(missing_ok=True)
+        state = dest / "trainer_state.json"
+        if state.is_file():
+            doc = json.loads(state.read_text())
+            doc.pop("checksums", None)
+            state.write_text(json.dumps(doc))
     return dest
 
 

@@ -171,6 +171,42 @@ def test_no_good_checkpoint_left_is_one_line(trained, tmp_path):
     assert {p: b for p, b in after.items() if p not in kept} == {p: b for p, b in before.items() if p not in kept}
 
 
+@pytest.mark.parametrize("how", ["removed", "a link", "a folder", "an extra file"])
+def test_a_checkpoint_whose_list_is_gone_or_swapped_is_refused_not_trusted_less(trained, tmp_path, how):
+    """#47 row 4: remove checksums.json (or put a folder there) and flip a data byte: the step
+    was `unverified`, loaded with only a note, and a resume preferred it to a verified older one;
+    a checksums.json link was followed; a file added to a step passed `--verify`. A checkpoint
+    gptrain sealed (its trainer_state.json says so) is refused in each case; a resume goes back to
+    the verified step before it."""
+    from gptrain.weights import checksums
+
+    data, out = trained
+    run = shutil.copytree(out, tmp_path / "run")
+    newest = step_dir(run, 4)
+    listed = newest / "checksums.json"
+    if how == "removed":
+        listed.unlink()
+    elif how == "a link":
+        kept = shutil.copy(listed, tmp_path / "elsewhere.json")
+        listed.unlink()
+        listed.symlink_to(kept)
+    elif how == "a folder":
+        listed.unlink()
+        listed.mkdir()
+    else:
+        (newest / "notes.bin").write_bytes(b"added after the seal")
+    if how != "an extra file":
+        flip(newest / "__0_0.distcp", 3)
+    why = {"removed": "checksums.json is missing", "a link": "not a plain file", "a folder": "not a plain file",
+           "an extra file": "notes.bin is not in its checksums.json"}[how]
+    with pytest.raises(checksums.VerificationError, match=why):
+        checksums.verify(newest)
+    one_line_refusal(run_cli("generate", str(newest), "--prompt", "the", "--max-new-tokens", "2"), why)
+    r = train(f"--data.path={data}", f"--train.output_dir={run}", "--train.max_steps=6", *RUN)
+    said = r.stdout + r.stderr
+    assert "checkpoint step-000004 failed verification: resumed from step-000002 instead" in said, said[-3000:]
+
+
 def test_a_job_heals_itself_lists_the_damage_and_resumes_from_a_chosen_checkpoint(dataset):
     """A stopped job whose newest checkpoint was damaged: `checkpoints --verify` marks it,
     `resume` continues from the good one before it (events say why), `resume --from ID` takes

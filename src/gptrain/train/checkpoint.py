@@ -105,7 +105,8 @@ class PendingSave:
             lists = _gather(self.written)
             if _rank() == 0:
                 files = {k: v for written in lists for k, v in written.items()}
-                state = json.dumps(dict(self.state, saved_at=time.time()), indent=2).encode()
+                state = json.dumps(dict(self.state, saved_at=time.time(), **{checksums.SEALED_KEY: checksums.ALGORITHM}),
+                                   indent=2).encode()
                 files[STATE_FILE] = checksums.write_synced(tmp / STATE_FILE, state)
                 checksums.seal(tmp, files)
                 if self.path.exists():  # a stale copy of this step from an interrupted run

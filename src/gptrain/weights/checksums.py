@@ -13,8 +13,11 @@ checksum object stores keep (GCS, S3's CRC32C), so a remote copy can be compared
 "self" covers the file list itself, so a flip anywhere in this file is caught too.
 
 Writers hash what they write as they write it (`Hashing`, `hash_bytes`); `seal` writes this file
-fsync'd; `verify` checks a folder against it. A folder without it (written before gptrain
-verified checkpoints, or by another tool) is `UNVERIFIED`, never refused for that alone.
+fsync'd; `verify` checks a folder against it (a training checkpoint also for a file its list does
+not name). A folder
+without it (written before gptrain verified checkpoints, or by another tool) is `UNVERIFIED`,
+never refused for that alone; a checkpoint whose trainer_state.json says it was sealed
+(`"checksums": "crc32c"`) and whose list is gone, or a list that is a link or a folder, is refused.
 """
 
 from __future__ import annotations
@@ -145,7 +148,11 @@ def read(folder, what: str = "checkpoint") -> dict | None:
     """The checksum list of `folder` ({name: (size, crc)}), None when it has none; a list that
     is not one this module wrote (a flipped byte included) is a VerificationError."""
     path = Path(folder) / FILE
+    if path.is_symlink() or (os.path.lexists(path) and not path.is_file()):
+        raise VerificationError(folder, f"its {FILE} is not a plain file", what)
     if not path.is_file():
+        if _written_sealed(Path(folder)):  # a list that went missing: never a reason to trust less
+            raise VerificationError(folder, f"its {FILE} is missing (the checkpoint was written with one)", what)
         return None
     try:
         doc = json.loads(path.read_bytes()[:1 << 24])
@@ -159,6 +166,30 @@ def read(folder, what: str = "checkpoint") -> dict | None:
         if not name or "/" in name or name in (".", ".."):
             raise VerificationError(folder, f"its {FILE} names {name!r}, not a file of it", what)
     return files
+
+
+SEALED_KEY = "checksums"  # in a checkpoint's trainer_state.json (layout.STATE_FILE): sealed with FILE
+UNLISTED_OK = (FILE, "damaged.txt")  # files a sealed folder may hold beside its list (layout.DAMAGED)
+
+
+def _written_sealed(folder: Path) -> bool:
+    """Whether the folder's trainer_state.json says it was sealed with a checksum list."""
+    state = folder / "trainer_state.json"
+    try:
+        if state.is_symlink() or not state.is_file() or state.stat().st_size > SMALL:
+            return False
+        return json.loads(state.read_bytes()).get(SEALED_KEY) == ALGORITHM
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return False  # unreadable: its own check says so
+
+
+def _unlisted(folder: Path, files: dict) -> list[str]:
+    """Files (or folders) in `folder` its list does not name: added after the seal."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    return [f"{n} is not in its {FILE}" for n in names if n not in files and n not in UNLISTED_OK]
 
 
 def _check(folder: Path, name: str, want, hash_it: bool = True) -> str | None:
@@ -197,7 +228,9 @@ class Check:
         if self.files is None:
             return
         quick = [_check(self.folder, n, w, hash_it=w[0] <= SMALL) for n, w in sorted(self.files.items())]
-        self._raise([p for p in quick if p])
+        # a training checkpoint holds only what it was sealed with (an HF export may gain a README)
+        extra = _unlisted(self.folder, self.files) if _written_sealed(self.folder) else []
+        self._raise([p for p in quick if p] + extra)
         big = sorted((n for n, w in self.files.items() if w[0] > SMALL), key=lambda n: -self.files[n][0])
         mine = big[share[0]::share[1]]
         if threads is None:  # beside a load that needs a core of its own: the others, at most 4
