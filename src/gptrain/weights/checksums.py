@@ -14,9 +14,8 @@ checksum object stores keep (GCS, S3's CRC32C), so a remote copy can be compared
 
 Writers hash what they write as they write it (`Hashing`, `hash_bytes`); `seal` writes this file
 fsync'd; `verify` checks a folder against it (a training checkpoint also for a file its list does
-not name). A folder
-without it (written before gptrain verified checkpoints, or by another tool) is `UNVERIFIED`,
-never refused for that alone; a checkpoint whose trainer_state.json says it was sealed
+not name). A folder without it (written before gptrain verified checkpoints, or by another tool)
+is `UNVERIFIED`, never refused for that alone; a checkpoint whose trainer_state.json says it was sealed
 (`"checksums": "crc32c"`) and whose list is gone, or a list that is a link or a folder, is refused.
 """
 
