@@ -207,6 +207,24 @@ def test_a_checkpoint_whose_list_is_gone_or_swapped_is_refused_not_trusted_less(
     assert "checkpoint step-000004 failed verification: resumed from step-000002 instead" in said, said[-3000:]
 
 
+def test_a_checkpoint_folder_that_is_a_link_out_of_the_run_is_never_loaded_or_followed(trained, tmp_path):
+    """#47 row 6: step-000004 made a link to a checkpoint outside the run was loaded from there,
+    and the save of step 4 then died with an rmtree OSError traceback, at every rerun. A link is
+    not one of the run's checkpoints: the resume takes step 2, the save of step 4 replaces the
+    link, and what it pointed at is untouched."""
+    data, out = trained
+    run = shutil.copytree(out, tmp_path / "run")
+    outside = shutil.copytree(step_dir(run, 4), tmp_path / "outside-step")
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    shutil.rmtree(step_dir(run, 4))
+    step_dir(run, 4).symlink_to(outside, target_is_directory=True)
+    r = train(f"--data.path={data}", f"--train.output_dir={run}", "--train.max_steps=6", *RUN)
+    said = r.stdout + r.stderr
+    assert f"resumed from {step_dir(run, 2)} at step 2" in said and "Traceback" not in said, said[-3000:]
+    assert not step_dir(run, 4).is_symlink() and (step_dir(run, 4) / "checksums.json").is_file()
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before
+
+
 def test_a_job_heals_itself_lists_the_damage_and_resumes_from_a_chosen_checkpoint(dataset):
     """A stopped job whose newest checkpoint was damaged: `checkpoints --verify` marks it,
     `resume` continues from the good one before it (events say why), `resume --from ID` takes

@@ -109,7 +109,9 @@ class PendingSave:
                                    indent=2).encode()
                 files[STATE_FILE] = checksums.write_synced(tmp / STATE_FILE, state)
                 checksums.seal(tmp, files)
-                if self.path.exists():  # a stale copy of this step from an interrupted run
+                if self.path.is_symlink():  # a link put where this step goes: removed, never followed
+                    self.path.unlink()
+                elif self.path.exists():  # a stale copy of this step from an interrupted run
                     shutil.rmtree(self.path)
                 os.rename(tmp, self.path)
                 checksums.fsync_dir(self.root)

@@ -46,8 +46,10 @@ def by_step(paths) -> list[Path]:
 
 
 def is_checkpoint_dir(path) -> bool:
+    """A complete checkpoint folder of the run's own: a link (to a folder outside the run, or
+    anywhere) is never one, so a resume or a listing never loads from where it points."""
     p = Path(path)
-    return (p / STATE_FILE).is_file() and (p / ".metadata").is_file()
+    return not p.is_symlink() and (p / STATE_FILE).is_file() and (p / ".metadata").is_file()
 
 
 def read_state(path) -> dict:
@@ -171,8 +173,10 @@ def damage_reports(output_dir) -> list[dict]:
 
 def resolve(path, as_model: bool = False) -> Path:
     """A checkpoint directory from a checkpoint directory or a training output directory: its
-    newest, to resume from; `as_model`: the one it stands for as a model (find_model)."""
+    newest, to resume from; `as_model`: the one it stands for as a model (find_model). A link
+    the user names is followed (theirs to make); links inside a run are not (is_checkpoint_dir)."""
     p = Path(path)
+    p = p.resolve() if p.is_symlink() else p
     if is_checkpoint_dir(p):
         return p
     latest = find_model(p) if as_model else find_latest(p)
