@@ -109,6 +109,33 @@ def test_remote_batches_match_local_ones_and_the_cache_stays_under_its_bound(ser
     assert peak > shard_bytes(root)
 
 
+def test_a_cached_shard_changed_on_disk_is_fetched_again_never_read(served, capfd):
+    """#47 row 5: a cached `*-train-*.bin` overwritten with other bytes of the same size was
+    trained on by the next run (loss 2.14 vs 3.09, rc 0). A process hashes a cached file before
+    it first reads it: the changed copy is fetched again, with a note, and the batches are the
+    dataset's."""
+    from gptrain.data import remote_shards
+
+    root, url = served
+    files = read_meta(root / "ds")["splits"]["train"]["files"]
+    folder = open_remote(f"{url}/ds", 100 * shard_bytes(root))
+    ref, got = reference(root), remote(folder)
+    n = int(1.2 * ref.n_blocks / B)  # every shard read once
+    for _ in range(n):
+        got.next_batch()
+    cached = sorted((folder / "shards").glob("*-train-*.bin"))
+    assert len(cached) == len(files)
+    for path in cached:  # another process (or the disk) changes them: same size, other tokens
+        data = np.fromfile(path, dtype=np.uint16)
+        np.flip(data).tofile(path)
+    remote_shards._VERIFIED.clear()  # (a new process: the next run)
+    got = remote(folder)
+    for _ in range(n):
+        (x, y), (rx, ry) = got.next_batch(), ref.next_batch()
+        assert (x == rx).all() and (y == ry).all()
+    assert "no longer matches its sha256" in capfd.readouterr().err
+
+
 @pytest.mark.parametrize("world_after", [1, 2])
 def test_resume_continues_with_the_same_batches_on_any_world_size(served, world_after):
     root, url = served

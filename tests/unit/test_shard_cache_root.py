@@ -39,3 +39,24 @@ def test_a_folder_others_may_write_or_own_is_refused(tmp_path):
     link.symlink_to(tmp_path)
     with pytest.raises(UserError, match="not a folder of your own"):
         cache_root(str(link))
+
+
+def test_a_default_folder_another_user_made_first_moves_the_cache_to_the_users_own(tmp_path, monkeypatch,
+                                                                                  isolated_home, capsys):
+    """#47 row 5: another uid pre-created $TMPDIR/gptrain-cache-<uid> world-writable and the
+    owner's URL training was refused. Named by the user it still is; the default moves to
+    $XDG_CACHE_HOME/gptrain, with a note."""
+    import tempfile
+
+    monkeypatch.delenv("GPTRAIN_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    planted = tmp_path / "tmp" / f"gptrain-cache-{os.geteuid()}"
+    planted.mkdir(parents=True)
+    planted.chmod(0o777)  # (as another user's would be: one this user may not keep to itself)
+    root = cache_root()
+    assert root == tmp_path / "xdg" / "gptrain" and stat.S_IMODE(root.stat().st_mode) == 0o700
+    assert "another user made it" in capsys.readouterr().err
+    with pytest.raises(UserError, match="not a folder of your own"):
+        cache_root(str(planted))

@@ -11,7 +11,9 @@ $GPTRAIN_HOME, which a multi-host job shares over the network), beside `remote.j
 token array (len() and tokens[a:b] across shards) that reads whole shard files from
 shards/. A shard is downloaded to a temporary name, its size and sha256 checked against
 meta.json (a mismatch: one line, nothing kept), and renamed into place; cached files are named
-by their sha256, so a dataset changed at the URL never reads a stale file. Before a download
+by their sha256, so a dataset changed at the URL never reads a stale file; a cached file is hashed
+again before a process first reads it (a copy changed on disk since, same size or not, is fetched
+again, with a note). Before a download
 the least recently used shards that are not in use are removed until the cache, with the new
 shard, fits in data.cache_bytes. Downloads are serialized per host (a lock file), so the ranks
 of one host share the cache and never fetch one shard twice at once.
@@ -39,6 +41,7 @@ import json
 import os
 import queue
 import stat
+import sys
 import threading
 import time
 from pathlib import Path
@@ -140,22 +143,39 @@ def _cannot_read(url: str, e: Exception) -> UserError:
 def cache_root(cache_dir: str = "") -> Path:
     """This host's shard cache folder, made private to this user (0700): data.cache_dir, else
     $GPTRAIN_CACHE_DIR, else gptrain-cache-<uid> in $TMPDIR or /tmp. Cached shards are trusted
-    once checked, so a folder another user owns or may write to is refused, never used."""
+    once checked, so a folder another user owns or may write to is refused, never used; where
+    the default in a shared /tmp is such a folder (made there first by another user), the cache
+    is in $XDG_CACHE_HOME/gptrain (~/.cache/gptrain) instead, with a note."""
     import tempfile
 
-    where = cache_dir or os.environ.get("GPTRAIN_CACHE_DIR") or \
-        os.path.join(tempfile.gettempdir(), f"gptrain-cache-{os.geteuid()}")
-    root = Path(where).expanduser()
+    chosen = cache_dir or os.environ.get("GPTRAIN_CACHE_DIR")
+    where = chosen or os.path.join(tempfile.gettempdir(), f"gptrain-cache-{os.geteuid()}")
+    problem = _private_folder(Path(where).expanduser())
+    if problem is None:
+        return Path(where).expanduser()
+    if not chosen and problem.startswith("not yours"):
+        fallback = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "gptrain"
+        if _private_folder(fallback) is None:
+            print(f"note: the shard cache {where} is not a folder of your own that only you can write "
+                  f"(another user made it): using {fallback}", file=sys.stderr, flush=True)
+            return fallback
+    if problem.startswith("not yours"):
+        raise UserError(f"the shard cache {where} is not a folder of your own that only you can write "
+                        "(another user could plant shards there); set --data.cache_dir to one")
+    raise UserError(f"cannot use {where} as the shard cache ({problem}); set --data.cache_dir "
+                    "to a folder on this host's local disk")
+
+
+def _private_folder(root: Path) -> str | None:
+    """None when `root` is (now) a folder of this user's that only they can write; else why not."""
     try:
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         st = root.stat(follow_symlinks=False)
     except OSError as e:
-        raise UserError(f"cannot use {root} as the shard cache ({e.strerror}); set --data.cache_dir "
-                        "to a folder on this host's local disk") from None
+        return str(e.strerror or e)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise UserError(f"the shard cache {root} is not a folder of your own that only you can write "
-                        "(another user could plant shards there); set --data.cache_dir to one")
-    return root
+        return "not yours alone"
+    return None
 
 
 def open_remote(url: str, cache_bytes: int, fetch_timeout: float = DEFAULT_FETCH_TIMEOUT_S,
@@ -243,6 +263,7 @@ def open_remote_split(folder, split: str) -> "ShardTokens":
 
 _LOCKS: dict[Path, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
+_VERIFIED: dict[Path, set] = {}  # per cache: the files whose sha256 this process checked
 
 
 class ShardCache:
@@ -252,6 +273,7 @@ class ShardCache:
         self.root, self.url, self.bound, self.fetch_timeout = Path(root), url, bound, fetch_timeout
         with _LOCKS_GUARD:  # one lock per cache in this process (train, val, prefetch threads); the
             self.lock = _LOCKS.setdefault(self.root, threading.Lock())  # lock file: other processes
+            self.verified = _VERIFIED.setdefault(self.root, set())  # (path, inode, size, mtime) hashed here
 
     def path(self, f: dict) -> Path:
         return self.root / f"{f['sha256'][:16]}-{f['name']}"
@@ -263,13 +285,14 @@ class ShardCache:
         from gptrain.atomic import exclusive
 
         path = self.path(f)
-        if path.is_file():
+        if self._trusted(path, f, itemsize):
             return path
         self.lock.acquire()
         try:
             with exclusive(self.root.parent / "lock"):
-                if path.is_file():  # another rank of this host fetched it meanwhile
+                if self._trusted(path, f, itemsize):  # another rank of this host fetched it meanwhile
                     return path
+                path.unlink(missing_ok=True)  # (a damaged copy: fetched again)
                 for p in self.root.glob(".tmp-*"):  # downloads are serialized: a dead one's leftover
                     p.unlink(missing_ok=True)
                 size = f["tokens"] * itemsize
@@ -279,10 +302,39 @@ class ShardCache:
                         return None
                     raise UserError(f"data.cache_bytes {self.bound} cannot hold the shards one batch of "
                                     f"{self.url} reads at once; raise --data.cache_bytes")
-                self._download(f, size, path)
+                self._download(f, size, path)  # (hashed as it was written)
+                st = path.stat()
+                self.verified.add((str(path), st.st_ino, st.st_size, st.st_mtime_ns))
                 return path
         finally:
             self.lock.release()
+
+    def _trusted(self, path: Path, f: dict, itemsize: int) -> bool:
+        """Whether the cached file of shard `f` may be read: its size and sha256 those meta.json
+        gives, hashed once per process for each file on disk (its inode, size and time), so a
+        copy changed since it was fetched (same size included) is fetched again, never read."""
+        try:
+            st = path.stat(follow_symlinks=False)
+        except OSError:
+            return False
+        if not stat.S_ISREG(st.st_mode) or st.st_size != f["tokens"] * itemsize:
+            return False
+        key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+        if key in self.verified:
+            return True
+        h = hashlib.sha256()
+        try:
+            with open(path, "rb") as src:
+                while block := src.read(1 << 22):
+                    h.update(block)
+        except OSError:
+            return False
+        if h.hexdigest() != f["sha256"]:
+            print(f"note: the cached shard {path.name} no longer matches its sha256 in meta.json: "
+                  "fetched again", file=sys.stderr, flush=True)
+            return False
+        self.verified.add(key)
+        return True
 
     def _make_room(self, size: int, keep: set, held: set) -> bool:
         files = sorted((p.stat().st_mtime, p) for p in self.root.iterdir() if p.is_file())
