@@ -111,6 +111,25 @@ def test_a_damaged_remote_copy_is_refused_and_not_kept(trained, tmp_path):
     assert not list(run_layout.checkpoints_dir(new).glob("*step-*"))
 
 
+def test_a_damaged_remote_copy_falls_back_to_the_good_remote_step_before_it(trained, tmp_path):
+    """#47 row 3: REMOTE/latest names a damaged step-000004 and step-000002 there is good: the run
+    exited 2 ("refused and not kept") with no fallback. It passes the damaged copy by, fetches
+    step 2, resumes from it and finishes."""
+    data, out = trained
+    bucket = tmp_path / "bucket"
+    for step in (2, 4):
+        shutil.copytree(step_dir(out, step), bucket / step_name(step))
+    (bucket / "latest").write_text(step_name(4))
+    flip(bucket / step_name(4) / "__0_0.distcp", 3)
+    new = tmp_path / "elsewhere"
+    r = train(f"--data.path={data}", f"--train.output_dir={new}", "--train.max_steps=6",
+              f"--checkpoint.remote=file://{bucket}", *RUN)
+    said = r.stdout + r.stderr
+    assert "was refused and not kept" in said and "trying the remote checkpoint before it" in said, said[-3000:]
+    assert f"resumed from {step_dir(new, 2)} at step 2" in said, said[-3000:]
+    assert not step_dir(new, 4).exists() or (step_dir(new, 4) / "checksums.json").is_file()
+
+
 def test_an_exported_hf_model_is_verified_when_loaded(trained, tmp_path, seed=0):
     from gptrain.weights import checksums
 

@@ -150,11 +150,7 @@ class Checkpointing:
         the local one (rank 0 downloads into the output directory, which all ranks share)."""
         from gptrain.train import remote
 
-        url = self.cfg.checkpoint.remote
         if self.env.is_main:
-            name = remote.latest_name(url)
-            if name and (local is None or name > local.name):
-                self.log_main(f"fetching checkpoint {name} from {url}")
-                remote.download(url, name, self.out)
+            remote.fetch_newest(self.cfg.checkpoint.remote, self.out, local, self.log_main)
         if dist.is_initialized():
             dist.barrier()

@@ -73,6 +73,35 @@ def upload(local: Path, url: str, keep_last: int | None) -> None:
             fs.rm(f"{root}/{name}", recursive=True)
 
 
+def fetch_newest(url: str, output_dir: Path, local: Path | None, say) -> Path | None:
+    """The newest remote checkpoint newer than the local one (`local`) that passes the checks a
+    resume makes, fetched into OUTPUT/checkpoints: the one REMOTE/latest names, else each older
+    remote step in turn, newest first (a damaged copy is passed by, `say` told why); None when
+    none newer passes and there is a local one (the run resumes from it). With neither, the
+    first refusal is the UserError: a run never starts over on top of a remote it could not load."""
+    latest = latest_name(url)
+    if latest is None:
+        return None
+    fs, root = _fs(url)
+    names = {p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)}
+    older = [n for n in by_step(n for n in names if n.startswith("step-") and is_plain_name(n)) if n < latest]
+    refused = []
+    for name in [latest, *reversed(older)]:
+        if local is not None and name <= local.name:
+            return None
+        say(f"fetching checkpoint {name} from {url}")
+        try:
+            return download(url, name, output_dir)
+        except UserError as e:
+            refused.append(str(e))
+            say(f"warning: {e}; trying the remote checkpoint before it")
+    if refused and local is None:
+        more = f" (and {len(refused) - 1} older remote one(s) refused too)" if len(refused) > 1 else ""
+        raise UserError(refused[0] + more + "; no remote checkpoint passes: resume from another with "
+                        "--checkpoint.resume_from, or start again with --checkpoint.resume_from=none")
+    return None
+
+
 def download(url: str, name: str, output_dir: Path) -> Path:
     """REMOTE/name into OUTPUT/checkpoints/name (appears whole or not at all)."""
     fs, root = _fs(url)
