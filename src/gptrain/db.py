@@ -1,6 +1,7 @@
 """gptrain's embedded state: SQLite in $GPTRAIN_HOME/gptrain.db, in WAL mode.
 
-Tables: jobs, events, checkpoints and sources (jobs/store.py), datasets (data/store.py). A write
+Tables: jobs, events, checkpoints and sources (jobs/store.py), datasets (data/store.py), meta
+(when this database was made: what the folders held before it is found again, recover_once). A write
 waits for the lock as long as another program holds it, up to LOCK_WAIT_S (SQLite's busy timeout,
 retried with a growing pause): a backup tool or an sqlite3 shell holding the database never kills
 a job's supervisor. A file that is not an SQLite database is one UserError naming it.
@@ -78,6 +79,10 @@ CREATE TABLE IF NOT EXISTS sources (
     ref TEXT,
     created REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 """
 
 
@@ -139,7 +144,7 @@ def corrupt(e: BaseException) -> CorruptDatabase | None:
     path = db_path()
     return CorruptDatabase(f"{path} is not a usable gptrain database ({e}); move it aside "
                      f"(mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.corrupt')}) and run "
-                     "again: a new, empty one is made")
+                     "again: a new one is made, and finds the jobs and datasets in their folders again")
 
 
 def locked(e: BaseException) -> bool:
@@ -166,7 +171,10 @@ def _connect() -> sqlite3.Connection:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
+        fresh = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").fetchone() is None
         conn.executescript(SCHEMA)
+        if fresh:  # what the folders hold from before this moment is found again (recover_once)
+            conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('made', ?)", (repr(time.time()),))
         for table, column, kind in MIGRATIONS:
             if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
@@ -296,3 +304,25 @@ def fetch_all(sql: str, params=()) -> list[dict]:
 def fetch_one(sql: str, params=()) -> dict | None:
     rows = fetch_all(sql, params)
     return rows[0] if rows else None
+
+
+def recover_once(kind: str, recover) -> None:
+    """`recover(made)` once per database for `kind` ('jobs', 'datasets'): in a database made new
+    (the old one moved aside as its error advises, or lost), the records of what the folders held
+    before it was made (`made`, a time) are written again from the folders. A database that
+    predates this record, or one already recovered, is left as it is."""
+    try:
+        rows = {r["key"]: r["value"] for r in fetch_all("SELECT key, value FROM meta WHERE key IN ('made', ?)",
+                                                         (f"recovered {kind}",))}
+    except sqlite3.OperationalError:  # read-only (a full disk) on a database from before the table
+        return
+    if f"recovered {kind}" in rows:
+        return
+    try:
+        if "made" in rows:
+            recover(float(rows["made"]))  # (writes each record with INSERT OR IGNORE: two at once agree)
+        with transaction() as conn:
+            conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
+                         (f"recovered {kind}", repr(time.time())))
+    except (OSError, sqlite3.OperationalError):  # a full disk: the reads go on; tried again next time
+        pass

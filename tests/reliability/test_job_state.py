@@ -194,3 +194,24 @@ def test_a_database_corrupted_under_a_running_job_costs_no_step(slots, isolated_
         if os.path.exists(f"{db_file()}{suffix}"):
             os.rename(f"{db_file()}{suffix}", f"{db_file()}{suffix}.corrupt")
     assert run_cli("jobs").returncode == 0
+
+
+def test_a_database_moved_aside_as_advised_finds_the_jobs_and_datasets_again(dataset, isolated_home, tmp_path):
+    """#47 row 7: following the corrupt-database line (`mv gptrain.db gptrain.db.corrupt`)
+    stranded the job ("no job named 'j'" for resume and checkpoints) and its dataset (push said
+    it exists, rm/list/run that it does not). The new database records again, from their folders,
+    what they held before it was made: the job `failed` with why, resumable; the dataset usable."""
+    script = tmp_path / "hello.py"
+    script.write_text("print('hello from the job')\n")
+    ok("run", "j", "--dataset", dataset, "--", str(script))
+    assert wait_for("j")["state"] == "succeeded"
+    for suffix in ("", "-wal", "-shm"):  # what the one line advises, the -wal and -shm with it
+        if os.path.exists(f"{db_file()}{suffix}"):
+            os.rename(f"{db_file()}{suffix}", f"{db_file()}{suffix}.corrupt")
+    assert dataset in ok("data", "list")
+    j = job("j")
+    assert j["state"] == "failed" and "recorded again from its folder" in j["error"], j
+    ok("resume", "j")
+    assert wait_for("j")["state"] == "succeeded"
+    ok("data", "rm", dataset)
+    assert not (isolated_home / "datasets" / dataset).exists()

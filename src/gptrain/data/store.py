@@ -41,6 +41,7 @@ def datasets_dir() -> Path:
 
 def path_of(name: str) -> Path:
     check_name(name, "dataset")
+    db.recover_once("datasets", _recover)
     row = db.fetch_one("SELECT path FROM datasets WHERE name = ?", (name,))
     if row is None:
         raise UserError(f"no dataset named {name!r}; see `gptrain data list`")
@@ -82,7 +83,40 @@ def registered(name: str) -> bool:
 
     if not NAME_RE.fullmatch(name) or not db.db_path().is_file():
         return False
+    db.recover_once("datasets", _recover)
     return db.fetch_one("SELECT 1 FROM datasets WHERE name = ?", (name,)) is not None
+
+
+def _recover(made: float) -> None:
+    """Each complete dataset folder that predates this database (db.recover_once) registered
+    again: its kind, tokenizer and tokens from its meta.json or manifest. Hidden folders (a push
+    or rm under way) and folders made since are not touched."""
+    from gptrain.home import NAME_RE
+
+    try:
+        folders = sorted(datasets_dir().iterdir())
+    except OSError:
+        return
+    for d in folders:
+        try:
+            if not NAME_RE.fullmatch(d.name) or d.is_symlink() or not is_complete(d) or d.stat().st_mtime >= made:
+                continue
+            if (d / MANIFEST).is_file():
+                info = json.loads((d / MANIFEST).read_text())
+                kind, tok = str(info.get("kind", "files")), info.get("tokenizer")
+                tokenizer, tokens = ((tok.get("path") if tok.get("name") == "hf" else tok.get("name")) or "-"
+                                     if isinstance(tok, dict) else "-"), 0
+            else:
+                meta = read_meta(d)
+                kind, tokenizer = "prepared", meta["tokenizer_name"]
+                tokens = sum(split["tokens"] for split in meta["splits"].values())
+            size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+        except (OSError, UserError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # not a dataset gptrain can read: left as it is
+        with db.transaction() as conn:
+            conn.execute("INSERT OR IGNORE INTO datasets (name, path, tokenizer, tokens, bytes, created, kind) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?)", (d.name, str(d), str(tokenizer), int(tokens), size,
+                                                          d.stat().st_mtime, kind))
 
 
 def kind_of(path) -> str:
@@ -298,6 +332,7 @@ def verify_any(path, checksums: bool = True) -> dict:
 
 def list_all() -> list[dict]:
     """Every registered dataset: name, path, tokenizer, tokens, bytes, created."""
+    db.recover_once("datasets", _recover)
     return db.fetch_all("SELECT * FROM datasets ORDER BY name")
 
 

@@ -16,7 +16,7 @@ import json
 import time
 from enum import Enum
 
-from gptrain.db import fetch_all, fetch_one, transaction
+from gptrain.db import fetch_all, fetch_one, recover_once, transaction
 from gptrain.errors import NotFound, UserError
 
 
@@ -109,6 +109,9 @@ def update(name: str, **fields) -> None:
 def get_job(name: str) -> dict:
     job = fetch_one("SELECT * FROM jobs WHERE name = ?", (name,))
     if job is None:
+        recover_once("jobs", _recover_jobs)
+        job = fetch_one("SELECT * FROM jobs WHERE name = ?", (name,))
+    if job is None:
         raise NotFound(f"no job named {name!r}; see `gptrain jobs`")
     job["spec"] = json.loads(job["spec"])
     job["slots"] = json.loads(job["slots"]) if job["slots"] else []
@@ -116,7 +119,48 @@ def get_job(name: str) -> dict:
 
 
 def list_jobs() -> list[dict]:
+    recover_once("jobs", _recover_jobs)
     return fetch_all("SELECT * FROM jobs ORDER BY seq")
+
+
+RECOVERED = ("recorded again from its folder after gptrain.db was made new: its state before is not "
+             "known (`gptrain resume {name}` continues from its newest checkpoint)")
+
+
+def _recover_jobs(made: float) -> None:
+    """Each job folder whose job.json predates this database (db.recover_once) recorded again,
+    `failed` with RECOVERED as the reason: its spec from job.json, its checkpoints found by the
+    next refresh. A folder made since (a submission under way) is not touched."""
+    from gptrain.files import read_json
+    from gptrain.home import NAME_RE
+    from gptrain.jobs.folder import jobs_root, spec_file
+
+    try:
+        folders = sorted(jobs_root().iterdir())
+    except OSError:
+        return
+    for d in folders:
+        jfile = spec_file(d)
+        try:
+            if not NAME_RE.fullmatch(d.name) or jfile.is_symlink() or jfile.stat().st_mtime >= made:
+                continue
+            spec = read_json(jfile, "job file")
+            nodes, accels = int(spec.get("nodes") or 1), int(spec.get("accels") or 1)
+            scheduler = str(spec.get("scheduler") or "local")
+        except (OSError, UserError, TypeError, ValueError):
+            continue  # not a job's folder gptrain can read: left as it is
+        if spec.get("name") != d.name:
+            continue
+        with transaction() as conn:
+            if conn.execute("SELECT 1 FROM jobs WHERE name = ?", (d.name,)).fetchone():
+                continue
+            seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
+            when, why = jfile.stat().st_mtime, RECOVERED.format(name=d.name)
+            conn.execute("INSERT INTO jobs (name, seq, state, scheduler, nodes, accels, spec, created, updated, "
+                         "ended, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         (d.name, seq, JobState.FAILED.value, scheduler, nodes, accels, json.dumps(spec), when,
+                          time.time(), time.time(), why))
+            add_event(conn, d.name, JobState.FAILED.value, why)
 
 
 def events(name: str) -> list[dict]:
