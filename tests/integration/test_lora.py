@@ -117,6 +117,9 @@ def test_adapters_need_their_own_base(data, tiny_hf_gpt2, tmp_path):
     assert r.returncode == 2 and "fails verification" in r.stderr, r.stderr  # its checksums see the edit
     for ckpt in run_layout.checkpoints_dir(out).glob("step-*"):  # as a checkpoint from before checksums
         (ckpt / "checksums.json").unlink()
+        state = json.loads((ckpt / "trainer_state.json").read_text())
+        state.pop("checksums")  # (the mark of a checkpoint sealed with one: #47 row 4)
+        (ckpt / "trainer_state.json").write_text(json.dumps(state))
     r = run_cli("generate", str(out), "--prompt", "a", "--max_new_tokens", "3")
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "leads back to itself" in r.stderr, r.stderr
 

@@ -186,7 +186,7 @@ def test_no_good_checkpoint_left_is_one_line(trained, tmp_path):
     assert not (step_dir(run, 6)).exists()
     after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != "damaged.txt"}
     # every checkpoint byte as it was (the refusals add to damaged.jsonl; config.toml is the last one asked for)
-    kept = {run / "checkpoints" / "damaged.jsonl", run / "config.toml"}
+    kept = {run_layout.checkpoints_dir(run) / "damaged.jsonl", run_layout.config_file(run)}
     assert {p: b for p, b in after.items() if p not in kept} == {p: b for p, b in before.items() if p not in kept}
 
 

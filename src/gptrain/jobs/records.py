@@ -68,6 +68,7 @@ def place_on(name: str, nodes: str):
         raise UserError(f"job {name} is {job['state']}; only a failed or stopped job can be resumed")
     old = JobSpec.from_dict(job["spec"])
     new = JobSpec.from_dict({**job["spec"], "nodes": str(nodes), "min_nodes": None})
+    new.parse_nodes()  # (N or MIN:MAX as typed, first: its own words)
     new.validate()  # (N or MIN:MAX, elastic only where it runs, bounded: one line, as at submit;
     # what the machine has is the engine's resume's to check, which undoes this when it refuses)
     jfile = folder.spec_file(folder.job_dir(name))

@@ -41,7 +41,8 @@ class VerificationError(UserError):
         self.folder, self.why = Path(folder), why
         super().__init__(f"{what} {folder} fails verification: {why}; it was damaged after it "
                          f"was written: use another checkpoint (after a change made on purpose, "
-                         f"delete its {FILE})")
+                         f"delete its {FILE}, and the \"{SEALED_KEY}\" entry of its trainer_state.json "
+                         "where it has one)")
 
 
 def crc(data, value: int = 0) -> int:
