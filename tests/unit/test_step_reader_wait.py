@@ -55,7 +55,7 @@ def test_join_returns_when_the_thread_ends_gives_up_and_is_cut_short_by_a_stop(m
 
 
 def test_a_stop_the_read_itself_sees_first_is_a_stop_not_an_error():
-    """A stalled fetch inside the read (remote_shards._patiently) watches for a stop too: when it
+    """A stalled fetch inside the read (data/remote_read._patiently) watches for a stop too: when it
     raises Interrupted before the watcher of the whole read does, the read ends, and the step's
     read must come back as a stop (None: save the last step, exit 143), not as an error (it went
     up as one: the run exited 143 without its checkpoint, tests/reliability/test_stalled_storage.py)."""

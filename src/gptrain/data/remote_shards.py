@@ -26,7 +26,7 @@ stream like data/loader.py's, so state = epoch + offset and resume on any world 
 shard of the stream meanwhile, so steps do not wait on the network in steady state.
 
 Every remote read (meta.json, a shard) runs in a thread of its own that the caller watches
-(`_patiently`): a read that receives nothing for data.fetch_timeout seconds (a server that sent
+(`data/remote_read.py`): a read that receives nothing for data.fetch_timeout seconds (a server that sent
 its headers and went silent, a connection dropped mid-body, any network error) is abandoned and
 tried again, TRIES times in all with a backoff between; then the attempt fails with FetchFailed,
 an infrastructure error (not a user's: a restart may well succeed, so --max-restarts covers it)
@@ -43,101 +43,20 @@ import queue
 import stat
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
 
 from gptrain import stop
-from gptrain.errors import InfraError, UserError, redact, scrub_credentials
+from gptrain.data.remote_read import (  # noqa: F401 (FetchFailed, _read_url: readers of this module's names)
+    DEFAULT_FETCH_TIMEOUT_S, TRIES, FetchFailed, _cannot_read, _open_whole, _patiently, _read_url)
+from gptrain.errors import UserError, redact, scrub_credentials
 
 TEXT_SUFFIXES = (".txt", ".md", ".jsonl", ".json", ".parquet")
 MARK = "remote.json"
-TRIES = 4  # each remote read, in all; the waits between them grow: 1, 2, 4 s
-DEFAULT_FETCH_TIMEOUT_S = 60.0  # data.fetch_timeout: seconds a read may receive nothing
-
-
-class FetchFailed(InfraError):
-    """A remote read that failed every try: an infrastructure error (restarts cover it)."""
-
-
-def _patiently(url: str, work, timeout_s: float):
-    """work(alive) run in a thread, watched: `alive()` is called by the work each time data
-    arrives, and returns False once the try was abandoned (the work then stops and cleans up).
-    Tries again (module doc) after a stall or an error that is not the user's; FetchFailed after
-    TRIES; stop.Interrupted when a stop is requested meanwhile."""
-    last = ""
-    for attempt in range(TRIES):
-        if attempt:
-            stop.sleep(2 ** (attempt - 1), f"waiting to read {redact(url)} again")
-        box, heard, abandoned = {}, [time.monotonic()], threading.Event()
-
-        def alive() -> bool:
-            heard[0] = time.monotonic()
-            return not abandoned.is_set()
-
-        def run():
-            try:
-                box["result"] = work(alive)
-            except BaseException as e:  # handed to the watcher
-                box["error"] = e
-
-        t = threading.Thread(target=run, daemon=True, name=f"read {redact(url)}")
-        t.start()
-        try:
-            stop.join(t, f"reading {redact(url)}", give_up=lambda: time.monotonic() - heard[0] > timeout_s)
-        except stop.Interrupted:
-            abandoned.set()
-            raise
-        if t.is_alive():
-            abandoned.set()  # (its socket is left to fsspec's own timeout; this try is over)
-            last = f"no data for {timeout_s:g} s (the server stalled)"
-            continue
-        error = box.get("error")
-        if error is None:
-            return box["result"]
-        if isinstance(error, (UserError, FileNotFoundError, PermissionError, stop.Interrupted)):
-            raise error
-        last = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200] if str(error).strip() else ''}"
-    raise FetchFailed(scrub_credentials(f"cannot read {redact(url)} after {TRIES} tries: {last}; "
-                                        "the storage or the network failed (an attempt restarts on --max-restarts)"))
-
-
 def is_remote_dataset(path: str) -> bool:
     """A URL that should be a prepared folder (not a text/JSONL/parquet file to tokenize)."""
     return "://" in path and not path.rstrip("/").lower().endswith(TEXT_SUFFIXES)
-
-
-def _open_whole(url: str):
-    """`url` opened to be read once from start to end: over HTTP one streaming GET (fsspec's
-    default reads blocks by Range requests, which a server without Range support, such as
-    `python -m http.server`, answers with the whole file: past the first block, every try failed)."""
-    import fsspec
-
-    whole = {"block_size": 0} if url.split("://", 1)[0].lower() in ("http", "https") else {}
-    return fsspec.open(url, "rb", **whole)
-
-
-def _read_url(url: str, limit: int, timeout_s: float = DEFAULT_FETCH_TIMEOUT_S) -> bytes:
-    def work(alive):
-        with _open_whole(url) as f:
-            return f.read(limit + 1)
-
-    try:
-        data = _patiently(url, work, timeout_s)
-    except (FileNotFoundError, FetchFailed, stop.Interrupted):
-        raise
-    except Exception as e:  # a missing package, refused credentials
-        raise _cannot_read(url, e) from None
-    if len(data) > limit:
-        raise UserError(f"{url} is larger than {limit} bytes; it is not a dataset description")
-    return data
-
-
-def _cannot_read(url: str, e: Exception) -> UserError:
-    hint = "; the store refused the credentials (docs/object-storage.md)" if isinstance(e, PermissionError) else ""
-    why = str(e) or ("no answer in time (the server stalled)" if "timeout" in type(e).__name__.lower() else "")
-    return UserError(f"cannot read {url}: {type(e).__name__}: {why}".splitlines()[0] + hint)
 
 
 def cache_root(cache_dir: str = "") -> Path:

@@ -1,0 +1,94 @@
+"""Reading a URL patiently: each read in a thread of its own that the caller watches, with a
+deadline on receiving nothing (data.fetch_timeout), retried TRIES times with growing waits, cut
+short by a stop request (gptrain/stop.py); a read that fails every try is a FetchFailed (an
+infrastructure error: a job's restarts cover it). Used by data/remote_shards.py for meta.json
+and the shards; credentials never appear in its errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from gptrain import stop
+from gptrain.errors import InfraError, UserError, redact, scrub_credentials
+
+TRIES = 4  # each remote read, in all; the waits between them grow: 1, 2, 4 s
+DEFAULT_FETCH_TIMEOUT_S = 60.0  # data.fetch_timeout: seconds a read may receive nothing
+
+
+class FetchFailed(InfraError):
+    """A remote read that failed every try: an infrastructure error (restarts cover it)."""
+
+
+def _patiently(url: str, work, timeout_s: float):
+    """work(alive) run in a thread, watched: `alive()` is called by the work each time data
+    arrives, and returns False once the try was abandoned (the work then stops and cleans up).
+    Tries again (module doc) after a stall or an error that is not the user's; FetchFailed after
+    TRIES; stop.Interrupted when a stop is requested meanwhile."""
+    last = ""
+    for attempt in range(TRIES):
+        if attempt:
+            stop.sleep(2 ** (attempt - 1), f"waiting to read {redact(url)} again")
+        box, heard, abandoned = {}, [time.monotonic()], threading.Event()
+
+        def alive() -> bool:
+            heard[0] = time.monotonic()
+            return not abandoned.is_set()
+
+        def run():
+            try:
+                box["result"] = work(alive)
+            except BaseException as e:  # handed to the watcher
+                box["error"] = e
+
+        t = threading.Thread(target=run, daemon=True, name=f"read {redact(url)}")
+        t.start()
+        try:
+            stop.join(t, f"reading {redact(url)}", give_up=lambda: time.monotonic() - heard[0] > timeout_s)
+        except stop.Interrupted:
+            abandoned.set()
+            raise
+        if t.is_alive():
+            abandoned.set()  # (its socket is left to fsspec's own timeout; this try is over)
+            last = f"no data for {timeout_s:g} s (the server stalled)"
+            continue
+        error = box.get("error")
+        if error is None:
+            return box["result"]
+        if isinstance(error, (UserError, FileNotFoundError, PermissionError, stop.Interrupted)):
+            raise error
+        last = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200] if str(error).strip() else ''}"
+    raise FetchFailed(scrub_credentials(f"cannot read {redact(url)} after {TRIES} tries: {last}; "
+                                        "the storage or the network failed (an attempt restarts on --max-restarts)"))
+
+
+def _open_whole(url: str):
+    """`url` opened to be read once from start to end: over HTTP one streaming GET (fsspec's
+    default reads blocks by Range requests, which a server without Range support, such as
+    `python -m http.server`, answers with the whole file: past the first block, every try failed)."""
+    import fsspec
+
+    whole = {"block_size": 0} if url.split("://", 1)[0].lower() in ("http", "https") else {}
+    return fsspec.open(url, "rb", **whole)
+
+
+def _read_url(url: str, limit: int, timeout_s: float = DEFAULT_FETCH_TIMEOUT_S) -> bytes:
+    def work(alive):
+        with _open_whole(url) as f:
+            return f.read(limit + 1)
+
+    try:
+        data = _patiently(url, work, timeout_s)
+    except (FileNotFoundError, FetchFailed, stop.Interrupted):
+        raise
+    except Exception as e:  # a missing package, refused credentials
+        raise _cannot_read(url, e) from None
+    if len(data) > limit:
+        raise UserError(f"{url} is larger than {limit} bytes; it is not a dataset description")
+    return data
+
+
+def _cannot_read(url: str, e: Exception) -> UserError:
+    hint = "; the store refused the credentials (docs/object-storage.md)" if isinstance(e, PermissionError) else ""
+    why = str(e) or ("no answer in time (the server stalled)" if "timeout" in type(e).__name__.lower() else "")
+    return UserError(f"cannot read {url}: {type(e).__name__}: {why}".splitlines()[0] + hint)
