@@ -158,8 +158,8 @@ class BlockLoader:
         """(inputs, targets), each (rows, block_size) int64, of the blocks `indices`; packed,
         (inputs, targets, segments)."""
         if self.examples is None:
-            rows = self.blocks(indices)
-            return rows[:, :-1], rows[:, 1:]
+            rows = self.blocks(indices)  # (rows, T + 1): inputs and targets overlap in it
+            return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
         indices = np.asarray(indices, dtype=np.int64)
         x = np.zeros((len(indices), self.T), dtype=np.int64)  # padding: any id (never a target, never seen)
         y = np.full((len(indices), self.T), -100, dtype=np.int64)

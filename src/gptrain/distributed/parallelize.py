@@ -75,13 +75,26 @@ def apply_ac(model, mode: str) -> None:
 
 
 def apply_compile(model) -> None:
-    """Compile each block in place (names and state-dict keys stay the same), and the loss of
-    the unfused path (one fused kernel pair instead of passes over the whole logits tensor)."""
+    """Compile each block in place (names and state-dict keys stay the same), and the head of
+    the unfused loss path: ln_f, lm_head and the loss as one region (models/base.py head_loss),
+    so the norm, the weight's cast, the padded columns' mask and the softmax fuse. Under tensor
+    parallel the head's modules carry DTensor hooks: only the loss is compiled there."""
     for block in model.transformer.h.values():
         block.compile()
     from gptrain.models.base import cross_entropy
 
-    model.loss_fn = torch.compile(cross_entropy)
+    if model.transformer["ln_f"] is None:  # a pipeline stage without the head
+        return
+    if _sharded(model.lm_head.weight):
+        model.loss_fn = torch.compile(cross_entropy)
+    else:
+        model.head_loss = torch.compile(model.head_loss)
+
+
+def _sharded(t) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(t, DTensor)
 
 
 def apply_fsdp(model, dp_mesh, param_dtype, reduce_dtype) -> None:

@@ -143,20 +143,28 @@ class CausalLM(nn.Module):
             x = block(x, cache=cache) if packed is None else block(x, packed=packed)
         if tr["ln_f"] is None:
             return x
-        x = tr.ln_f(x)
-        if targets is not None and self.fused_loss and _plain(x, self.lm_head.weight):
-            # the loss without materializing the logits (models/fused_ce.py); logits are None
-            from gptrain.models.fused_ce import linear_cross_entropy
+        if targets is not None:
+            if self.fused_loss and _plain(x, self.lm_head.weight):
+                # the loss without materializing the logits (models/fused_ce.py); logits are None
+                from gptrain.models.fused_ce import linear_cross_entropy
 
-            return None, linear_cross_entropy(x, self.lm_head.weight, targets, self.config.vocab_size)
+                return None, linear_cross_entropy(tr.ln_f(x), self.lm_head.weight, targets, self.config.vocab_size)
+            logits, loss = self.head_loss(x, targets)
+            return logits[..., : self.config.vocab_size], loss  # (a view: nothing of it in the backward)
+        x = tr.ln_f(x)
         if last_only:  # generation needs the next-token logits only
             x = x[:, -1:]
         logits = self.lm_head(x)
         if logits.size(-1) != self.config.vocab_size:
             logits = logits[..., : self.config.vocab_size]  # padded rows are never predicted
-        if targets is None:
-            return logits.contiguous()
-        return logits, self.loss_fn(logits, targets)
+        return logits.contiguous()
+
+    def head_loss(self, x, targets):
+        """(padded logits, loss) of the last hidden states: ln_f, lm_head and the loss, the
+        region distributed/parallelize.py compiles as one (the weight's cast, the norm and the
+        softmax fuse)."""
+        logits = self.lm_head(self.transformer.ln_f(x))
+        return logits, self.loss_fn(logits, targets, self.config.vocab_size)
 
 
 def _plain(*tensors) -> bool:
@@ -166,10 +174,17 @@ def _plain(*tensors) -> bool:
     return not any(isinstance(t, DTensor) for t in tensors)
 
 
-def cross_entropy(logits, targets):
-    """Mean next-token loss in fp32; targets of -100 are ignored."""
-    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1),
-                           ignore_index=-100)
+def cross_entropy(logits, targets, vocab_size: int | None = None):
+    """Mean next-token loss in fp32; targets of -100 are ignored. Logits padded past the
+    vocabulary (`vocab_size`: the real one) have their padded columns masked out, never sliced
+    off: the values and gradients are those of the real columns alone (the padded ones get
+    probability 0, so gradient 0), where a slice's backward would write a zero tensor the size of
+    the logits and copy into it (1.6 GB for GPT-2 at batch 16 x 1024 in bf16)."""
+    logits = logits.float()
+    if vocab_size is not None and logits.size(-1) > vocab_size:
+        padded = torch.arange(logits.size(-1), device=logits.device) >= vocab_size
+        logits = logits.masked_fill(padded, float("-inf"))
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100)
 
 
 def _normal(p, std, gen):

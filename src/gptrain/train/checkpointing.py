@@ -39,14 +39,14 @@ def make_output_dir(out: Path, config_text: str, is_main: bool) -> None:
 
 class Checkpointing:
     """Uses the trainer's cfg, env, out, step, parts, optims, loader, scaler, last, pending_save,
-    _async_pg, _step_loss, mean_loss, report_skipped and the fields it records (model_cfg,
+    _async_pg, _step_loss, read_back and the fields it records (model_cfg,
     tokenizer_spec, data_dir, lora_base)."""
 
     def save(self, final: bool = False) -> Path:
-        self.report_skipped()  # nan_policy=stop ends the run here: no checkpoint after a NaN
-        self.data_check.wait()  # nothing trained on damaged data is committed (train/data_check.py)
-        if (loss := self.mean_loss(self._step_loss)) is not None:  # of the step just taken
+        # the step just taken; nan_policy=stop ends the run here: no checkpoint after a NaN
+        if (loss := self.read_back(self._step_loss)[0]) is not None:
             self.last["train_loss"] = loss
+        self.data_check.wait()  # nothing trained on damaged data is committed (train/data_check.py)
         state = {
             "step": self.step, "total_steps": self.total_steps, "loader": self.reader.position(),
             "train_loss": self.last["train_loss"], "eval_loss": self.last["eval_loss"],

@@ -6,8 +6,9 @@ on the device, so the next step cannot be queued behind it: on a GPU that idle g
 throughput (nanoGPT reads its loss back only when it logs). The fused AdamW kernel instead takes
 the answer as a device tensor (`found_inf`, as torch.amp.GradScaler passes it) and leaves the
 parameters, moments and step count untouched when it is set. What was skipped is counted on the
-device too and read back by `take()` where the trainer reads values anyway: when it logs, and
-before a checkpoint, so a checkpoint never follows an unreported NaN.
+device too and read back where the trainer reads values anyway, in the same one read as the
+loss and gradient norm (`counters`, the trainer's read_back): when it logs, and before a
+checkpoint, so a checkpoint never follows an unreported NaN.
 
 Sharded parameters (FSDP2, tensor parallel) take the foreach AdamW, which has no `found_inf`,
 and fp16 needs the answer to adjust its loss scale: both keep deciding on the host.
@@ -24,7 +25,7 @@ def on_device(optims, scaler) -> bool:
 
 
 class DeviceSkips:
-    """Steps skipped on the device since the last `take()`: how many, and the first."""
+    """Steps skipped on the device since the last read: how many, and the first."""
 
     def __init__(self, device):
         self.count = torch.zeros((), dtype=torch.int64, device=device)
@@ -44,11 +45,20 @@ class DeviceSkips:
         self.first = torch.where(bad & (self.first < 0), step_number, self.first)
         self.last = bad.long()
 
-    def take(self) -> tuple[int, int, bool]:
-        """(steps skipped, the first of them, whether the latest step was) since the last call;
-        reading them waits for the device."""
-        count, first, last = (int(v) for v in torch.stack([self.count, self.first, self.last]).tolist())
+    def counters(self) -> list:
+        """The device's (count, first, last), for the caller to read with its own values in one
+        device-to-host read, then give to `settle`."""
+        return [self.count, self.first, self.last]
+
+    def settle(self, count, first, last) -> tuple[int, int, bool]:
+        """(steps skipped, the first of them, whether the latest step was) from the counters as
+        read; the count starts again from there."""
+        count, first, last = int(count), int(first), bool(last)
         if count:
             self.count.zero_()
             self.first.fill_(-1)
-        return count, first, bool(last)
+        return count, first, last
+
+    def take(self) -> tuple[int, int, bool]:
+        """`settle` of the counters read alone (a read that waits for the device)."""
+        return self.settle(*torch.stack(self.counters()).tolist())

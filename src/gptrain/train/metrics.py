@@ -148,8 +148,8 @@ def step_health(grad_norm, device) -> dict:
     import torch
 
     out = {}
-    if grad_norm is not None and math.isfinite(norm := float(grad_norm)):
-        out["grad_norm"] = norm
+    if grad_norm is not None and math.isfinite(grad_norm):  # (a float: read with the loss)
+        out["grad_norm"] = grad_norm
     if device.type == "cuda":
         out["mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     return out

@@ -193,7 +193,7 @@ class Trainer(Checkpointing, Evaluating):
         """Gradients of one optimizer step on its `batches`; returns the mean loss (on every rank)."""
         device = self.env.device
         if self.schedule is not None:
-            x, y = (t.to(device) for t in batches[0])
+            x, y = batches[0]
             losses: list = []
             inputs = (x,) if self.has_first else ()
             self.schedule.step(*inputs, target=y if self.has_last else None, losses=losses)
@@ -205,7 +205,7 @@ class Trainer(Checkpointing, Evaluating):
         loss_sum = torch.zeros((), device=device)
         accum = self.plan.grad_accum_steps
         for micro, batch in enumerate(batches):
-            x, y, *packed = (self._to_device(t) for t in batch)  # packed: the rows' segments
+            x, y, *packed = batch  # packed: the rows' segments
             with self._grad_sync(micro == accum - 1), self.autocast():
                 _, loss = self.parts[0](x, y, segments=packed[0] if packed else None)
             scaled = loss / accum
@@ -213,11 +213,19 @@ class Trainer(Checkpointing, Evaluating):
             loss_sum += loss.detach()
         return loss_sum / accum
 
-    def _to_device(self, t: torch.Tensor) -> torch.Tensor:
-        """A batch to the device; to a GPU from pinned memory, a copy that does not wait."""
-        if self.env.device.type == "cuda":
-            t = t.pin_memory()
-        return t.to(self.env.device, non_blocking=True)
+    def _prefetch(self, batches: list | None) -> list | None:
+        """The batches of the next step, contiguous, on the device: to a GPU from pinned memory,
+        copies queued right behind the step just queued that the host never waits for (read
+        while the device still runs that step, as nanoGPT's get_batch during the forward)."""
+        if batches is None:
+            return None
+        gpu = self.env.device.type == "cuda"
+
+        def move(t):
+            t = t.contiguous()  # (a view's pinned copy would go through a pageable temporary)
+            return t.pin_memory().to(self.env.device, non_blocking=True) if gpu else t
+
+        return [tuple(move(t) for t in batch) for batch in batches]
 
     def train_step(self, batches: list):
         """One optimizer step on `batches` (train/step_reader.py); returns (mean loss or None when
@@ -265,26 +273,26 @@ class Trainer(Checkpointing, Evaluating):
         self.step += 1
         return mean_loss, lr
 
-    @staticmethod
-    def mean_loss(loss) -> float | None:
-        """A step's loss averaged over ranks; None for a step that was skipped (non-finite)."""
-        if loss is None:
-            return None
-        loss = loss.detach().clone()
-        if dist.is_initialized():
-            dist.all_reduce(loss, op=dist.ReduceOp.AVG)
-        value = loss.item()
-        return value if math.isfinite(value) else None
-
-    def report_skipped(self) -> bool:
-        """Read back what the device skipped since the last report (train/finite.py); whether
-        the step just taken was skipped."""
-        if self.skips is None:
-            return False
-        count, first, latest = self.skips.take()
-        if count:
-            self._non_finite(first, count)
-        return latest
+    def read_back(self, loss) -> tuple[float | None, float | None]:
+        """(the step's loss averaged over ranks, the gradient norm before clipping) in one
+        device-to-host read, where a logged step or a save reads values anyway; what the device
+        skipped since the last read (train/finite.py) comes in it and is reported here. Each is
+        None when not finite, and the loss when the step just taken was skipped."""
+        device = self.env.device
+        values = [torch.full((), math.nan, device=device) if loss is None else loss.detach().clone(),
+                  torch.full((), math.nan, device=device) if self.grad_norm is None else self.grad_norm]
+        if loss is not None and dist.is_initialized():
+            dist.all_reduce(values[0], op=dist.ReduceOp.AVG)
+        if self.skips is not None:
+            values += self.skips.counters()
+        value, norm, *skipped = torch.stack([v.to(torch.float64).reshape(()) for v in values]).tolist()
+        if skipped:
+            count, first, latest = self.skips.settle(*skipped)
+            if count:
+                self._non_finite(first, count)
+            if latest:
+                value = math.nan
+        return (value if math.isfinite(value) else None), (norm if math.isfinite(norm) else None)
 
     def _non_finite(self, first: int, count: int) -> None:
         if self.cfg.train.nan_policy == "stop":
@@ -328,7 +336,7 @@ class Trainer(Checkpointing, Evaluating):
         self.bar = progress_bar(self.total_steps, self.step, env.is_main)  # a terminal's only
         status = "completed"
         training = tc.do_train and self.step < self.total_steps
-        batches = self.reader.read() if training else []
+        batches = self._prefetch(self.reader.read()) if training else []
         try:
             if training and self.reader.stop_agreed(self.env.device, batches is None):  # before the first step
                 self.reader.unread()
@@ -340,13 +348,14 @@ class Trainer(Checkpointing, Evaluating):
                 self._step_loss = loss
                 window_steps += 1
                 more = self.step < self.total_steps
-                batches = self.reader.read() if more else []  # before anything collective of the next step
+                batches = self._prefetch(self.reader.read()) if more else []  # before anything collective of the next step
                 # the step a stop ends on is logged: it is the checkpoint's
                 stopping = self.reader.stop_agreed(self.env.device, batches is None)
                 if stopping:
                     self.reader.unread()
                 logging = self.step % self.cfg.metrics.log_every == 0 or self.step in (1, self.total_steps) or stopping
-                if logging and not self.report_skipped() and (value := self.mean_loss(loss)) is not None:
+                value, norm = self.read_back(loss) if logging else (None, None)
+                if value is not None:
                     elapsed = time.perf_counter() - window_start
                     tok_s = tokens_per_step * window_steps / elapsed
                     mfu = flops_tok * tok_s / peak if peak else 0.0
@@ -354,9 +363,10 @@ class Trainer(Checkpointing, Evaluating):
                         peak, mfu = flops_tok * tok_s, 1.0
                         self.log_main("note: this run beats the measured peak; mfu is against its best rate now")
                     self.last["train_loss"] = value
-                    health = step_health(self.grad_norm, self.env.device)
+                    health = step_health(norm, self.env.device)
                     eta = (self.total_steps - self.step) * elapsed / window_steps
                     self.metrics.log(self.step, {"loss": value, "lr": lr, **health, "tokens_per_s": tok_s,
+                                                 "step_s": round(elapsed / window_steps, 6),
                                                  "mfu": mfu, "tokens": self.step * tokens_per_step},
                                      progress={"total_steps": self.total_steps, "eta_s": round(eta, 1)})
                     self.log_main(console_line(self.step, self.total_steps, value, lr, tok_s, mfu, eta, **health))
