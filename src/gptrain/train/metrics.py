@@ -82,7 +82,7 @@ class MetricsLogger:
         ({"total_steps", "eta_s"}), in the row only, for `gptrain jobs` and the console."""
         if not self.enabled:
             return
-        record = {"step": step, "time": round(time.time(), 3), **(progress or {}),
+        record = {"step": step, "time": round(time.time(), 6), **(progress or {}),
                   **{f"{prefix}/{k}": v for k, v in values.items()}}
         self.jsonl.write(json.dumps(record) + "\n")
         self.jsonl.flush()
