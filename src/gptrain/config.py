@@ -168,6 +168,9 @@ class CheckpointConfig:
                       "when the output directory lacks it.")
     resume_from: str = opt("auto", "auto: the latest checkpoint in output_dir if any; none: start "
                            "fresh; or a gptrain checkpoint directory, checkpoint ID or job name.")
+    allow_unverified: bool = opt(False, "Load a gptrain checkpoint that has no checksums.json (written "
+                                 "before gptrain verified checkpoints, or its list removed) without "
+                                 "verifying its bytes, with a warning; refused otherwise (--allow-unverified).")
 
 
 @dataclass

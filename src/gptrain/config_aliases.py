@@ -25,6 +25,7 @@ ALIASES: dict[str, tuple[str, dict | None]] = {
     "save_steps": ("checkpoint.every", None),
     "save_total_limit": ("checkpoint.keep_last", None),
     "load_best_model_at_end": ("checkpoint.keep_best", {None: "true"}),
+    "allow_unverified": ("checkpoint.allow_unverified", {None: "true"}),
     "eval_steps": ("train.eval_every", None),
     "eval_strategy": ("train.eval_strategy", None),
     "eval_iters": ("train.eval_iters", None),  # nanoGPT's

@@ -39,7 +39,7 @@ def split_options(args: list[str]) -> list[tuple[str, str | None, list[str]]]:
         tokens = [token]
         if not eq:
             nxt = args[i + 1] if i + 1 < len(args) else None
-            takes_no_value = _is_flag(name)
+            takes_no_value = _is_flag(_option_name(name))
             if nxt is not None and not nxt.startswith("--") and not (
                     takes_no_value and nxt.lower() not in BOOL_WORDS):
                 value, i = nxt, i + 1

@@ -25,6 +25,7 @@ def register(sub) -> None:
     p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
                    help="weights for sampling; auto: bf16 on CUDA, fp32 on CPU (bf16 about doubles "
                    "CPU speed, since decoding is bound by reading the weights)")
+    _allow_flag(p)
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("eval", help="evaluate a model on a dataset's validation split",
@@ -39,6 +40,7 @@ def register(sub) -> None:
     p.add_argument("--max-blocks", dest="max_blocks", type=int, default=None)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--json", action="store_true")
+    _allow_flag(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("export", help="export a model to a Hugging Face directory",
@@ -48,10 +50,25 @@ def register(sub) -> None:
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--format", default="hf", choices=["hf", "peft"])
     p.add_argument("--out", required=True, help="new directory to write")
+    _allow_flag(p)
     p.set_defaults(func=cmd_export)
 
 
+def _allow_flag(p) -> None:
+    p.add_argument("--allow-unverified", "--allow_unverified", dest="allow_unverified", action="store_true",
+                   help="load a gptrain checkpoint that has no checksums.json without verifying its bytes "
+                   "(one written before gptrain verified checkpoints), with a warning")
+
+
+def _allow(args) -> None:
+    if args.allow_unverified:
+        from gptrain.models.api import allow_unverified
+
+        allow_unverified()
+
+
 def cmd_generate(args, extra) -> int:
+    _allow(args)
     from gptrain.jobs.api import dataset_tokenizer, model_source
     from gptrain.models.api import Sampling, generate
 
@@ -68,6 +85,7 @@ def cmd_generate(args, extra) -> int:
 
 
 def cmd_eval(args, extra) -> int:
+    _allow(args)
     import json
 
     from gptrain.jobs.api import model_source
@@ -86,6 +104,7 @@ def cmd_eval(args, extra) -> int:
 
 
 def cmd_export(args, extra) -> int:
+    _allow(args)
     from gptrain.jobs.api import model_source
     from gptrain.models.api import export
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gptrain.errors import UserError
+from gptrain.weights.checksums import allow_unverified  # noqa: F401  (--allow-unverified of the faces)
 
 DTYPES = ("auto", "fp32", "bf16", "fp16")
 

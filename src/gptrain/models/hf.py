@@ -313,6 +313,7 @@ def export_hf(model, tokenizer, out_dir) -> Path:
         hf_cfg = config_to_hf(cfg)
         eos = getattr(tokenizer, "eos_id", None)
         hf_cfg["bos_token_id"] = hf_cfg["eos_token_id"] = eos
+        hf_cfg[checksums.EXPORT_KEY] = checksums.ALGORITHM  # sealed with a list: a load refuses one without
         (tmp / "config.json").write_text(json.dumps(hf_cfg, indent=2))
         (tmp / "generation_config.json").write_text(json.dumps(
             {"bos_token_id": eos, "eos_token_id": eos, "pad_token_id": eos}, indent=2))

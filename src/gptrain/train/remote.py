@@ -125,7 +125,8 @@ def download(url: str, name: str, output_dir: Path) -> Path:
     try:  # the checks a resume makes, before it becomes the local latest: a refused one is not kept
         read_state(tmp)
         read_metadata(tmp)
-        checksums.verify(tmp)
+        if checksums.verify(tmp) == checksums.UNVERIFIED:
+            checksums.admit(f"{url}/{name}", "remote checkpoint")
     except UserError as e:
         shutil.rmtree(tmp)
         raise UserError(f"{url}/{name} was refused and not kept: {e}".replace(str(tmp), f"{url}/{name}")) from None

@@ -14,9 +14,12 @@ checksum object stores keep (GCS, S3's CRC32C), so a remote copy can be compared
 
 Writers hash what they write as they write it (`Hashing`, `hash_bytes`); `seal` writes this file
 fsync'd; `verify` checks a folder against it (a training checkpoint also for a file its list does
-not name). A folder without it (written before gptrain verified checkpoints, or by another tool)
-is `UNVERIFIED`, never refused for that alone; a checkpoint whose trainer_state.json says it was sealed
-(`"checksums": "crc32c"`) and whose list is gone, or a list that is a link or a folder, is refused.
+not name). A folder without it is `UNVERIFIED`. A gptrain checkpoint whose trainer_state.json (or
+an export whose config.json) says it was sealed (`"checksums": "crc32c"`, `"gptrain_checksums"`)
+and whose list is gone, or a list that is a link or a folder, is refused as damaged. One without
+either (written before gptrain verified checkpoints, or with both removed) is loaded only when the
+user says so (`admit`: --allow-unverified, or GPTRAIN_ALLOW_UNVERIFIED=1), loudly, once a process
+per folder. A Hugging Face directory from elsewhere has no list and is loaded as it is.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ FILE = "checksums.json"
 ALGORITHM = "crc32c"
 CHUNK = 8 << 20
 VERIFIED, UNVERIFIED = "verified", "unverified"
+ALLOW_ENV = "GPTRAIN_ALLOW_UNVERIFIED"  # "1": what --allow-unverified sets, for this process and its children
+EXPORT_KEY = "gptrain_checksums"  # in an export's config.json: sealed with FILE
 
 
 class VerificationError(UserError):
@@ -43,6 +48,45 @@ class VerificationError(UserError):
                          f"was written: use another checkpoint (after a change made on purpose, "
                          f"delete its {FILE}, and the \"{SEALED_KEY}\" entry of its trainer_state.json "
                          "where it has one)")
+
+
+class Unverified(UserError):
+    """A gptrain checkpoint without a checksum list, which the user did not allow to load."""
+
+
+_admitted: dict[str, str] = {}  # folder -> what: loaded unverified in this process (said once)
+
+
+def allow_unverified() -> None:
+    """--allow-unverified: checkpoints without a checksum list load in this process (and the
+    processes it starts), each with a warning."""
+    os.environ[ALLOW_ENV] = "1"
+
+
+def admit(folder, what: str = "checkpoint", say=None) -> None:
+    """The one rule for a gptrain checkpoint that has no checksum list (`read` gave None): refused
+    (Unverified) unless allowed; when allowed, a warning the first time in this process, through
+    `say` (stderr by default), and the folder is kept in `admitted()` for the run's records."""
+    folder = str(folder)
+    if os.environ.get(ALLOW_ENV) != "1":
+        raise Unverified(f"{what} {folder} has no {FILE}, so its bytes cannot be verified (written before "
+                         "gptrain verified checkpoints, or its list was removed): use a verified checkpoint, "
+                         "or load this one anyway with --allow-unverified (a trainer flag, and one of generate, "
+                         "eval and export)")
+    if folder not in _admitted:
+        _admitted[folder] = what
+        line = f"warning: {what} {folder} has no {FILE}: loaded WITHOUT verifying its bytes (--allow-unverified)"
+        if say is None:
+            import sys
+
+            print(line, file=sys.stderr, flush=True)
+        else:
+            say(line)
+
+
+def admitted() -> list[str]:
+    """The folders loaded unverified in this process, in order."""
+    return list(_admitted)
 
 
 def crc(data, value: int = 0) -> int:
@@ -151,7 +195,8 @@ def read(folder, what: str = "checkpoint") -> dict | None:
     if path.is_symlink() or (os.path.lexists(path) and not path.is_file()):
         raise VerificationError(folder, f"its {FILE} is not a plain file", what)
     if not path.is_file():
-        if _written_sealed(Path(folder)):  # a list that went missing: never a reason to trust less
+        if _written_sealed(Path(folder)) or _written_sealed(Path(folder), "config.json", EXPORT_KEY):
+            # a list that went missing: never a reason to trust less
             raise VerificationError(folder, f"its {FILE} is missing (the checkpoint was written with one)", what)
         return None
     try:
@@ -172,13 +217,14 @@ SEALED_KEY = "checksums"  # in a checkpoint's trainer_state.json (layout.STATE_F
 UNLISTED_OK = (FILE, "damaged.txt")  # files a sealed folder may hold beside its list (layout.DAMAGED)
 
 
-def _written_sealed(folder: Path) -> bool:
-    """Whether the folder's trainer_state.json says it was sealed with a checksum list."""
-    state = folder / "trainer_state.json"
+def _written_sealed(folder: Path, name: str = "trainer_state.json", key: str = SEALED_KEY) -> bool:
+    """Whether the folder's trainer_state.json (or an export's config.json) says it was sealed
+    with a checksum list."""
+    state = folder / name
     try:
         if state.is_symlink() or not state.is_file() or state.stat().st_size > SMALL:
             return False
-        return json.loads(state.read_bytes()).get(SEALED_KEY) == ALGORITHM
+        return json.loads(state.read_bytes()).get(key) == ALGORITHM
     except (OSError, ValueError, AttributeError, RecursionError):
         return False  # unreadable: its own check says so
 

@@ -17,6 +17,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader
 
 from gptrain.errors import UserError
+from gptrain.weights import checksums
 from gptrain.weights.checksums import Check, VerificationError
 
 # The only globals a .metadata may name: exactly those torch 2.13's DCP writes for gptrain's
@@ -126,14 +127,15 @@ def load_tensors(path, tensors: dict) -> None:
     """Fill `tensors` (this rank's shards, any layout DCP can reshard into) from a checkpoint,
     verified against its checksums.json (weights/checksums.py) while DCP reads it: a damaged
     file is a VerificationError naming it, whatever DCP made of its bytes. The ranks of a job
-    (all calling this, as DCP's load is collective) each hash a share of the files."""
-    import sys
-
+    (all calling this, as DCP's load is collective) each hash a share of the files. A checkpoint
+    without a list loads only as the user allowed (checksums.admit)."""
     import torch.distributed as dist
     from torch.distributed.checkpoint.api import CheckpointException
 
     share = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     check = Check(path, share=share)  # sizes and .metadata's bytes now; the large files meanwhile
+    if check.files is None:  # no list: loaded only as the user allowed (every rank says the same)
+        checksums.admit(path, say=(lambda line: None) if share[0] else None)
     failure = None
     try:
         reader = SafeReader(path)  # refuses a hostile, corrupt or truncated checkpoint up front
@@ -157,6 +159,3 @@ def load_tensors(path, tensors: dict) -> None:
     check.result(problems)  # damage first: it is why anything else failed
     if failure is not None:
         raise failure from None
-    if check.files is None and share[0] == 0:
-        print(f"note: checkpoint {path} has no checksums.json (written before gptrain verified "
-              "checkpoints): loaded without verifying its bytes", file=sys.stderr, flush=True)
