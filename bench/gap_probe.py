@@ -12,12 +12,14 @@ budget lasts (each in its own process on a GPU, one process on a CPU):
 
   nanogpt, gptrain              each side as the throughput bench runs it (logging every step)
   gptrain-log50, nanogpt-log50  logging every 50 steps on both sides
-  gptrain-fix1-off .. fix4-off  one of #46's fixes undone: the sliced loss, three host reads a
+  gptrain-fix1-off .. fix4-off  one of #46's fixes undone: the logits sliced in eager before the
+                                loss (blocks and loss then compiled apart), three host reads a
                                 logged step, the batch moved at the step's head from a
                                 non-contiguous view, blocks and loss compiled apart
   gptrain-model-nanogpt-loop    gptrain's model, compiled whole, in nanoGPT's loop (loop cost
                                 vs model cost)
   gptrain-whole-compile         gptrain with the whole model compiled as one graph
+  gptrain-pre46                 all four undone: the step as it was before #46
   nanogpt#2, gptrain#2, ...     each side again, for the spread
 
 Written: summary.txt (tokens/s, p10/p50/p90, MFU of 989 TFLOP/s, GPU busy share, SM clocks, and
@@ -38,7 +40,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from unittest import mock
@@ -50,7 +51,12 @@ NANOGPT = ROOT / "tests" / "third_party" / "nanogpt"
 
 VARIANTS = ["nanogpt", "gptrain", "gptrain-log50", "nanogpt-log50", "gptrain-fix1-off", "gptrain-fix2-off",
             "gptrain-fix3-off", "gptrain-fix4-off", "gptrain-model-nanogpt-loop", "gptrain-whole-compile",
-            "nanogpt#2", "gptrain#2", "nanogpt#3", "gptrain#3"]
+            "gptrain-pre46", "nanogpt#2", "gptrain#2", "nanogpt#3", "gptrain#3"]
+# #46's fixes each variant undoes: 1 the masked loss (its slice must sit outside the compiled head,
+# so 4 goes with it), 2 one host read a logged step, 3 contiguous batches queued ahead, 4 the head
+# region compiled
+FIXES_OFF = {"gptrain-fix1-off": {1, 4}, "gptrain-fix2-off": {2}, "gptrain-fix3-off": {3}, "gptrain-fix4-off": {4},
+             "gptrain-pre46": {1, 2, 3, 4}}
 COMPILED_ONLY = {"gptrain-fix4-off", "gptrain-whole-compile"}  # the same as `gptrain` when nothing compiles
 
 
@@ -66,15 +72,19 @@ class Done(Exception):
 
 class Clock:
     """Called at the start of every step: times steps (CUDA events, or perf_counter on a CPU),
-    traces the window after the timed steps, samples SM clocks meanwhile, and ends the run."""
+    then traces two windows and ends the run. Window A (--window steps, after one untraced
+    profiler warm-up step that takes CUPTI's start): kernels, timeline, syncs, no shapes (recording
+    them costs host time per op, more for an eager loop than a compiled one). Window B (2 steps)
+    records shapes and FLOPs for the GEMM rates. The device is drained, labelled, before each
+    window starts and ends; SM clocks are read outside the timed steps."""
 
     def __init__(self, device, warmup, steps, window):
         import torch
 
         self.torch, self.device = torch, device
         self.warmup, self.steps, self.window = warmup, steps, window
-        self.marks, self.prof, self.clocks = [], None, []
-        self._sampling = None
+        self.marks, self.prof, self.shapes, self.clocks = [], None, None, []
+        self._open = None
 
     def tick(self):
         torch, n = self.torch, len(self.marks)
@@ -84,44 +94,56 @@ class Clock:
             self.marks.append(ev)
         else:
             self.marks.append(time.perf_counter())
-        if n == self.warmup:
-            self._sampling = _sample_clocks(self.clocks) if self.device == "cuda" else None
-        if n == self.warmup + self.steps:
-            if self._sampling:
-                self._sampling.set()
-            from torch.profiler import ProfilerActivity, profile
+        a = self.warmup + self.steps  # window A's profiler starts here (its warm-up step, then --window)
+        b = a + 1 + self.window  # A ends and B starts (its warm-up step, then 2)
+        end = b + 3
+        if n in (max(self.warmup - 1, 0), a):
+            self._read_clock()
+        if n > a:
+            if n in (b, end):
+                self._drain()  # what the window queued runs inside it
+            self._open.step()
+            if n in (b, end):
+                self._open.__exit__(None, None, None)
+            if n == b:
+                self.prof = self._open
+            if n == end:
+                self.shapes = self._open
+                raise Done()
+        if n in (a, b):
+            if n == a:
+                self._drain()  # the timed steps' queue ends before the trace starts
+            self._open = self._profile(self.window if n == a else 2, shapes=n == b)
+            self._open.__enter__()
 
-            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device == "cuda" else [])
-            self.prof = profile(activities=acts, record_shapes=True, with_flops=True)
-            self.prof.__enter__()
-        if n == self.warmup + self.steps + self.window:
-            if self.device == "cuda":
-                torch.cuda.synchronize()
-            self.prof.__exit__(None, None, None)
-            raise Done()
+    def _profile(self, active: int, shapes: bool):
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device == "cuda" else [])
+        return profile(activities=acts, schedule=schedule(wait=0, warmup=1, active=active, repeat=1),
+                       record_shapes=shapes, with_flops=shapes)
+
+    def _drain(self):
+        if self.device == "cuda":
+            with self.torch.profiler.record_function("probe.drain"):
+                self.torch.cuda.synchronize()
+
+    def _read_clock(self):
+        if self.device != "cuda" or not shutil.which("nvidia-smi"):
+            return
+        try:
+            r = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits", "-i",
+                                os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]],
+                               capture_output=True, text=True, timeout=10)
+            self.clocks.append(float(r.stdout.split()[0]))
+        except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+            pass
 
     def step_times(self) -> list[float]:
         timed = self.marks[self.warmup: self.warmup + self.steps + 1]
         if self.device == "cuda":
             return [a.elapsed_time(b) / 1000 for a, b in zip(timed, timed[1:])]
         return [b - a for a, b in zip(timed, timed[1:])]
-
-
-def _sample_clocks(into: list):
-    stop = threading.Event()
-    if not shutil.which("nvidia-smi"):
-        return stop
-
-    def run():
-        while not stop.wait(0.5):
-            r = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits", "-i",
-                                os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]],
-                               capture_output=True, text=True)
-            with contextlib.suppress(ValueError):
-                into.append(float(r.stdout.split()[0]))
-
-    threading.Thread(target=run, daemon=True).start()
-    return stop
 
 
 def phase(name, fn):
@@ -139,7 +161,6 @@ def phase(name, fn):
 
 def gptrain_patches(variant: str, clock: Clock, stack: contextlib.ExitStack) -> None:
     import torch
-    import torch.nn.functional as F
 
     from gptrain.distributed import parallelize
     from gptrain.models import base
@@ -156,12 +177,13 @@ def gptrain_patches(variant: str, clock: Clock, stack: contextlib.ExitStack) -> 
         wrapped = phase(f"gptrain.{owner.__name__}.{name}", getattr(owner, name))
         patch(owner, name, staticmethod(wrapped) if isinstance(raw, staticmethod) else wrapped)
     patch(trainer, "clip_grads", phase("gptrain.clip_grads", trainer.clip_grads))
-    if variant == "gptrain-fix1-off":  # the logits sliced to the vocabulary before the loss
-        def sliced(logits, targets, vocab_size=None):
-            logits = logits[..., :vocab_size] if vocab_size else logits
-            return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100)
-        patch(base, "cross_entropy", sliced)
-    if variant == "gptrain-fix2-off":  # three host reads a logged step
+    off = FIXES_OFF.get(variant, set())
+    if 1 in off:  # the logits sliced in eager before a loss compiled alone (with 4 off: as before #46)
+        def head_loss(self, x, targets):
+            logits = self.lm_head(self.transformer.ln_f(x))
+            return logits, self.loss_fn(logits[..., :self.config.vocab_size], targets)
+        patch(base.CausalLM, "head_loss", head_loss)
+    if 2 in off:  # three host reads a logged step
         def read_back(self, loss):
             latest = False
             if self.skips is not None:
@@ -173,14 +195,16 @@ def gptrain_patches(variant: str, clock: Clock, stack: contextlib.ExitStack) -> 
             ok = lambda v: v if v is not None and math.isfinite(v) else None  # noqa: E731
             return ok(value), ok(norm)
         patch(T, "read_back", phase("gptrain.Trainer.read_back", read_back))
-    if variant == "gptrain-fix3-off":  # non-contiguous views, pinned and moved at the step's head
+    if 3 in off:  # non-contiguous views, pinned and moved at the step's head
         view = lambda t: torch.cat([t, t[:, -1:]], 1)[:, :-1]  # noqa: E731
         patch(T, "_prefetch", lambda self, b: None if b is None else [tuple(view(t) for t in x) for x in b])
         fb = T._forward_backward
-        dev = lambda self, t: t.pin_memory().to(self.env.device, non_blocking=True) if t.is_cuda is False and self.env.device.type == "cuda" else t  # noqa: E731
+
+        def moved(self, t):
+            return t.pin_memory().to(self.env.device, non_blocking=True) if self.env.device.type == "cuda" else t
         patch(T, "_forward_backward", phase("gptrain.Trainer._forward_backward",
-                                              lambda self, b: fb(self, [tuple(dev(self, t) for t in x) for x in b])))
-    if variant == "gptrain-fix4-off":  # each block and the loss compiled apart
+                                              lambda self, b: fb(self, [tuple(moved(self, t) for t in x) for x in b])))
+    if 4 in off:  # each block and the loss compiled apart, ln_f and lm_head eager
         def blocks_apart(model):
             for block in model.transformer.h.values():
                 block.compile()
@@ -199,11 +223,11 @@ def run_gptrain(variant, w, args, clock, data) -> None:
     cfg = parse_train_args([
         f"--data.path={data}", "--model.preset=gpt2-mini", f"--model.n_layer={w['n_layer']}",
         f"--model.n_head={w['n_head']}", f"--model.n_embd={w['n_embd']}", f"--model.block_size={w['block_size']}",
-        f"--train.batch_size={w['batch']}", f"--train.max_steps={clock.warmup + clock.steps + clock.window + 5}",
+        f"--train.batch_size={w['batch']}", f"--train.max_steps={clock.warmup + clock.steps + clock.window + 10}",
         f"--train.precision={'bf16' if args.device == 'cuda' else 'fp32'}", f"--train.device={args.device}",
         "--train.do_eval=false", "--checkpoint.every=0", f"--metrics.log_every={log_every}", "--report_to=none",
         f"--train.output_dir={out}", "--train.warmup_steps=2", "--checkpoint.resume_from=none",
-        *(["--train.compile=true"] if args.compile else []),
+        *(["--train.compile=true", "--train.fused_loss=false"] if args.compile else []),  # (a GPU's default)
     ])
     with contextlib.ExitStack() as stack, contextlib.redirect_stdout(open(os.devnull, "w")):
         gptrain_patches(variant, clock, stack)
@@ -297,7 +321,7 @@ def run_variant(variant: str, args) -> dict:
     p50 = statistics.median(step_s)
     text = (f"{variant} on {args.device}, {w}\n" + tables.percentiles(step_s) + timeline
             + "\nthe top kernels\n" + tables.top_kernels(ks, args.window)
-            + "\nGEMM rates by shape\n" + tables.gemm_rates(clock.prof, args.device, args.window)
+            + "\nGEMM rates by shape (2 more steps, traced with shapes)\n" + tables.gemm_rates(clock.shapes, args.device, 2)
             + "\nhost syncs\n" + tables.syncs(clock.prof, args.window))
     (Path(args.out) / f"{variant.replace('#', '-run')}.txt").write_text(text)
     return {"variant": variant, "step_s": step_s, "p50_ms": p50 * 1000,
@@ -325,34 +349,6 @@ def make_data(folder: Path, tokens: int) -> Path:
     return folder
 
 
-def summary(results: list[dict], device: str, w: dict) -> str:
-    import gap_tables as tables
-    from gptrain.models.registry import GPTConfig
-    from gptrain.train.metrics import flops_per_token
-
-    cfg = GPTConfig(vocab_size=50257, n_layer=w["n_layer"], n_head=w["n_head"], n_embd=w["n_embd"],
-                    block_size=w["block_size"])
-    L, C, V = cfg.n_layer, cfg.n_embd, cfg.padded_vocab_size
-    n_params = L * (12 * C * C + 13 * C) + 2 * C + V * C  # tied head, biases (non-embedding, as nanoGPT)
-    fpt = flops_per_token(cfg, n_params)
-    lines = [f"{'variant':<28} {'tokens/s':>10} {'p10 ms':>8} {'p50 ms':>8} {'p90 ms':>8} {'p90/p50':>7} "
-             f"{'MFU(989)':>8} {'busy %':>6} {'SM MHz':>12}"]
-    for r in results:
-        s = sorted(r["step_s"])
-        q = statistics.quantiles(s, n=10) if len(s) > 1 else [s[0]] * 9
-        busy = r["timeline"].get("busy_ms", 0) / max(r["timeline"].get("wall_ms", 0), 1e-9) * 100
-        mfu = fpt * r["tokens_per_s"] / 989e12 * 100 if device == "cuda" else float("nan")
-        clk = r["sm_clock_mhz"]
-        clock = f"{min(clk):.0f}-{max(clk):.0f}" if clk else "n/a"
-        lines.append(f"{r['variant']:<28} {r['tokens_per_s']:10,.0f} {q[0] * 1000:8.3f} {r['p50_ms']:8.3f} "
-                     f"{q[8] * 1000:8.3f} {q[8] / statistics.median(s):7.3f} {mfu:7.1f}% {busy:6.1f} {clock:>12}")
-    ratio = {r["variant"]: r["tokens_per_s"] for r in results}
-    if "gptrain" in ratio and "nanogpt" in ratio:
-        lines.append(f"gptrain / nanogpt: {ratio['gptrain'] / ratio['nanogpt']:.3f}x")
-    return ("\n".join(lines) + "\n\nkernel time by category (ms a step, traced window)\n"
-            + tables.category_table({r["variant"]: r["categories"] for r in results}))
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
@@ -367,6 +363,7 @@ def main():
     ap.add_argument("--data", help=argparse.SUPPRESS)
     args = ap.parse_args()
     start = time.monotonic()
+    import gap_tables as tables
     import torch
 
     if args.device == "auto":
@@ -384,6 +381,7 @@ def main():
     w = shape(args.device)
     args.data = str(make_data(work / "data", (args.warmup + args.steps + args.window + 10) * w["batch"] * w["block_size"] * 2))
     results, longest = [], 0.0
+    (Path(args.out) / "summary.txt").write_text("no variant finished\n")
     for variant in args.variants.split(","):
         if variant in COMPILED_ONLY and not args.compile:
             continue
@@ -412,7 +410,7 @@ def main():
         results.append(result)
         print(f"{variant}: {result['tokens_per_s']:,.0f} tokens/s, p50 {result['p50_ms']:.3f} ms "
               f"({time.monotonic() - began:.0f}s)", flush=True)
-        (Path(args.out) / "summary.txt").write_text(summary(results, args.device, w))
+        (Path(args.out) / "summary.txt").write_text(tables.summary(results, args.device, w))
     shutil.rmtree(work, ignore_errors=True)
     print((Path(args.out) / "summary.txt").read_text())
 

@@ -22,7 +22,9 @@ CATEGORIES = [
     ("LayerNorm", r"layer_norm|layernorm|var_mean|native_layer_norm"),
     ("embedding", r"embedding|index_select|indexing_backward|index_put"),
 ]
-SYNCS = r"cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|aten::_local_scalar_dense|cudaMemcpy\b"
+# each host wait once, at the runtime call that blocks: a copy to pageable memory (`.tolist()`) waits
+# inside cudaMemcpyAsync; `.item()` copies to pinned memory, then waits in cudaStreamSynchronize
+SYNCS = r"cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cudaMemcpyAsync|cudaMemcpy\b"
 
 
 def category(name: str) -> str:
@@ -40,6 +42,8 @@ def kernels(prof, device: str) -> list:
 
     out = []
     for e in prof.events():
+        if getattr(e, "is_user_annotation", False):  # a record_function's span on the device: no kernel
+            continue
         if device == "cuda":
             if e.device_type == DeviceType.CUDA:
                 out.append((e.name, e.time_range.start, e.time_range.end))
@@ -150,7 +154,7 @@ def syncs(prof, steps: int) -> str:
             continue
         phase, p = "?", e.cpu_parent
         while p is not None:
-            if p.name.startswith(("gptrain.", "nanogpt.")):
+            if p.name.startswith(("gptrain.", "nanogpt.", "probe.")):
                 phase = p.name
                 break
             p = p.cpu_parent
@@ -170,3 +174,34 @@ def percentiles(step_s: list[float]) -> str:
     p50 = statistics.median(step_s)
     return (f"step ms over {len(step_s)} timed steps: p10 {q[0] * 1000:.3f} | p50 {p50 * 1000:.3f} | "
             f"p90 {q[8] * 1000:.3f} | p90/p50 {q[8] / p50:.3f}\n")
+
+
+def summary(results: list[dict], device: str, w: dict) -> str:
+    """summary.txt: a row per variant (tokens/s, step percentiles, MFU of 989 TFLOP/s, busy share,
+    SM clocks), then the kernel categories of all of them."""
+    from gptrain.models.registry import GPTConfig
+    from gptrain.train.metrics import flops_per_token
+
+    cfg = GPTConfig(vocab_size=50257, n_layer=w["n_layer"], n_head=w["n_head"], n_embd=w["n_embd"],
+                    block_size=w["block_size"])
+    L, C, V = cfg.n_layer, cfg.n_embd, cfg.padded_vocab_size
+    n_params = L * (12 * C * C + 13 * C) + 2 * C + V * C  # tied head, biases (non-embedding, as nanoGPT)
+    fpt = flops_per_token(cfg, n_params)
+    lines = [f"{'variant':<28} {'tokens/s':>10} {'p10 ms':>8} {'p50 ms':>8} {'p90 ms':>8} {'p90/p50':>7} "
+             f"{'MFU(989)':>8} {'busy %':>6} {'SM MHz':>12}"]
+    for r in results:
+        s = sorted(r["step_s"])
+        q = statistics.quantiles(s, n=10) if len(s) > 1 else [s[0]] * 9
+        busy = r["timeline"].get("busy_ms", 0) / max(r["timeline"].get("wall_ms", 0), 1e-9) * 100
+        mfu = fpt * r["tokens_per_s"] / 989e12 * 100 if device == "cuda" else float("nan")
+        clk = r["sm_clock_mhz"]
+        clock = f"{min(clk):.0f}-{max(clk):.0f}" if clk else "n/a"
+        lines.append(f"{r['variant']:<28} {r['tokens_per_s']:10,.0f} {q[0] * 1000:8.3f} {r['p50_ms']:8.3f} "
+                     f"{q[8] * 1000:8.3f} {q[8] / statistics.median(s):7.3f} {mfu:7.1f}% {busy:6.1f} {clock:>12}")
+    ratio = {r["variant"]: r["tokens_per_s"] for r in results}
+    if "gptrain" in ratio and "nanogpt" in ratio:
+        lines.append(f"gptrain / nanogpt: {ratio['gptrain'] / ratio['nanogpt']:.3f}x")
+    lines.append("the sides' models: gptrain's GPT-2 (biases, tanh GELU, vocabulary 50257 padded to 50304) "
+                 "and nanoGPT's (no biases, exact GELU, vocabulary 50304): the same matmul shapes but the biases")
+    return ("\n".join(lines) + "\n\nkernel time by category (ms a step, traced window)\n"
+            + category_table({r["variant"]: r["categories"] for r in results}))

@@ -46,16 +46,17 @@ def test_the_loss_graph_holds_no_slice_of_the_padded_logits():
     assert not {n for n in nodes if n.startswith(("Slice", "AsStrided", "Narrow"))}, nodes
 
 
-def test_the_masked_loss_equals_the_sliced_reference_in_value_and_gradient():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_masked_loss_equals_the_sliced_reference_in_value_and_gradient(dtype):
     torch.manual_seed(1)
     V = 50
-    logits = torch.randn(3, 7, 64, requires_grad=True)
+    logits = torch.randn(3, 7, 64, dtype=dtype, requires_grad=True)
     targets = torch.randint(0, V, (3, 7))
     targets[0, :2] = -100  # ignored positions
     loss = cross_entropy(logits, targets, V)
     (grad,) = torch.autograd.grad(loss, logits)
     ref_logits = logits.detach().clone().requires_grad_()
-    ref = F.cross_entropy(ref_logits[..., :V].reshape(-1, V), targets.reshape(-1), ignore_index=-100)
+    ref = F.cross_entropy(ref_logits[..., :V].float().reshape(-1, V), targets.reshape(-1), ignore_index=-100)
     (ref_grad,) = torch.autograd.grad(ref, ref_logits)
     torch.testing.assert_close(loss, ref)
     torch.testing.assert_close(grad, ref_grad)

@@ -180,10 +180,13 @@ def cross_entropy(logits, targets, vocab_size: int | None = None):
     off: the values and gradients are those of the real columns alone (the padded ones get
     probability 0, so gradient 0), where a slice's backward would write a zero tensor the size of
     the logits and copy into it (1.6 GB for GPT-2 at batch 16 x 1024 in bf16)."""
+    copied = logits.dtype != torch.float32
     logits = logits.float()
     if vocab_size is not None and logits.size(-1) > vocab_size:
         padded = torch.arange(logits.size(-1), device=logits.device) >= vocab_size
-        logits = logits.masked_fill(padded, float("-inf"))
+        # in place on the fp32 copy of low-precision logits (no pass over a new tensor); never on
+        # the head's own output, which its caller is handed
+        logits = logits.masked_fill_(padded, float("-inf")) if copied else logits.masked_fill(padded, float("-inf"))
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100)
 
 

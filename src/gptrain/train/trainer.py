@@ -289,7 +289,8 @@ class Trainer(Checkpointing, Evaluating):
             dist.all_reduce(values[0], op=dist.ReduceOp.AVG)
         if self.skips is not None:
             values += self.skips.counters()
-        value, norm, *skipped = torch.stack([v.to(torch.float64).reshape(()) for v in values]).tolist()
+        value, norm, *skipped = torch.stack([v.to(device=device, dtype=torch.float64).reshape(())
+                                             for v in values]).tolist()  # (a norm of no gradients is made on the CPU)
         if skipped:
             count, first, latest = self.skips.settle(*skipped)
             if count:
