@@ -27,6 +27,11 @@ from pathlib import Path
 
 from gptrain.errors import UserError
 
+__all__ = [  # what the faces (cli/, ui/) may use: tests/unit/test_api_surface.py
+    "datasets", "fetch_corpus", "import_saved", "inspect", "prepare", "prepared_dir", "push",
+    "rank_and_world", "remove", "sample", "TokenBlocks",
+]
+
 
 def rank_and_world() -> tuple[int, int]:
     """(rank, world size): torch.distributed's when initialized, else RANK/WORLD_SIZE, else (0, 1)."""

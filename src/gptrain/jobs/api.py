@@ -24,6 +24,16 @@ from gptrain.jobs.found import dataset_tokenizer, model_source  # noqa: F401 (a 
 from gptrain.jobs.metrics_file import MetricsFile  # noqa: F401 (the console's charts read through it)
 from gptrain.jobs.submission import SLURM_KEYS as SLURM_OPTIONS, Request  # noqa: F401 (for the faces)
 
+__all__ = [  # what the faces (cli/, ui/) may use: tests/unit/test_api_surface.py
+    "add_source", "checkpoint", "checkpoint_files", "CHECKPOINT_SHOWN", "checkpoint_zip", "checkpoints",
+    "database_error", "dataset_tokenizer", "export_checkpoint", "follow_log", "how_far", "job", "known",
+    "last_train", "log_pages", "log_path", "log_reader", "loss_line", "metrics_path", "MetricsFile",
+    "model_source", "parse_user_text", "PRIVATE", "read_job_file", "read_log", "refresh_all",
+    "REFRESH_S", "remove", "remove_source", "report", "Request", "rerun", "resume", "rows",
+    "ROWS_TTL_S", "SCHEDULERS", "shown", "SLURM_OPTIONS", "sources", "stop", "submit",
+    "SUPERVISOR_EXIT_S", "zip_job",
+]
+
 REFRESH_S = 2.0  # the whole table is brought up to date at most this often (refresh_all)
 ROWS_TTL_S = 0.5  # a table asked for again within this is the one computed
 

@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 from gptrain.errors import UserError
 from gptrain.weights.checksums import allow_unverified  # noqa: F401  (--allow-unverified of the faces)
 
+__all__ = [  # what the faces (cli/, ui/) may use: tests/unit/test_api_surface.py
+    "allow_unverified", "DTYPES", "export", "Exported", "generate", "Sampling",
+]
+
 DTYPES = ("auto", "fp32", "bf16", "fp16")
 
 

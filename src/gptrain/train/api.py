@@ -8,6 +8,10 @@ from __future__ import annotations
 from gptrain import stop
 from gptrain.stop import install as install_stop  # noqa: F401 (`gptrain train` calls it first)
 
+__all__ = [  # what the faces (cli/, ui/) may use: tests/unit/test_api_surface.py
+    "evaluate", "help_text", "install_stop", "train",
+]
+
 
 def train(argv: list[str], resolve=None) -> int:
     """Train as `gptrain train ARGV` says; the exit code: 0 completed, 128 + the signal when a stop
