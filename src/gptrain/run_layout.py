@@ -17,6 +17,13 @@ CONFIG = "config.toml"
 METRICS = "metrics.jsonl"
 RUN_INFO = "run.json"
 CHECKPOINTS = "checkpoints"
+STEP_PREFIX = "step-"  # checkpoints/step-NNNNNN: one checkpoint (weights/layout.py step_name)
+LATEST = "latest"  # checkpoints/latest: the name of the newest complete one (and REMOTE/latest)
+
+
+def is_step_name(name: str) -> bool:
+    """Whether a folder's name is a checkpoint step's (step-N)."""
+    return name.startswith(STEP_PREFIX)
 
 
 def config_file(output_dir) -> Path:

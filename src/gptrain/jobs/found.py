@@ -54,7 +54,7 @@ def choose(job_dir, row: dict):
     if path.is_dir():
         checksums.verify(path)
     own = layout.root_of(jdir) / path.name == path and layout.is_checkpoint_dir(path)
-    pointer = layout.root_of(jdir) / "latest"
+    pointer = layout.root_of(jdir) / run_layout.LATEST
     before = pointer.read_text() if own and pointer.is_file() else None
     write_text_atomic(folder.resume_pin(jdir), row["name"] + "\n")
     if own:

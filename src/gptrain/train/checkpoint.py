@@ -32,6 +32,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.filesystem import FileSystem
 
+from gptrain import run_layout
 from gptrain.errors import UserError
 from gptrain.weights import checksums
 from gptrain.weights.dcp import dcp_error, load_tensors
@@ -115,7 +116,7 @@ class PendingSave:
                     shutil.rmtree(self.path)
                 os.rename(tmp, self.path)
                 checksums.fsync_dir(self.root)
-                _write_pointer(self.root, "latest", self.name)
+                _write_pointer(self.root, run_layout.LATEST, self.name)
                 _prune(self.root, self.keep_last, self.keep_best)
                 if self.remote:
                     from gptrain.train import remote

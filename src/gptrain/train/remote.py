@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from gptrain.errors import UserError
+from gptrain.run_layout import LATEST, is_step_name
 from gptrain.files import is_plain_name
 from gptrain.weights import checksums
 from gptrain.weights.dcp import read_metadata
@@ -45,11 +46,11 @@ def check(url: str) -> None:
 
 def latest_name(url: str) -> str | None:
     fs, root = _fs(url)
-    pointer = f"{root}/latest"
+    pointer = f"{root}/{LATEST}"
     if not fs.exists(pointer):
         return None
     name = fs.cat_file(pointer).decode(errors="replace").strip()
-    if name and not (name.startswith("step-") and is_plain_name(name)):  # never a path elsewhere
+    if name and not (is_step_name(name) and is_plain_name(name)):  # never a path elsewhere
         raise UserError(f"{url}/latest names {name[:100]!r}, which is not a checkpoint of this run "
                         "(step-N); fix or remove it")
     return name or None
@@ -65,10 +66,10 @@ def upload(local: Path, url: str, keep_last: int | None) -> None:
     for f in sorted(local.rglob("*")):
         if f.is_file():
             fs.put_file(str(f), f"{dest}/{f.relative_to(local).as_posix()}")
-    fs.pipe_file(f"{root}/latest", local.name.encode())
+    fs.pipe_file(f"{root}/{LATEST}", local.name.encode())
     if keep_last:
         steps = by_step(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)
-                       if p.rstrip("/").rsplit("/", 1)[-1].startswith("step-"))
+                       if is_step_name(p.rstrip("/").rsplit("/", 1)[-1]))
         for name in steps[:-keep_last]:
             fs.rm(f"{root}/{name}", recursive=True)
 
@@ -84,7 +85,7 @@ def fetch_newest(url: str, output_dir: Path, local: Path | None, say) -> Path | 
         return None
     fs, root = _fs(url)
     names = {p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)}
-    older = [n for n in by_step(n for n in names if n.startswith("step-") and is_plain_name(n)) if n < latest]
+    older = [n for n in by_step(n for n in names if is_step_name(n) and is_plain_name(n)) if n < latest]
     refused = []
     for name in [latest, *reversed(older)]:
         if local is not None and name <= local.name:
@@ -133,5 +134,5 @@ def download(url: str, name: str, output_dir: Path) -> Path:
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
-    (ckpt_root / "latest").write_text(name)
+    (ckpt_root / LATEST).write_text(name)
     return final

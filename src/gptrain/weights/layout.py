@@ -32,12 +32,12 @@ def root_of(output_dir) -> Path:
 
 
 def step_name(step: int) -> str:
-    return f"step-{step:06d}"
+    return f"{run_layout.STEP_PREFIX}{step:06d}"
 
 
 def complete(root) -> list[Path]:
     """The complete checkpoints in OUTPUT/checkpoints, oldest to newest."""
-    return by_step(p for p in Path(root).glob("step-*") if is_checkpoint_dir(p))
+    return by_step(p for p in Path(root).glob(run_layout.STEP_PREFIX + "*") if is_checkpoint_dir(p))
 
 
 def by_step(paths) -> list[Path]:
@@ -112,7 +112,7 @@ def resume_order(output_dir) -> list[Path]:
     one abandoned: never taken by themselves."""
     ckpt_root = root_of(output_dir)
     done = complete(ckpt_root)
-    pointer, top = ckpt_root / "latest", None
+    pointer, top = ckpt_root / run_layout.LATEST, None
     if pointer.is_file():
         name = pointer.read_text(errors="replace").strip()
         if is_plain_name(name) and is_checkpoint_dir(ckpt_root / name):  # never a path outside

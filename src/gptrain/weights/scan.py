@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from gptrain import run_layout
 from gptrain.weights.hf import HF_WEIGHT_FILES
 from gptrain.weights.kinds import kind_of, read_meta
 from gptrain.weights.names import HF_SHARD, HF_STEP_DIR, NUMBERED_DIR, is_listable, is_weight_file, step_of
@@ -82,7 +83,7 @@ def _walk(folder: Path, prefix: str, depth: int, known: dict, rows: list, dirs_o
     except OSError:
         return
     for p in entries:
-        if not is_listable(p.name) or p.name.startswith(".") or p.name == "latest" or p.is_symlink():
+        if not is_listable(p.name) or p.name.startswith(".") or p.name == run_layout.LATEST or p.is_symlink():
             continue
         name = prefix + p.name
         if p.is_dir():
