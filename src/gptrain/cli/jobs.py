@@ -28,7 +28,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("stop", help="stop a job: it saves a checkpoint and exits")
     p.add_argument("name")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds before the stop is forced")
+    p.add_argument("--timeout", type=float, default=api.STOP_TIMEOUT_S, help="seconds before the stop is forced "
+                   f"(default {api.STOP_TIMEOUT_S:g})")
     p.add_argument("--wait", action="store_true", help="return when the job has stopped and its supervisor has exited (nothing of it runs any more)")
     p.set_defaults(func=cmd_stop)
 

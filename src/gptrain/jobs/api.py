@@ -30,7 +30,7 @@ __all__ = [  # what the faces (cli/, ui/) may use: tests/unit/test_api_surface.p
     "last_train", "log_pages", "log_path", "log_reader", "loss_line", "metrics_path", "MetricsFile",
     "model_source", "parse_user_text", "PRIVATE", "read_job_file", "read_log", "refresh_all",
     "REFRESH_S", "remove", "remove_source", "report", "Request", "rerun", "resume", "rows",
-    "ROWS_TTL_S", "SCHEDULERS", "shown", "SLURM_OPTIONS", "sources", "stop", "submit",
+    "ROWS_TTL_S", "SCHEDULERS", "shown", "SLURM_OPTIONS", "sources", "stop", "STOP_TIMEOUT_S", "submit",
     "SUPERVISOR_EXIT_S", "zip_job",
 ]
 
@@ -84,7 +84,10 @@ def read_job_file(path: str) -> dict:
     return job_file.from_yaml(path)
 
 
-def stop(name: str, timeout: float = 120.0, wait: bool = False) -> str:
+STOP_TIMEOUT_S = folder.STOP_TIMEOUT_S
+
+
+def stop(name: str, timeout: float = STOP_TIMEOUT_S, wait: bool = False) -> str:
     """Ask the job to save a checkpoint and exit (forced after `timeout` s); its state after.
     With gptrain.db unreadable, a local job is asked through its folder (its supervisor reads
     the request there, and stops its workers by itself when it meets the damage)."""

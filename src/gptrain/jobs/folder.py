@@ -127,7 +127,10 @@ def write_stop_request(jdir: Path, timeout: float) -> None:
     stop_request(jdir).write_text(json.dumps({"timeout": timeout}))
 
 
-def stop_timeout(jdir: Path, default: float = 120.0) -> float:
+STOP_TIMEOUT_S = 120.0  # a stop's grace before it is forced: `gptrain stop`'s default, the console's
+
+
+def stop_timeout(jdir: Path, default: float = STOP_TIMEOUT_S) -> float:
     try:
         return float(json.loads(stop_request(jdir).read_text())["timeout"])
     except (OSError, ValueError, KeyError, TypeError):

@@ -51,7 +51,6 @@ VERSION = _version()
 # how numbers read, the same spec the CLI's render.py reads (an attribute value: HTML-escaped)
 RENDER = html.escape((resources.files("gptrain") / "assets" / "render.json").read_text(), quote=True)
 LOG_PAGES_PER_TICK = 8  # a log stream sends at most 8 pages (512 KiB) each half second
-STOP_TIMEOUT_S = 120.0  # as `gptrain stop`'s default --timeout
 PAGES = {"jobs": "Jobs", "job": "Job", "compare": "Compare", "datasets": "Datasets"}
 
 
@@ -155,8 +154,9 @@ def download(fmt: str):
 # ---- actions ----------------------------------------------------------------------------------
 
 def _stop(name: str) -> dict:
-    """What `gptrain stop NAME` does: the workers save a checkpoint and exit (forced after 120 s)."""
-    return {"state": api.stop(name, STOP_TIMEOUT_S)}
+    """What `gptrain stop NAME` does: the workers save a checkpoint and exit (forced after
+    api.STOP_TIMEOUT_S)."""
+    return {"state": api.stop(name, api.STOP_TIMEOUT_S)}
 
 
 def _remove(name: str) -> dict:
