@@ -69,14 +69,13 @@ def _allow(args) -> None:
 
 def cmd_generate(args, extra) -> int:
     _allow(args)
-    from gptrain.jobs.api import dataset_tokenizer, model_source
-    from gptrain.models.api import Sampling, generate
+    from gptrain.jobs.api import generate
+    from gptrain.models.api import Sampling
 
     sampling = Sampling(prompt=args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                         top_k=args.top_k, top_p=args.top_p, seed=args.seed, num_samples=args.num_samples,
-                        tokenizer=args.tokenizer, device=args.device, dtype=args.dtype,
-                        fallback_tokenizer=dataset_tokenizer(args.model))
-    texts = generate(model_source(args.model), sampling, name=args.model)
+                        tokenizer=args.tokenizer, device=args.device, dtype=args.dtype)
+    texts = generate(args.model, sampling)
     for i, text in enumerate(texts):
         if len(texts) > 1:
             print(f"--- sample {i + 1}")
@@ -88,11 +87,9 @@ def cmd_eval(args, extra) -> int:
     _allow(args)
     import json
 
-    from gptrain.jobs.api import model_source
-    from gptrain.train.api import evaluate
+    from gptrain.jobs.api import evaluate
 
-    result, notes = evaluate(model_source(args.model), args.dataset, args.split, args.batch_size,
-                             args.max_blocks, args.device)
+    result, notes = evaluate(args.model, args.dataset, args.split, args.batch_size, args.max_blocks, args.device)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.json:
@@ -105,10 +102,9 @@ def cmd_eval(args, extra) -> int:
 
 def cmd_export(args, extra) -> int:
     _allow(args)
-    from gptrain.jobs.api import model_source
-    from gptrain.models.api import export
+    from gptrain.jobs.api import export
 
-    done = export(model_source(args.model), args.out, args.format)
+    done = export(args.model, args.out, args.format)
     if args.format == "peft":
         print(f"exported the LoRA adapters of {args.model} to {done.out} (PEFT, on the {done.arch} base {done.base})")
     else:

@@ -21,12 +21,13 @@ from gptrain.jobs import copy_out, folder, records, secrets, store, submission
 from gptrain.jobs.engines.table import SUPERVISED
 from gptrain.jobs.schedulers import SCHEDULERS, refresh_job, resume_job, scheduler  # noqa: F401 (the faces' choices)
 from gptrain.jobs.found import dataset_tokenizer, model_source  # noqa: F401 (a MODEL named: its source, its data's tokenizer)
+from gptrain.jobs.model_use import evaluate, export, generate  # noqa: F401 (a MODEL named, used whole)
 from gptrain.jobs.metrics_file import MetricsFile  # noqa: F401 (the console's charts read through it)
 from gptrain.jobs.submission import SLURM_KEYS as SLURM_OPTIONS, Request  # noqa: F401 (for the faces)
 
 __all__ = [  # what the faces (cli/, ui/) may use: tests/unit/test_api_surface.py
     "add_source", "checkpoint", "checkpoint_files", "CHECKPOINT_SHOWN", "checkpoint_zip", "checkpoints",
-    "database_error", "dataset_tokenizer", "export_checkpoint", "follow_log", "how_far", "job", "known",
+    "database_error", "dataset_tokenizer", "evaluate", "export", "generate", "export_checkpoint", "follow_log", "how_far", "job", "known",
     "last_train", "log_pages", "log_path", "log_reader", "loss_line", "metrics_path", "MetricsFile",
     "model_source", "parse_user_text", "PRIVATE", "read_job_file", "read_log", "refresh_all",
     "REFRESH_S", "remove", "remove_source", "report", "Request", "rerun", "resume", "rows",

@@ -230,11 +230,9 @@ def _generate(name: str, body: dict) -> dict:
 
     api.known(name)
     ckpt = _text(body, "checkpoint") or None
-    source = api.model_source(api.checkpoint(ckpt, name)["id"] if ckpt else name)
     sampling = models_api.Sampling(prompt=_text(body, "prompt"), max_new_tokens=number("max_new_tokens", int, 50),
-                                   temperature=number("temperature", float, 0.8),
-                                   fallback_tokenizer=api.dataset_tokenizer(name))
-    return {"texts": models_api.generate(source, sampling, name=name)}
+                                   temperature=number("temperature", float, 0.8))
+    return {"texts": api.generate(api.checkpoint(ckpt, name)["id"] if ckpt else name, sampling)}
 
 
 async def action_launch(request):
