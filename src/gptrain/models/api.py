@@ -97,7 +97,9 @@ def export(source: str, out, fmt: str = "hf") -> Exported:
     if fmt not in ("hf", "peft"):
         raise UserError(f"export format {fmt!r}: choose hf or peft")
     model, tokenizer = load_model(source, device="cpu")
-    arch = "Llama" if model.config.arch == "llama" else "GPT-2"
+    from gptrain.models.registry import spec_of
+
+    arch = spec_of(model.config.arch).display
     if fmt == "peft":
         from gptrain.models.peft_export import export_peft
         from gptrain.weights.hf import is_hf_dir

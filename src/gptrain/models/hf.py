@@ -60,37 +60,41 @@ def _from_hub(name: str, patterns: list[str], **kw) -> Path:
 def config_from_hf(hf: dict, **overrides):
     from gptrain.models.registry import spec_of_hf
 
-    arch = spec_of_hf(hf.get("model_type")).arch
-    cfg = {"llama": llama_config_from_hf, "gpt2": gpt2_config_from_hf}[arch](hf)
+    spec = spec_of_hf(hf.get("model_type"))
+    cfg = gpt2_config_from_hf(hf) if spec.arch == "gpt2" else llama_config_from_hf(hf, spec)
     for key, value in overrides.items():
         setattr(cfg, key, value)
     cfg.validate()
     return cfg
 
 
-def llama_config_from_hf(hf: dict):
-    from gptrain.models.registry import LlamaConfig
-
+def llama_config_from_hf(hf: dict, spec):
+    """The config of a Llama-family config.json (llama, qwen2, mistral: models/registry.py); what
+    gptrain's module does not compute the same way is one clear line."""
+    name = spec.display
     rope = hf.get("rope_parameters") or {}  # transformers 5 keeps rope_theta in here
     scaling = hf.get("rope_scaling") or ({} if rope.get("rope_type", "default") == "default" else rope)
     if scaling:
         raise UserError(f"rope scaling {scaling.get('rope_type') or scaling.get('type')!r} is not "
-                        "supported: gptrain's Llama uses plain rotary embeddings (Llama-2, TinyLlama)")
+                        f"supported: gptrain's {name} uses plain rotary embeddings")
     if hf.get("hidden_act", "silu") != "silu":
-        raise UserError(f"activation {hf['hidden_act']!r} is not supported (Llama uses silu)")
+        raise UserError(f"activation {hf['hidden_act']!r} is not supported ({name} uses silu)")
     if hf.get("attention_bias") or hf.get("mlp_bias"):
-        raise UserError("Llama models with attention_bias or mlp_bias are not supported")
+        raise UserError(f"{name} models with attention_bias or mlp_bias are not supported")
     heads, width = hf["num_attention_heads"], hf["hidden_size"]
     if hf.get("head_dim") not in (None, width // heads):
         raise UserError(f"head_dim {hf['head_dim']} other than hidden_size / num_attention_heads "
                         "is not supported")
-    return LlamaConfig(block_size=hf["max_position_embeddings"], vocab_size=hf["vocab_size"],
-                       n_layer=hf["num_hidden_layers"], n_head=heads,
-                       n_kv_head=hf.get("num_key_value_heads") or heads, n_embd=width,
-                       intermediate_size=hf["intermediate_size"],
-                       rope_theta=float(hf.get("rope_theta") or rope.get("rope_theta", 10000.0)),
-                       layer_norm_eps=hf.get("rms_norm_eps", 1e-6), bias=False,
-                       tie_embeddings=bool(hf.get("tie_word_embeddings", False)))
+    # Qwen2 keeps a window only with use_sliding_window (and then only above max_window_layers)
+    window = hf.get("sliding_window") if hf.get("use_sliding_window", spec.arch == "mistral") else None
+    return spec.config_class(block_size=hf["max_position_embeddings"], vocab_size=hf["vocab_size"],
+                             n_layer=hf["num_hidden_layers"], n_head=heads,
+                             n_kv_head=hf.get("num_key_value_heads") or heads, n_embd=width,
+                             intermediate_size=hf["intermediate_size"],
+                             rope_theta=float(hf.get("rope_theta") or rope.get("rope_theta", 10000.0)),
+                             layer_norm_eps=hf.get("rms_norm_eps", 1e-6), bias=False,
+                             tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+                             sliding_window=window if window else None)
 
 
 def gpt2_config_from_hf(hf: dict):
@@ -112,15 +116,18 @@ def config_to_hf(cfg) -> dict:
 
     spec = spec_of(cfg.arch)
     kind = {"architectures": [spec.hf_architecture], "model_type": spec.hf_model_type}
-    if cfg.arch == "llama":
+    if cfg.arch != "gpt2":  # the Llama family
+        own = {"llama": {"attention_bias": False, "mlp_bias": False},
+               "qwen2": {"use_sliding_window": cfg.sliding_window is not None, "sliding_window": cfg.sliding_window},
+               "mistral": {"sliding_window": cfg.sliding_window}}[cfg.arch]
         return {
-            **kind,
+            **kind, **own,
             "vocab_size": cfg.vocab_size, "max_position_embeddings": cfg.block_size,
             "hidden_size": cfg.n_embd, "intermediate_size": cfg.ffn_size,
             "num_hidden_layers": cfg.n_layer, "num_attention_heads": cfg.n_head,
             "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "hidden_act": "silu",
             "rms_norm_eps": cfg.layer_norm_eps, "rope_theta": cfg.rope_theta,
-            "attention_bias": False, "mlp_bias": False, "attention_dropout": cfg.dropout,
+            "attention_dropout": cfg.dropout,
             "initializer_range": 0.02, "tie_word_embeddings": cfg.tie_embeddings,
             "torch_dtype": "float32",
         }

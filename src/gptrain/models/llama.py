@@ -1,5 +1,6 @@
-"""Llama (Llama-2, TinyLlama and their kin): RMSNorm, rotary positions, grouped-query attention,
-SwiGLU MLP, and an output head of its own unless tie_embeddings.
+"""Llama (Llama-2, TinyLlama and their kin: Qwen2/2.5 with its query/key/value biases, Mistral
+with its sliding window): RMSNorm, rotary positions, grouped-query attention, SwiGLU MLP, and an
+output head of its own unless tie_embeddings.
 
 It fills the same shell as GPT-2 (models/base.py: transformer.wte / transformer.h /
 transformer.ln_f / lm_head, one forward), so the trainer, the parallelism plans, checkpoints and
@@ -16,6 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from gptrain.errors import UserError
 from gptrain.models.base import CAUSAL, CausalLM, attention
 
 if TYPE_CHECKING:  # a type only (models/registry.py)
@@ -46,12 +48,14 @@ class LlamaAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         d = cfg.head_dim
-        self.q_proj = nn.Linear(cfg.n_embd, cfg.n_head * d, bias=cfg.bias)
-        self.k_proj = nn.Linear(cfg.n_embd, cfg.kv_heads * d, bias=cfg.bias)
-        self.v_proj = nn.Linear(cfg.n_embd, cfg.kv_heads * d, bias=cfg.bias)
+        qkv_bias = cfg.bias or cfg.qkv_bias
+        self.q_proj = nn.Linear(cfg.n_embd, cfg.n_head * d, bias=qkv_bias)
+        self.k_proj = nn.Linear(cfg.n_embd, cfg.kv_heads * d, bias=qkv_bias)
+        self.v_proj = nn.Linear(cfg.n_embd, cfg.kv_heads * d, bias=qkv_bias)
         self.o_proj = nn.Linear(cfg.n_head * d, cfg.n_embd, bias=cfg.bias)
         self.head_dim, self.theta = d, cfg.rope_theta
         self.impl, self.dropout = cfg.attn_implementation, cfg.dropout
+        self.window = cfg.sliding_window
 
     def forward(self, x, cache=None, packed=None):
         B, T, _ = x.shape
@@ -63,6 +67,10 @@ class LlamaAttention(nn.Module):
         mask = CAUSAL if packed is None else packed.mask
         if cache is not None:
             k, v, mask = cache.update(self, k, v)
+        if self.window is not None and k.size(2) > self.window:  # within the window it is plain causal
+            raise UserError(f"this model attends to the {self.window} tokens before each one (its sliding "
+                            f"window); {k.size(2)} are more than gptrain computes that way: use a context "
+                            f"of at most {self.window} (--model.block_size, or a shorter generation)")
         group = q.size(1) // k.size(1)
         if group > 1:  # each key/value head serves `group` query heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)

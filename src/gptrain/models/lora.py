@@ -28,8 +28,14 @@ from gptrain.errors import UserError, closest
 
 ALL_LINEAR = "all-linear"
 NF4_BLOCK = 64  # QLoRA's (and torchao's) NF4 block: 64 weights share one scale
-# peft's defaults (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING) where no target is given
-DEFAULT_TARGETS = {"gpt2": ("c_attn",), "llama": ("q_proj", "v_proj")}
+
+
+def default_targets(arch: str) -> tuple:
+    """peft's defaults (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING) where no target is
+    given: the architecture's spec says them (models/registry.py)."""
+    from gptrain.models.registry import spec_of
+
+    return spec_of(arch).lora_targets
 
 
 class LoRALinear(nn.Linear):
@@ -75,7 +81,7 @@ def resolve_targets(model, targets) -> list[str]:
     from gptrain.models.registry import spec_of
 
     linears = block_linears(model)
-    targets = list(targets) or list(DEFAULT_TARGETS[model.config.arch])
+    targets = list(targets) or list(default_targets(model.config.arch))
     if ALL_LINEAR in targets:
         return list(linears)
     spec = spec_of(model.config.arch)  # each Linear also by its HF name, as peft matches it

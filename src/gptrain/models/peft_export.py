@@ -39,10 +39,10 @@ def adapter_tensors(model) -> dict:
 
 
 def adapter_config(model, base: str) -> dict:
-    from gptrain.models.lora import ALL_LINEAR, DEFAULT_TARGETS
+    from gptrain.models.lora import ALL_LINEAR, default_targets
 
     cfg = model.config
-    targets = list(cfg.lora_targets) or list(DEFAULT_TARGETS[cfg.arch])
+    targets = list(cfg.lora_targets) or list(default_targets(cfg.arch))
     return {
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base,
         "r": cfg.lora_r, "lora_alpha": cfg.lora_alpha, "lora_dropout": cfg.lora_dropout,

@@ -107,6 +107,8 @@ class LlamaConfig(GPTConfig):
     n_kv_head: int | None = None  # grouped-query attention: key/value heads (default n_head)
     intermediate_size: int | None = None  # MLP width (default 4 * n_embd)
     rope_theta: float = 10000.0
+    qkv_bias: bool = False  # biases on q_proj, k_proj, v_proj only (Qwen2's)
+    sliding_window: int | None = None  # each token sees this many before it at most (Mistral's); None: all
 
     @property
     def kv_heads(self) -> int:
@@ -122,6 +124,23 @@ class LlamaConfig(GPTConfig):
             raise UserError(f"n_head={self.n_head} must be a multiple of n_kv_head={self.kv_heads}")
         if self.head_dim % 2:
             raise UserError(f"rotary embeddings need an even head size, got {self.head_dim}")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise UserError(f"sliding_window must be >= 1, got {self.sliding_window}")
+
+
+@dataclass
+class Qwen2Config(LlamaConfig):
+    """Qwen2 / Qwen2.5: Llama's shape with biases on the query, key and value projections."""
+    arch: ClassVar[str] = "qwen2"
+    qkv_bias: bool = True
+    rope_theta: float = 1000000.0
+    layer_norm_eps: float = 1e-6
+
+
+@dataclass
+class MistralConfig(LlamaConfig):
+    """Mistral: Llama's shape (grouped-query attention), with a sliding window in some versions."""
+    arch: ClassVar[str] = "mistral"
 
 
 # Fields every model_config carried before the configs were split per architecture, with the
@@ -163,6 +182,8 @@ class ArchSpec:
     hf_ignored: tuple = ()      # HF key suffixes that are not weights (old buffers)
     # per block: (norm, sub-module, its column-split input projections, its row-split output one)
     tp_sublayers: tuple = ()
+    display: str = ""           # the name users know it by ("GPT-2", "Qwen2")
+    lora_targets: tuple = ()    # LoRA's targets where none is given (peft's defaults for the type)
 
     def rename(self, key: str, to_ours: bool) -> str | None:
         """`key` under the other side's name (hf_renames' first row that fits), or None."""
@@ -199,6 +220,7 @@ GPT2 = ArchSpec(
     hf_head_rows=("attn.c_attn.weight", "attn.c_attn.bias"),
     hf_ignored=(".attn.bias", ".attn.masked_bias"),
     tp_sublayers=(("ln_1", "attn", ("c_attn",), "c_proj"), ("ln_2", "mlp", ("c_fc",), "c_proj")),
+    display="GPT-2", lora_targets=("c_attn",),
 )
 
 LLAMA_SHAPE = dict(layer_norm_eps=1e-5)
@@ -218,9 +240,25 @@ LLAMA = ArchSpec(
     hf_ignored=("rotary_emb.inv_freq",),
     tp_sublayers=(("input_layernorm", "self_attn", ("q_proj", "k_proj", "v_proj"), "o_proj"),
                   ("post_attention_layernorm", "mlp", ("gate_proj", "up_proj"), "down_proj")),
+    display="Llama", lora_targets=("q_proj", "v_proj"),
 )
+# Llama's kin: the same modules and names (models/llama.py), their own config.json model_type
+QWEN2 = dataclasses.replace(
+    LLAMA, arch="qwen2", config_class=Qwen2Config, hf_model_type="qwen2", hf_architecture="Qwen2ForCausalLM",
+    display="Qwen2", presets={
+        "qwen2.5-0.5b": dict(n_layer=24, n_head=14, n_kv_head=2, n_embd=896, intermediate_size=4864,
+                             block_size=32768, tie_embeddings=True),
+        "qwen2-tiny": dict(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, intermediate_size=176, block_size=64),
+    })
+MISTRAL = dataclasses.replace(
+    LLAMA, arch="mistral", config_class=MistralConfig, hf_model_type="mistral",
+    hf_architecture="MistralForCausalLM", display="Mistral", presets={
+        "mistral-7b": dict(n_layer=32, n_head=32, n_kv_head=8, n_embd=4096, intermediate_size=14336,
+                           block_size=32768, rope_theta=1000000.0),
+        "mistral-tiny": dict(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, intermediate_size=176, block_size=64),
+    })
 
-SPECS = {spec.arch: spec for spec in (GPT2, LLAMA)}
+SPECS = {spec.arch: spec for spec in (GPT2, LLAMA, QWEN2, MISTRAL)}
 PRESETS: dict[str, dict] = {name: dict(shape, arch=spec.arch) for spec in SPECS.values()
                             for name, shape in spec.presets.items()}
 
