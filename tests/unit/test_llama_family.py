@@ -1,5 +1,5 @@
-"""Qwen2/2.5 and Mistral, Llama's kin in models/registry.py, against transformers' own modules
-(Qwen2ForCausalLM, MistralForCausalLM, saved by transformers with random weights): logits, loss and
+"""Qwen2/2.5, Qwen3 and Mistral, Llama's kin in models/registry.py, against transformers' own modules
+(Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, saved by transformers with random weights): logits, loss and
 gradients, the export loading back into the same class, a Mistral sliding window refused past its
 length and exact within it, and a Qwen2 trained from its HF folder by `gptrain train`."""
 
@@ -19,6 +19,7 @@ SHAPE = dict(vocab_size=300, hidden_size=32, intermediate_size=88, num_hidden_la
 KINDS = {  # name -> (transformers config class, model class, its extra settings)
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(rope_theta=1000000.0, tie_word_embeddings=False)),
     "qwen2-tied": ("Qwen2Config", "Qwen2ForCausalLM", dict(rope_theta=1000000.0, tie_word_embeddings=True)),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(rope_theta=1000000.0, head_dim=16, tie_word_embeddings=False)),
     "mistral": ("MistralConfig", "MistralForCausalLM", dict(rope_theta=10000.0, sliding_window=16,
                                                             tie_word_embeddings=False)),
 }
@@ -31,10 +32,10 @@ def save_hf(kind, out):
     torch.manual_seed(0)
     cfg = getattr(transformers, config_cls)(**SHAPE, **extra)
     model = getattr(transformers, model_cls)(cfg).eval()
-    with torch.no_grad():  # transformers zeroes biases at init: random ones, so that they are tested
+    with torch.no_grad():  # transformers zeroes biases and sets norms to 1 at init: random ones, tested
         for name, p in model.named_parameters():
-            if name.endswith("bias"):
-                p.normal_(0, 0.1)
+            if name.endswith(("bias", "norm.weight")):
+                p.normal_(1.0 if "norm" in name else 0.0, 0.1)
     model.save_pretrained(out)
     return out, model
 
@@ -51,6 +52,8 @@ def test_logits_loss_gradients_and_export_match_transformers(kind, tmp_path):
     assert model.config.arch == arch
     assert (model.lm_head.weight is model.transformer.wte.weight) == kind.endswith("tied")
     assert (model.transformer.h["0"].self_attn.q_proj.bias is not None) == (arch == "qwen2")
+    assert hasattr(model.transformer.h["0"].self_attn, "q_norm") == (arch == "qwen3")
+    assert model.config.head_dim == (16 if arch == "qwen3" else 8)
     ids = _ids()
     with torch.no_grad():
         torch.testing.assert_close(model.eval()(ids), ref(ids).logits, atol=1e-5, rtol=1e-5)
@@ -88,8 +91,7 @@ def test_what_the_family_does_not_compute_is_refused():
     config_from_hf(base).validate()
     with pytest.raises(UserError, match="Qwen2 models with attention_bias or mlp_bias"):
         config_from_hf({**base, "mlp_bias": True})
-    with pytest.raises(UserError, match="head_dim 16 other than"):
-        config_from_hf({**base, "model_type": "mistral", "head_dim": 16})
+    assert config_from_hf({**base, "model_type": "mistral", "head_dim": 16}).head_dim == 16  # (Mistral-Nemo's kind)
     with pytest.raises(UserError, match="model_type 'gemma2' is not supported"):
         config_from_hf({**base, "model_type": "gemma2"})
 
@@ -109,3 +111,18 @@ def test_a_qwen2_trains_from_its_hugging_face_folder_with_and_without_lora_and_g
               "--train.max_steps=2", "--train.batch_size=2", "--train.do_eval=false", "--model.block_size=16",
               "--lora.r=4", *shape)
     assert "LoRA r=4" in r.stdout and "completed at step 2" in r.stdout, r.stdout[-2000:]
+
+
+def test_a_qwen3_from_its_preset_starts_with_unit_norms_and_refuses_tensor_parallel():
+    from gptrain.distributed.parallelize import check_layout
+    from gptrain.distributed.mesh import ParallelDims
+    from gptrain.models.registry import PRESETS, build, spec_of
+
+    shape = dict(PRESETS["qwen3-tiny"])
+    cfg = spec_of(shape.pop("arch")).config_class(vocab_size=300, **shape)
+    model = build(cfg)
+    attn = model.transformer.h["0"].self_attn
+    assert torch.equal(attn.q_norm.weight, torch.ones(32)) and attn.q_proj.out_features == 4 * 32
+    with pytest.raises(UserError, match="tensor parallel of a qwen3 model"):
+        check_layout(cfg, ParallelDims(dp_replicate=1, dp_shard=1, tp=2, pp=1, world=2))
+

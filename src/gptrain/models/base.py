@@ -105,7 +105,7 @@ class CausalLM(nn.Module):
                 _normal(p, resid_std, gen)
             elif p.dim() >= 2:
                 _normal(p, 0.02, gen)
-            elif "ln_" in name or "layernorm" in name:
+            elif "ln_" in name or "norm" in name:  # (ln_1, input_layernorm, q_norm...)
                 nn.init.ones_(p) if name.endswith("weight") else nn.init.zeros_(p)
             else:
                 nn.init.zeros_(p)

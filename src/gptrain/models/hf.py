@@ -82,9 +82,7 @@ def llama_config_from_hf(hf: dict, spec):
     if hf.get("attention_bias") or hf.get("mlp_bias"):
         raise UserError(f"{name} models with attention_bias or mlp_bias are not supported")
     heads, width = hf["num_attention_heads"], hf["hidden_size"]
-    if hf.get("head_dim") not in (None, width // heads):
-        raise UserError(f"head_dim {hf['head_dim']} other than hidden_size / num_attention_heads "
-                        "is not supported")
+    head_size = hf.get("head_dim")
     # Qwen2 keeps a window only with use_sliding_window (and then only above max_window_layers)
     window = hf.get("sliding_window") if hf.get("use_sliding_window", spec.arch == "mistral") else None
     return spec.config_class(block_size=hf["max_position_embeddings"], vocab_size=hf["vocab_size"],
@@ -94,7 +92,8 @@ def llama_config_from_hf(hf: dict, spec):
                              rope_theta=float(hf.get("rope_theta") or rope.get("rope_theta", 10000.0)),
                              layer_norm_eps=hf.get("rms_norm_eps", 1e-6), bias=False,
                              tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-                             sliding_window=window if window else None)
+                             sliding_window=window if window else None,
+                             head_size=head_size if head_size not in (None, width // heads) else None)
 
 
 def gpt2_config_from_hf(hf: dict):
@@ -119,6 +118,8 @@ def config_to_hf(cfg) -> dict:
     if cfg.arch != "gpt2":  # the Llama family
         own = {"llama": {"attention_bias": False, "mlp_bias": False},
                "qwen2": {"use_sliding_window": cfg.sliding_window is not None, "sliding_window": cfg.sliding_window},
+               "qwen3": {"attention_bias": False, "use_sliding_window": cfg.sliding_window is not None,
+                         "sliding_window": cfg.sliding_window},
                "mistral": {"sliding_window": cfg.sliding_window}}[cfg.arch]
         return {
             **kind, **own,

@@ -1,5 +1,5 @@
-"""Llama (Llama-2, TinyLlama and their kin: Qwen2/2.5 with its query/key/value biases, Mistral
-with its sliding window): RMSNorm, rotary positions, grouped-query attention, SwiGLU MLP, and an
+"""Llama (Llama-2, TinyLlama and their kin: Qwen2/2.5 with its query/key/value biases, Qwen3 with
+its per-head query/key norms, Mistral with its sliding window): RMSNorm, rotary positions, grouped-query attention, SwiGLU MLP, and an
 output head of its own unless tie_embeddings.
 
 It fills the same shell as GPT-2 (models/base.py: transformer.wte / transformer.h /
@@ -56,12 +56,17 @@ class LlamaAttention(nn.Module):
         self.head_dim, self.theta = d, cfg.rope_theta
         self.impl, self.dropout = cfg.attn_implementation, cfg.dropout
         self.window = cfg.sliding_window
+        if cfg.qk_norm:  # (HF's names: self_attn.q_norm, self_attn.k_norm)
+            self.q_norm = nn.RMSNorm(d, eps=cfg.layer_norm_eps)
+            self.k_norm = nn.RMSNorm(d, eps=cfg.layer_norm_eps)
 
     def forward(self, x, cache=None, packed=None):
         B, T, _ = x.shape
         # -1 heads: under tensor parallel this rank holds only its share of the heads.
         q, k, v = (proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
+        if hasattr(self, "q_norm"):  # each head's query and key normalized, then rotated
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotary(q, k, cache.pos if cache is not None else 0, self.theta,
                       packed.positions if packed is not None else None)
         mask = CAUSAL if packed is None else packed.mask

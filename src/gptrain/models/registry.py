@@ -74,8 +74,8 @@ class GPTConfig:
     def param_estimate(self) -> int:
         """The parameters this shape builds, its matrices counted (norms and biases, under 1%,
         left out); plain integer arithmetic, so any shape is counted without building it."""
-        d = self.n_embd
-        attention = d * (d + 2 * self.kv_heads * self.head_dim) + d * d
+        d, hd = self.n_embd, self.head_dim
+        attention = d * (self.n_head * hd + 2 * self.kv_heads * hd) + self.n_head * hd * d
         embeddings = self.padded_vocab_size * d * (1 if self.tie_embeddings else 2)
         positions = self.block_size * d if self.learned_positions else 0
         return self.n_layer * (attention + self.mlp_matrices * d * self.ffn_size) + embeddings + positions
@@ -109,6 +109,12 @@ class LlamaConfig(GPTConfig):
     rope_theta: float = 10000.0
     qkv_bias: bool = False  # biases on q_proj, k_proj, v_proj only (Qwen2's)
     sliding_window: int | None = None  # each token sees this many before it at most (Mistral's); None: all
+    head_size: int | None = None  # each head's width where it is not n_embd / n_head (HF's head_dim)
+    qk_norm: bool = False  # an RMSNorm over each query and key head before the rotation (Qwen3's)
+
+    @property
+    def head_dim(self) -> int:
+        return self.head_size or self.n_embd // self.n_head
 
     @property
     def kv_heads(self) -> int:
@@ -133,6 +139,15 @@ class Qwen2Config(LlamaConfig):
     """Qwen2 / Qwen2.5: Llama's shape with biases on the query, key and value projections."""
     arch: ClassVar[str] = "qwen2"
     qkv_bias: bool = True
+    rope_theta: float = 1000000.0
+    layer_norm_eps: float = 1e-6
+
+
+@dataclass
+class Qwen3Config(LlamaConfig):
+    """Qwen3: Llama's shape with a norm over each query and key head, and heads of their own width."""
+    arch: ClassVar[str] = "qwen3"
+    qk_norm: bool = True
     rope_theta: float = 1000000.0
     layer_norm_eps: float = 1e-6
 
@@ -250,6 +265,14 @@ QWEN2 = dataclasses.replace(
                              block_size=32768, tie_embeddings=True),
         "qwen2-tiny": dict(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, intermediate_size=176, block_size=64),
     })
+QWEN3 = dataclasses.replace(
+    LLAMA, arch="qwen3", config_class=Qwen3Config, hf_model_type="qwen3", hf_architecture="Qwen3ForCausalLM",
+    display="Qwen3", presets={
+        "qwen3-0.6b": dict(n_layer=28, n_head=16, n_kv_head=8, n_embd=1024, head_size=128,
+                           intermediate_size=3072, block_size=40960, tie_embeddings=True),
+        "qwen3-tiny": dict(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, head_size=32, intermediate_size=176,
+                           block_size=64),
+    })
 MISTRAL = dataclasses.replace(
     LLAMA, arch="mistral", config_class=MistralConfig, hf_model_type="mistral",
     hf_architecture="MistralForCausalLM", display="Mistral", presets={
@@ -258,7 +281,7 @@ MISTRAL = dataclasses.replace(
         "mistral-tiny": dict(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, intermediate_size=176, block_size=64),
     })
 
-SPECS = {spec.arch: spec for spec in (GPT2, LLAMA, QWEN2, MISTRAL)}
+SPECS = {spec.arch: spec for spec in (GPT2, LLAMA, QWEN2, QWEN3, MISTRAL)}
 PRESETS: dict[str, dict] = {name: dict(shape, arch=spec.arch) for spec in SPECS.values()
                             for name, shape in spec.presets.items()}
 
