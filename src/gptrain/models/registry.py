@@ -144,12 +144,12 @@ class Qwen2Config(LlamaConfig):
 
 
 @dataclass
-class Qwen3Config(LlamaConfig):
-    """Qwen3: Llama's shape with a norm over each query and key head, and heads of their own width."""
+class Qwen3Config(Qwen2Config):
+    """Qwen3: Qwen2's shape without the biases, with a norm over each query and key head (and
+    heads of their own width)."""
     arch: ClassVar[str] = "qwen3"
+    qkv_bias: bool = False
     qk_norm: bool = True
-    rope_theta: float = 1000000.0
-    layer_norm_eps: float = 1e-6
 
 
 @dataclass
