@@ -23,9 +23,32 @@ def parse_train_args(argv: list[str], cfg: Config | None = None) -> Config:
     args = list(argv)
     if args and not args[0].startswith("-"):
         load_toml(args.pop(0), cfg)
+    default, set_by = Config().to_dict(), {}
     for name, value, _ in split_options(args):
+        before = cfg.to_dict()
         apply_option(cfg, name, value)
+        if name not in DEEPSPEED_FLAGS:  # a config file, as a TOML: the flags after it override it
+            _refuse_conflicts(name, before, cfg.to_dict(), default, set_by)
     return check(cfg)
+
+
+def _refuse_conflicts(name: str, before: dict, after: dict, default: dict, set_by: dict) -> None:
+    """Two spellings on one command line setting one setting two ways (`--bf16 --fp16`,
+    `--learning_rate 1e-3 --train.lr 2e-3`): one line, as HF's parser refuses `--bf16 --fp16`,
+    where the last would win unsaid. A flag given again, or one that only restores the default
+    (`--bf16 false --fp16`), is no conflict."""
+    for section, values in after.items():
+        if not isinstance(values, dict):
+            continue
+        for key, value in values.items():
+            if before.get(section, {}).get(key) == value or value == default.get(section, {}).get(key):
+                continue
+            full = f"{section}.{key}"
+            other = set_by.get(full)
+            if other is not None and other[0] != name and other[1] != value:
+                raise UserError(f"--{other[0]} and --{name} both set {full} ({other[1]!r}, then {value!r}): "
+                                "give one of them")
+            set_by[full] = (name, value)
 
 
 def split_options(args: list[str]) -> list[tuple[str, str | None, list[str]]]:
