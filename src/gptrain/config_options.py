@@ -32,18 +32,20 @@ def parse_train_args(argv: list[str], cfg: Config | None = None) -> Config:
     return check(cfg)
 
 
+# Settings HF sets through separate flags that its parser refuses together (`--bf16 --fp16`);
+# elsewhere a later spelling overrides an earlier one, as a later flag does in argparse
+EXCLUSIVE = ("train.precision",)
+
+
 def _refuse_conflicts(name: str, before: dict, after: dict, default: dict, set_by: dict) -> None:
-    """Two spellings on one command line setting one setting two ways (`--bf16 --fp16`,
-    `--learning_rate 1e-3 --train.lr 2e-3`): one line, as HF's parser refuses `--bf16 --fp16`,
-    where the last would win unsaid. A flag given again, or one that only restores the default
+    """Two spellings on one command line setting an EXCLUSIVE setting two ways (`--bf16 --fp16`,
+    `--bf16 --torch_dtype float16`): one line, as HF's parser refuses `--bf16 --fp16`, where the
+    last won unsaid. A flag given again, or one that only restores the default
     (`--bf16 false --fp16`), is no conflict."""
-    for section, values in after.items():
-        if not isinstance(values, dict):
-            continue
-        for key, value in values.items():
-            if before.get(section, {}).get(key) == value or value == default.get(section, {}).get(key):
-                continue
-            full = f"{section}.{key}"
+    for full in EXCLUSIVE:
+        section, key = full.split(".")
+        value = after[section][key]
+        if before[section][key] != value and value != default[section][key]:
             other = set_by.get(full)
             if other is not None and other[0] != name and other[1] != value:
                 raise UserError(f"--{other[0]} and --{name} both set {full} ({other[1]!r}, then {value!r}): "

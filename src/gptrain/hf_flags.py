@@ -247,9 +247,9 @@ def table(aliases: dict, deepspeed_flags=()) -> str:
              "`gptrain train` and a job's trainer flags take it: **mapped** to the gptrain setting with the same "
              "meaning; **by value** (the values listed mean what gptrain does, others are refused); "
              "**accepted** (it changes nothing a run computes or keeps here, for the reason given); "
-             "**refused** in one line that gives the reason. Two flags that set one setting two ways "
-             "(`--bf16 --fp16`, `--learning_rate 1e-3 --train.lr 2e-3`) are refused, as HF's parser refuses "
-             "`--bf16 --fp16`; a DeepSpeed config is a file, which the flags after it override. "
+             "**refused** in one line that gives the reason. Two flags that set the precision two ways "
+             "(`--bf16 --fp16`, `--fp16 --torch_dtype bfloat16`) are refused, as HF's parser refuses "
+             "`--bf16 --fp16`; elsewhere a later spelling overrides an earlier one. "
              "Generated from `TrainingArguments` itself by "
              "`python -m gptrain.hf_flags > docs/hf-trainer-flags.md`; tests/unit/test_hf_flags.py fails when "
              "a field is missing or this file is stale."]

@@ -177,12 +177,13 @@ def test_max_grad_norm_clips_the_global_norm_and_reports_it_before():
     assert part.a.grad[0] / part.b.grad[1] == pytest.approx(3 / 4)  # the direction kept
 
 
-def test_two_spellings_setting_one_setting_two_ways_are_refused():
+def test_two_spellings_setting_the_precision_two_ways_are_refused():
     """HF's parser refuses `--bf16 --fp16`; gptrain ran fp16 unsaid (the last one won)."""
     for argv, said in ((["--bf16", "--fp16"], "--bf16 and --fp16 both set train.precision ('bf16', then 'fp16')"),
-                       (["--learning_rate", "1e-3", "--train.lr", "2e-3"], "--learning_rate and --train.lr both set")):
+                       (["--fp16", "--torch_dtype", "bfloat16"], "--fp16 and --torch_dtype both set train.precision")):
         with pytest.raises(UserError, match=re.escape(said)):
             parse_train_args(argv)
     assert parse_train_args(["--bf16", "false", "--fp16"]).train.precision == "fp16"  # back to the default first
-    assert parse_train_args(["--train.lr", "1e-3", "--train.lr", "2e-3"]).train.lr == 2e-3  # one flag, given again
     assert parse_train_args(["--bf16", "--torch_dtype", "bfloat16"]).train.precision == "bf16"  # the same value
+    # elsewhere a later spelling overrides, as a later flag does in argparse (a base list, then changes)
+    assert parse_train_args(["--checkpoint.every=0", "--save_steps=1"]).checkpoint.every == 1
