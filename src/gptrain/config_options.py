@@ -23,12 +23,12 @@ def parse_train_args(argv: list[str], cfg: Config | None = None) -> Config:
     args = list(argv)
     if args and not args[0].startswith("-"):
         load_toml(args.pop(0), cfg)
-    default, set_by = Config().to_dict(), {}
+    default, set_by = Config(), {}
     for name, value, _ in split_options(args):
-        before = cfg.to_dict()
+        before = {key: _setting(cfg, key) for key in EXCLUSIVE}
         apply_option(cfg, name, value)
         if name not in DEEPSPEED_FLAGS:  # a config file, as a TOML: the flags after it override it
-            _refuse_conflicts(name, before, cfg.to_dict(), default, set_by)
+            _refuse_conflicts(name, before, cfg, default, set_by)
     return check(cfg)
 
 
@@ -37,20 +37,25 @@ def parse_train_args(argv: list[str], cfg: Config | None = None) -> Config:
 EXCLUSIVE = ("train.precision",)
 
 
-def _refuse_conflicts(name: str, before: dict, after: dict, default: dict, set_by: dict) -> None:
+def _setting(cfg: Config, key: str):
+    section, field = key.split(".")
+    return getattr(getattr(cfg, section), field)
+
+
+def _refuse_conflicts(name: str, before: dict, cfg: Config, default: Config, set_by: dict) -> None:
     """Two spellings on one command line setting an EXCLUSIVE setting two ways (`--bf16 --fp16`,
     `--bf16 --torch_dtype float16`): one line, as HF's parser refuses `--bf16 --fp16`, where the
     last won unsaid. A flag given again, or one that only restores the default
     (`--bf16 false --fp16`), is no conflict."""
-    for full in EXCLUSIVE:
-        section, key = full.split(".")
-        value = after[section][key]
-        if before[section][key] != value and value != default[section][key]:
-            other = set_by.get(full)
-            if other is not None and other[0] != name and other[1] != value:
-                raise UserError(f"--{other[0]} and --{name} both set {full} ({other[1]!r}, then {value!r}): "
-                                "give one of them")
-            set_by[full] = (name, value)
+    for key in EXCLUSIVE:
+        value = _setting(cfg, key)
+        if value in (before[key], _setting(default, key)):
+            continue
+        other = set_by.get(key)
+        if other is not None and other[0] != name and other[1] != value:
+            raise UserError(f"--{other[0]} and --{name} both set {key} ({other[1]!r}, then {value!r}): "
+                            "give one of them")
+        set_by[key] = (name, value)
 
 
 def split_options(args: list[str]) -> list[tuple[str, str | None, list[str]]]:

@@ -22,6 +22,7 @@ from gptrain.jobs.engines.table import SUPERVISED
 from gptrain.jobs.schedulers import SCHEDULERS, refresh_job, resume_job, scheduler  # noqa: F401 (the faces' choices)
 from gptrain.jobs.found import dataset_tokenizer, model_source  # noqa: F401 (a MODEL named: its source, its data's tokenizer)
 from gptrain.jobs.model_use import evaluate, export, generate  # noqa: F401 (a MODEL named, used whole)
+from gptrain.jobs.programs.code import add_source, remove_source, sources  # noqa: F401 (`gptrain source`)
 from gptrain.jobs.metrics_file import MetricsFile  # noqa: F401 (the console's charts read through it)
 from gptrain.jobs.submission import SLURM_KEYS as SLURM_OPTIONS, Request  # noqa: F401 (for the faces)
 
@@ -436,24 +437,3 @@ def zip_job(name: str, dest: Path) -> None:
     """The job's folder as the zip file `dest`, its logs masked (jobs/copy_out.py)."""
     known(name)
     copy_out.zip_job(folder.job_dir(name), Path(dest), secrets.load(name).values())
-
-
-# ---- named repositories (`gptrain source`, `run --source NAME`) --------------------------------
-
-def add_source(name: str, url: str, ref: str | None = None) -> str:
-    """Name a git repository (jobs/programs/code.py checks its URL and ref); the URL as kept."""
-    from gptrain.jobs.programs import code
-
-    check_name(name, "source")
-    return code.add_source(name, url, ref)
-
-
-def sources() -> list[dict]:
-    """The named repositories (name, url with any credential masked, ref)."""
-    from gptrain.errors import redact
-
-    return [{**s, "url": redact(s["url"])} for s in store.list_sources()]
-
-
-def remove_source(name: str) -> None:
-    store.remove_source(name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from gptrain.errors import UserError
+from gptrain.errors import UserError, redact
 from gptrain.run_layout import LATEST, is_step_name
 from gptrain.files import is_plain_name
 from gptrain.weights import checksums
@@ -127,7 +127,7 @@ def download(url: str, name: str, output_dir: Path) -> Path:
         read_state(tmp)
         read_metadata(tmp)
         if checksums.verify(tmp) == checksums.UNVERIFIED:
-            checksums.admit(f"{url}/{name}", "remote checkpoint")
+            checksums.admit(redact(f"{url}/{name}"), "remote checkpoint")  # (named in run.json: no credential)
     except UserError as e:
         shutil.rmtree(tmp)
         raise UserError(f"{url}/{name} was refused and not kept: {e}".replace(str(tmp), f"{url}/{name}")) from None

@@ -48,6 +48,7 @@ from gptrain.train.optim import build_optimizer, clip_grads, lr_at
 from gptrain.train.data_check import DataCheck
 from gptrain.train.samples import Sampler
 from gptrain.train.step_reader import StepReader
+from gptrain.weights import checksums
 
 
 def train(cfg: Config) -> dict:
@@ -74,8 +75,6 @@ class Trainer(Checkpointing, Evaluating):
             keep_freed_memory()
         self.out = Path(tc.output_dir).expanduser()
         if cfg.checkpoint.allow_unverified:  # before any load (init_from, resume): weights/checksums.py
-            from gptrain.weights import checksums
-
             checksums.allow_unverified()
         self.bar = None  # the progress bar while the loop runs (log_main writes above it)
         self.sources = resolve_sources(cfg)  # [(name, weight, dir)]: data.path's, or data.mix's
@@ -307,13 +306,6 @@ class Trainer(Checkpointing, Evaluating):
         later = f" and {count - 1} later step(s)" if count > 1 else ""
         self.log_main(f"warning: non-finite loss or gradient at step {first}{later}; skipped")
 
-    @staticmethod
-    def _loaded_unverified() -> list[str]:
-        """The checkpoints this process loaded without a checksum list (--allow-unverified)."""
-        from gptrain.weights import checksums
-
-        return checksums.admitted()
-
     # ---- the loop ----------------------------------------------------------------------------
 
     def run(self) -> dict:
@@ -344,7 +336,7 @@ class Trainer(Checkpointing, Evaluating):
                 "device": env.device.type, "precision": f"{self.plan.precision} ({self.plan.precision_why})",
                 "kernels": f"{mode} blocks, {loss} loss", "mfu_basis": f"{env.world} x ({basis})",
                 "steps": self.total_steps, "tokens_per_step": tokens_per_step,
-                **({"loaded_unverified": unverified} if (unverified := self._loaded_unverified()) else {})},
+                **({"loaded_unverified": unverified} if (unverified := checksums.admitted()) else {})},
                 indent=2) + "\n")
         window_start, window_steps, run_start = time.perf_counter(), 0, time.perf_counter()
         self.bar = progress_bar(self.total_steps, self.step, env.is_main)  # a terminal's only

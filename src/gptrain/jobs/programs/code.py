@@ -323,14 +323,27 @@ def _build_venv(out: Path, requirements: str) -> None:
 
 
 def add_source(name: str, url: str, ref: str | None = None) -> str:
-    """Record a named repository (`gptrain source add`): its URL and default ref checked, a
-    local path made absolute; the URL as kept."""
-    import os
-
+    """Record a named repository (`gptrain source add`): its name, URL and default ref checked,
+    a local path made absolute; the URL as kept."""
+    from gptrain.home import check_name
     from gptrain.jobs import store
 
+    check_name(name, "source")
     url = check_url(url)
     if "://" not in url and ":" not in url.split("/", 1)[0]:  # a local path: kept absolute
         url = os.path.abspath(os.path.expanduser(url))
     store.add_source(name, url, check_ref(ref))
     return url
+
+
+def sources() -> list[dict]:
+    """The named repositories (name, url with any credential masked, ref)."""
+    from gptrain.jobs import store
+
+    return [{**s, "url": redact(s["url"])} for s in store.list_sources()]
+
+
+def remove_source(name: str) -> None:
+    from gptrain.jobs import store
+
+    store.remove_source(name)
