@@ -84,7 +84,9 @@ def test_a_deleted_database_leaves_no_orphan(slots, isolated_home, tmp_path):
     wait_for("ghost", ("running",), timeout=300)
     j = job("ghost")
     sup, run_id = j["supervisor_pid"], j["run_id"]
-    assert tagged(run_id), "the job's processes were not found"
+    # "running" is recorded as the launch starts: the program's processes carry the job's run id
+    # once they have been exec'd, which a loaded machine can put off for a while.
+    wait_until(lambda: tagged(run_id), 60, "the job's processes were not found")
     for suffix in ("", "-wal", "-shm"):
         try:
             os.unlink(f"{db_file()}{suffix}")
