@@ -65,3 +65,26 @@ def test_an_export_gptrain_sealed_is_refused_without_its_list_and_a_foreign_one_
         r.stderr[-3000:]
     r = run_cli("generate", str(tiny_hf_gpt2), "--prompt", "a", "--max-new-tokens", "2", "--tokenizer", "byte")
     assert r.returncode == 0 and "WITHOUT" not in r.stderr, r.stderr[-3000:]  # a Hugging Face model from elsewhere
+
+
+def test_a_job_refused_an_unverified_checkpoint_resumes_when_the_user_allows_it(slots, data, tiny_run, tmp_path):
+    """The job's workers refuse the checkpoint; `gptrain resume J --allow-unverified` (the line's
+    advice, for a job whose flags the user cannot retype) lets them load it, with the warning, an
+    event and run.json saying so; a plain resume of it stays refused."""
+    from tests.job_helpers import job, job_dir, ok, rank_log, wait_for
+
+    old = shutil.copytree(step_dir(tiny_run, 4), tmp_path / "old")
+    as_before_checksums(old)
+    ok("run", "old", "--", f"--data.path={data}", f"--model.init_from={old}", "--train.max_steps=2", *RUN)
+    assert wait_for("old")["state"] == "failed"
+    assert "has no checksums.json" in job("old")["error"] and "--allow-unverified" in job("old")["error"]
+    r = run_cli("resume", "old", "--allow-unverified")
+    assert r.returncode == 0, r.stderr
+    j = wait_for("old")
+    assert j["state"] == "succeeded", j
+    assert j["spec"]["env"] == {"GPTRAIN_ALLOW_UNVERIFIED": "1"}
+    assert rank_log("old").count("loaded WITHOUT verifying its bytes") == 1
+    info = json.loads(run_layout.run_info_file(job_dir("old")).read_text())
+    assert info["loaded_unverified"] == [str(old)]
+    events = json.loads(ok("inspect", "old", "--json"))["events"]
+    assert [e["kind"] for e in events].count("allowed") == 1

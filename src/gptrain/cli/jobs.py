@@ -44,6 +44,9 @@ def register(sub) -> None:
     p.add_argument("--nodes", metavar="N", default=None,
                    help="run on N nodes from now on (MIN:MAX where elastic runs); the checkpoint is "
                    "resharded and the data goes on where it stopped (docs/multi-host.md)")
+    p.add_argument("--allow-unverified", "--allow_unverified", dest="allow_unverified", action="store_true",
+                   help="let the job load a checkpoint that has no checksums.json (written before gptrain "
+                   "verified checkpoints) from now on, with a warning; refused otherwise")
     p.add_argument("--follow", action="store_true", help="stream rank 0's log until the job ends")
     p.set_defaults(func=cmd_resume)
 
@@ -151,7 +154,7 @@ def cmd_stop(args, extra) -> int:
 
 
 def cmd_resume(args, extra) -> int:
-    api.resume(args.name, args.from_id, args.nodes)
+    api.resume(args.name, args.from_id, args.nodes, args.allow_unverified)
     where = f" on {args.nodes} node(s)" if args.nodes else ""
     print(f"resumed job {args.name}{f' from checkpoint {args.from_id}' if args.from_id else ''}{where}; watch it with `gptrain logs {args.name} --follow`")
     return follow(args.name, rank=0) if args.follow else 0

@@ -127,12 +127,15 @@ def _wait_ended(name: str) -> str:
     return row["state"]
 
 
-def resume(name: str, from_id: str | None = None, nodes: str | None = None) -> None:
+def resume(name: str, from_id: str | None = None, nodes: str | None = None,
+           allow_unverified: bool = False) -> None:
     """Start a failed or stopped job again from its newest good checkpoint, or from the one
     `from_id` names (verified first; jobs/records.py), on `nodes` nodes when given (the
-    checkpoint is resharded and the data position carried over: docs/multi-host.md)."""
+    checkpoint is resharded and the data position carried over: docs/multi-host.md);
+    `allow_unverified`: its workers may load a checkpoint without a checksum list from now on."""
     known(name)
-    undo, placed = records.place_on(name, nodes) if nodes is not None else (None, None)
+    changed = nodes is not None or allow_unverified
+    undo, said = records.place_on(name, nodes, allow_unverified) if changed else (None, [])
     try:
         if from_id is None:
             resume_job(name)
@@ -142,9 +145,10 @@ def resume(name: str, from_id: str | None = None, nodes: str | None = None) -> N
         if undo is not None:
             undo()
         raise
-    if placed:
+    if said:
         with store.transaction() as conn:
-            store.add_event(conn, name, "placed", placed)
+            for kind, line in said:
+                store.add_event(conn, name, kind, line)
 
 
 def _resume_from(name: str, row: dict) -> None:

@@ -54,21 +54,29 @@ def forget(name: str, made: Path | None) -> None:
         secrets.remove(name)
 
 
-def place_on(name: str, nodes: str):
-    """A failed or stopped job's spec set to run on `nodes` (N, or MIN:MAX where elastic runs)
-    from its next start (`gptrain resume NAME --nodes N`): the record, its nodes column and
-    job.json, checked as at submit. Returns the undo (the old spec back, for a resume refused)
-    and the line for the job's events once the resume is taken."""
+def place_on(name: str, nodes: str | None = None, allow_unverified: bool = False):
+    """A failed or stopped job's spec changed from its next start (`gptrain resume NAME`):
+    `nodes` (--nodes N, or MIN:MAX where elastic runs), checked as at submit, and
+    `allow_unverified` (--allow-unverified: its workers may load a checkpoint without a checksum
+    list, each with a warning: weights/checksums.admit). The record, its nodes column and job.json
+    are written. Returns the undo (the old spec back, for a resume refused) and the lines for the
+    job's events once the resume is taken."""
     from gptrain.errors import UserError
     from gptrain.jobs import store
     from gptrain.jobs.spec import JobSpec
+    from gptrain.weights.checksums import ALLOW_ENV
 
     job = store.get_job(name)
     if job["state"] not in (store.JobState.FAILED, store.JobState.STOPPED):  # (store.reopen's rule, checked before writing)
         raise UserError(f"job {name} is {job['state']}; only a failed or stopped job can be resumed")
-    old = JobSpec.from_dict(job["spec"])
-    new = JobSpec.from_dict({**job["spec"], "nodes": str(nodes), "min_nodes": None})
-    new.parse_nodes()  # (N or MIN:MAX as typed, first: its own words)
+    old, changed, said = JobSpec.from_dict(job["spec"]), dict(job["spec"]), []
+    if nodes is not None:
+        changed.update(nodes=str(nodes), min_nodes=None)
+    if allow_unverified:
+        changed["env"] = {**old.env, ALLOW_ENV: "1"}
+    new = JobSpec.from_dict(changed)
+    if nodes is not None:
+        new.parse_nodes()  # (N or MIN:MAX as typed, first: its own words)
     new.validate()  # (N or MIN:MAX, elastic only where it runs, bounded: one line, as at submit;
     # what the machine has is the engine's resume's to check, which undoes this when it refuses)
     jfile = folder.spec_file(folder.job_dir(name))
@@ -80,9 +88,14 @@ def place_on(name: str, nodes: str):
             jfile.write_text(text)
 
     write(new, json.dumps(new.to_dict(), indent=2) if before is not None else None)
-    was = f"{old.min_nodes}:{old.nodes}" if old.elastic else str(old.nodes)
-    now = f"{new.min_nodes}:{new.nodes}" if new.elastic else str(new.nodes)
-    return lambda: write(old, before), f"to run on {now} node(s) from its next start (was {was})"
+    if nodes is not None:
+        was = f"{old.min_nodes}:{old.nodes}" if old.elastic else str(old.nodes)
+        now = f"{new.min_nodes}:{new.nodes}" if new.elastic else str(new.nodes)
+        said.append(("placed", f"to run on {now} node(s) from its next start (was {was})"))
+    if allow_unverified:
+        said.append(("allowed", "its workers may load a checkpoint without checksums.json from its next "
+                     f"start, each with a warning (--allow-unverified: {ALLOW_ENV}=1 in its env)"))
+    return lambda: write(old, before), said
 
 
 def sync_checkpoints(name: str) -> None:

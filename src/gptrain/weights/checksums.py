@@ -72,7 +72,7 @@ def admit(folder, what: str = "checkpoint", say=None) -> None:
         raise Unverified(f"{what} {folder} has no {FILE}, so its bytes cannot be verified (written before "
                          "gptrain verified checkpoints, or its list was removed): use a verified checkpoint, "
                          "or load this one anyway with --allow-unverified (a trainer flag, and one of generate, "
-                         "eval and export)")
+                         "eval, export and resume)")
     if folder not in _admitted:
         _admitted[folder] = what
         line = f"warning: {what} {folder} has no {FILE}: loaded WITHOUT verifying its bytes (--allow-unverified)"
