@@ -7,6 +7,8 @@ anything else and keep their traceback.
 
 import re
 
+from gptrain.locations import is_url
+
 
 class Interrupted(Exception):
     """A wait cut short by a stop request (gptrain/stop.py): the caller saves what it has and exits."""
@@ -142,7 +144,7 @@ def refuse_credentials(url, what: str, names_only: bool = False) -> None:
     credential: it would be recorded. The URL is not echoed; the credential belongs in the
     environment, where fsspec reads it. A local path is never taken for a scp-form URL unless
     `names_only` (the value is a URL or a name, as after `hf:`)."""
-    if isinstance(url, str) and ("://" in url or names_only) and has_credentials(url):
+    if isinstance(url, str) and (is_url(url) or names_only) and has_credentials(url):
         raise UserError(f"{what} {redact(url)!r} must not hold credentials (a password, token or signed "
                         "query would be recorded with the job, its config.toml or the dataset): drop them and "
                         "give them through the environment (AWS_* for s3://, FSSPEC_HTTPS='{\"headers\": {...}}' "

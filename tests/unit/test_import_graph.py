@@ -17,6 +17,7 @@ DOCS = ROOT / "docs" / "architecture.md"
 # The layers, lowest first (docs/architecture.md shows the same table). A package is one entry;
 # a top-level module is a package of its own.
 LAYERS = [
+    {"locations"},
     {"errors", "gptrain"},
     {"atomic", "files", "stop", "config_aliases"},
     {"home", "tokenizers", "deepspeed_config", "run_layout", "hf_flags"},

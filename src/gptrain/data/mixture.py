@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from gptrain.errors import UserError, refuse_credentials
+from gptrain.locations import is_url
 
 FORM = "NAME:WEIGHT,NAME:WEIGHT (e.g. web:0.7,code:0.3)"
 
@@ -97,7 +98,7 @@ def check_config(data_cfg) -> None:
 
     prepared, seen = [], {}
     for name, _ in parse_mix(data_cfg.mix):
-        if "://" in name:
+        if is_url(name):
             refuse_credentials(name, "--data.mix")
             continue
         p = resolve(name)  # an unknown name or missing path: one line

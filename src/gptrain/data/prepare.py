@@ -32,6 +32,7 @@ from gptrain.data.formats import (FORMAT, VERSION, SplitWriter, sha256_file, tok
                                    write_nanogpt_meta)
 from gptrain.data.prepare_journal import SPLITS, Journal
 from gptrain.errors import UserError, disk_full
+from gptrain.locations import is_url
 
 TASK_CHARS = 1 << 20          # text per tokenization task
 # Tokens per .bin file before a new shard starts: 2^23, 16 MiB of uint16 (32 MiB of uint32). Sized
@@ -175,7 +176,7 @@ def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: st
         val_fraction = default_val_fraction(sum(s.size for s in srcs) or None)
     from gptrain.data import sft
 
-    local = [Path(s.location) for s in srcs if s.kind == "file" and "://" not in s.location]
+    local = [Path(s.location) for s in srcs if s.kind == "file" and not is_url(s.location)]
     kind = sft.detect(local) if len(local) == len(srcs) else None
     if kind and tokenizer == "char":
         raise UserError("instruction data needs a tokenizer with an end-of-sequence token: use "
@@ -231,7 +232,7 @@ def _identity(srcs, tok, text_field, hf_config, val_fraction, seed, shard_tokens
 def _stamp(src) -> str:
     """A source's version stamp; a Hugging Face hub name has none here (its revision is the
     hub's): a rerun continues it as the same dataset."""
-    if src.kind == "hf" and "://" not in src.location and not Path(src.location).expanduser().exists():
+    if src.kind == "hf" and not is_url(src.location) and not Path(src.location).expanduser().exists():
         return f"hub:{src.location}"
     return src_mod.version_stamp(src.location)[0]
 

@@ -51,12 +51,13 @@ from gptrain import stop
 from gptrain.data.remote_read import (  # noqa: F401 (FetchFailed, _read_url: readers of this module's names)
     DEFAULT_FETCH_TIMEOUT_S, TRIES, FetchFailed, _cannot_read, _open_whole, _patiently, _read_url)
 from gptrain.errors import UserError, redact, scrub_credentials
+from gptrain.locations import is_url
 
 TEXT_SUFFIXES = (".txt", ".md", ".jsonl", ".json", ".parquet")
 MARK = "remote.json"
-def is_remote_dataset(path: str) -> bool:
+def is_prepared_url(location: str) -> bool:
     """A URL that should be a prepared folder (not a text/JSONL/parquet file to tokenize)."""
-    return "://" in path and not path.rstrip("/").lower().endswith(TEXT_SUFFIXES)
+    return is_url(location) and not location.rstrip("/").lower().endswith(TEXT_SUFFIXES)
 
 
 def cache_root(cache_dir: str = "") -> Path:
@@ -138,8 +139,10 @@ def open_remote(url: str, cache_bytes: int, fetch_timeout: float = DEFAULT_FETCH
 _URLS: dict[str, str] = {}  # folder -> the URL it stands for, as given (credentials included)
 
 
-def is_remote_folder(path) -> bool:
-    return (Path(path) / MARK).is_file()
+def is_remote(location) -> bool:
+    """Read from elsewhere: a URL (gptrain/locations.py), or a local folder that stands for one
+    (this cache's mark in it)."""
+    return is_url(location) or (Path(location) / MARK).is_file()
 
 
 def open_tokens(path, split: str):
@@ -147,7 +150,7 @@ def open_tokens(path, split: str):
     folder that stands for a URL, a ShardTokens."""
     from gptrain.data.formats import open_split
 
-    return open_remote_split(path, split) if is_remote_folder(path) else open_split(path, split)
+    return open_remote_split(path, split) if is_remote(path) else open_split(path, split)
 
 
 def cached_bytes(where) -> int:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from gptrain.data.hf_import import is_hf_saved, load_saved
 from gptrain.errors import UserError, refuse_credentials
+from gptrain.locations import is_url
 
 TEXT_EXTS = (".txt", ".md")
 RECORD_EXTS = (".jsonl", ".json", ".parquet")
@@ -37,10 +38,6 @@ class ReadStats:
     files: list = field(default_factory=list)
 
 
-def _is_url(s: str) -> bool:
-    return "://" in s
-
-
 def expand(sources: list[str], hf_config: str | None) -> list[Source]:
     """Turn what the user typed into a list of concrete sources, or a clear error."""
     out: list[Source] = []
@@ -49,7 +46,7 @@ def expand(sources: list[str], hf_config: str | None) -> list[Source]:
             refuse_credentials(s[3:], "source", names_only=True)  # a hub name never holds user@ or a query
             out.append(Source("hf", s[3:]))
             continue
-        if _is_url(s):
+        if is_url(s):
             refuse_credentials(s, "source")
             out.append(Source("file", s))
             continue
@@ -85,7 +82,7 @@ def expand(sources: list[str], hf_config: str | None) -> list[Source]:
 
 
 def _open_binary(location: str):
-    if _is_url(location):
+    if is_url(location):
         import fsspec
 
         try:
@@ -253,7 +250,7 @@ def hf_splits(name: str, hf_config: str | None, text_field: str):
 
 def version_stamp(src: str) -> tuple[str, int | None]:
     """(what identifies a version of a file, folder or URL: its size and modification stamp, its size)."""
-    if "://" not in src:
+    if not is_url(src):
         p = Path(src)
         stats = [f.stat() for f in p.rglob("*") if f.is_file()] if p.is_dir() else [p.stat()]
         size, stamp = sum(st.st_size for st in stats), max((st.st_mtime_ns for st in stats), default=0)

@@ -33,6 +33,7 @@ from gptrain.errors import UserError, closest
 from gptrain.home import check_name
 from gptrain.jobs.engines.table import ENGINES, engine
 from gptrain.jobs.launch import ENTRY_KINDS
+from gptrain.locations import is_url
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -225,7 +226,7 @@ class JobSpec:
             return False
         if value.strip("${}") in ("GPTRAIN_CHECKPOINT_DIR", "GPTRAIN_OUTPUT_DIR"):
             return True
-        if "$" in value or "://" in value:
+        if "$" in value or is_url(value):
             return False
         jdir = folder.job_dir(self.name)
         return Path(value).expanduser().resolve() in (jdir.resolve(), folder.checkpoints_dir(jdir).resolve())
@@ -251,7 +252,7 @@ def absolute_path(key: str, value: str, base: Path) -> str:
     and so does anything that does not exist there (a hub id, a checkpoint ID, "auto", a URL)."""
     from gptrain.data.store import is_path, registered
 
-    if "://" in value or value in BUILTIN_TOKENIZERS:
+    if is_url(value) or value in BUILTIN_TOKENIZERS:
         return value
     p = base / Path(value).expanduser()
     if p.exists() and (key != "data.path" or is_path(value) or not registered(value)):
@@ -267,7 +268,7 @@ def missing_paths(cfg, base: Path) -> None:
     for key in ("model.init_from", "data.path", "data.tokenizer", "checkpoint.resume_from"):
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name) or ""
-        if "$" in value or "://" in value or not value.startswith(("/", "./", "../", "~")):
+        if "$" in value or is_url(value) or not value.startswith(("/", "./", "../", "~")):
             continue  # a name, a hub id, a URL, auto/none, or a path the job's environment fills in
         p = base / Path(value).expanduser()
         if p.exists():
@@ -284,7 +285,7 @@ def hub_id(value: str, base: Path) -> str | None:
     `hf:NAME` is the hub's NAME)."""
     import re
 
-    if not value or "://" in value or (base / Path(value).expanduser()).exists():
+    if not value or is_url(value) or (base / Path(value).expanduser()).exists():
         return None
     from gptrain.jobs import found
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch.distributed as dist
 
 from gptrain.data.formats import recorded_files, sha256_file
-from gptrain.data.remote_shards import is_remote_folder
+from gptrain.data.remote_shards import is_remote
 from gptrain.errors import UserError
 
 
@@ -28,7 +28,7 @@ def _problem(path, sha256: str) -> str | None:
 
 class DataCheck:
     def __init__(self, folders, rank: int = 0, world: int = 1):
-        files = sorted({(f, sha) for folder in dict.fromkeys(folders) if not is_remote_folder(folder)
+        files = sorted({(f, sha) for folder in dict.fromkeys(folders) if not is_remote(folder)
                         for f, sha in recorded_files(folder)})
         mine = files[rank::world]
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="data-check")

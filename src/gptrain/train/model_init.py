@@ -9,6 +9,7 @@ import torch
 from gptrain.config import Config
 from gptrain.data.formats import read_meta
 from gptrain.errors import UserError, refuse_credentials
+from gptrain.locations import is_url
 
 
 def resolve_data(path: str, tokenizer: str = "", init_from: str = "", cache_bytes: int = 8 << 30,
@@ -25,7 +26,7 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "", cache_byte
     if not path:
         raise UserError("no training data: pass --data.path DIR|NAME|FILE (or --tokenized_dataset_load_dir)")
     refuse_credentials(path, "dataset")
-    if "://" not in path:
+    if not is_url(path):
         p = resolve(path)  # a path, or a pushed dataset's name (data/store.py's one rule)
         if not p.is_file():
             if is_hf_saved(p) and not (p / "meta.json").is_file():
@@ -37,9 +38,9 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "", cache_byte
                 return p
         path = str(p)
     else:
-        from gptrain.data.remote_shards import is_remote_dataset, open_remote
+        from gptrain.data.remote_shards import is_prepared_url, open_remote
 
-        if is_remote_dataset(path):
+        if is_prepared_url(path):
             return open_remote(path, cache_bytes, fetch_timeout, cache_dir)
     from gptrain.data.prepared_cache import cached_prepare
 

@@ -28,7 +28,7 @@ from gptrain.config_check import packing_possible
 from gptrain.data.formats import read_meta
 from gptrain.data import mixture
 from gptrain.data.loader import notes, open_train_loader
-from gptrain.data.remote_shards import is_remote_folder
+from gptrain.data.remote_shards import is_remote
 from gptrain.distributed import pipeline
 from gptrain.distributed.mesh import end_distributed, init_distributed
 from gptrain.distributed.parallelize import check_layout, parallelize
@@ -127,7 +127,7 @@ class Trainer(Checkpointing, Evaluating):
         self.grad_norm = None
         self.data_check = DataCheck([path for _, _, path in self.sources], env.rank, env.world)
         self.reader = StepReader(self.loader, 1 if self.schedule is not None else self.plan.grad_accum_steps,
-                                 remote=any(is_remote_folder(path) for _, _, path in self.sources))
+                                 remote=any(is_remote(path) for _, _, path in self.sources))
         self.pending_save = None
         self._async_pg = None
         make_output_dir(self.out, dump_toml(cfg), env.is_main)  # after every check: none wrote anything

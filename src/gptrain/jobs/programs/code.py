@@ -25,6 +25,7 @@ from pathlib import Path
 
 from gptrain.errors import UserError, has_credentials, redact
 from gptrain.home import home
+from gptrain.locations import is_url
 from gptrain.jobs import folder
 from gptrain.jobs.folder import code_dir
 
@@ -330,7 +331,7 @@ def add_source(name: str, url: str, ref: str | None = None) -> str:
 
     check_name(name, "source")
     url = check_url(url)
-    if "://" not in url and ":" not in url.split("/", 1)[0]:  # a local path: kept absolute
+    if not is_url(url) and ":" not in url.split("/", 1)[0]:  # a local path: kept absolute
         url = os.path.abspath(os.path.expanduser(url))
     store.add_source(name, url, check_ref(ref))
     return url
