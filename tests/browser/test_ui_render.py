@@ -77,3 +77,8 @@ def test_a_job_row_reads_the_same_in_both_faces(isolated_home, console, browser,
         assert shown[0] == cells["NAME"] and shown[1] == cells["STATE"] and shown[2] == cells["RESOURCES"]
         assert shown[3] == cells["STEP"] and shown[4] == cells["LOSS"] and shown[5] == cells["ETA"], (shown, cells)
     assert cells["STEP"] == "120/3000" and cells["ETA"] == "1h"  # ('-' each for `shown`: no step, no loss yet)
+    # the table's head and its state filter: the facts the CLI reads, served from Python (jobs/api.FACTS)
+    heads = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#jobs thead th")][1:]
+    assert [h.upper() for h in heads] == cli[0].split()
+    options = [o.get_attribute("value") for o in browser.find_elements(By.CSS_SELECTOR, "#state-filter option")]
+    assert options == ["", *(s.value for s in store.JobState)]

@@ -13,7 +13,7 @@ def new_job(name="j"):
 
 
 def test_states_are_typed_and_terminal_ones_are_known():
-    assert [s for s in JobState if s.is_terminal()] == [JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED]
+    assert [s for s in JobState if s in store.TERMINAL] == [JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED]
     assert f"{JobState.RUNNING}" == "running" and JobState("queued") is JobState.QUEUED
     with pytest.raises(ValueError):
         store.set_state(new_job(), "finished")  # not a state: a bug, not a row

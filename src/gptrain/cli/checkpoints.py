@@ -39,8 +39,7 @@ def cmd_checkpoints(args, extra) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     notes = args.verify or any(c.get("damaged") for c in rows)
-    render.table([("ID", "NAME", "KIND", "STEP", "TRAIN LOSS", "EVAL LOSS", "TIME", "SIZE",
-                   *(("VERIFIED",) if notes else ())),
+    render.table([(*render.header("checkpoints"), *(("VERIFIED",) if notes else ())),
                   *((c["id"], c["name"], c["kind"], c["step"], render.loss(c["train_loss"]),
                      render.loss(c["eval_loss"]), render.when(c["time"]), render.size(c["size"]),
                      *((_verified(c),) if notes else ())) for c in rows)])

@@ -62,7 +62,7 @@ def cmd_jobs(args, extra) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    render.table([("NAME", "STATE", "RESOURCES", "STEP", "LOSS", "ETA", "AGE"),
+    render.table([render.header("jobs"),
                   *((j["name"], j["state"], f"{render.nodes(j)}x{j['accels']} {j['scheduler']}",
                      render.steps(j["step"], j["total_steps"]), render.loss(j["loss"]), render.duration(j["eta_s"]),
                      render.age(j["created"])) for j in rows)])

@@ -12,6 +12,11 @@ SPEC = json.loads((resources.files("gptrain") / "assets" / "render.json").read_t
 MISSING = SPEC["missing"]
 
 
+def header(name: str) -> tuple[str, ...]:
+    """The titles of the table `name` (jobs, checkpoints), as the console heads it, in capitals."""
+    return tuple(title.upper() for title in SPEC["columns"][name])
+
+
 def table(rows) -> None:
     """Rows (the first is the header) printed in left-aligned columns two spaces apart."""
     rows = [tuple(MISSING if c is None else str(c) for c in r) for r in rows]

@@ -28,7 +28,7 @@ from gptrain.jobs.submission import SLURM_KEYS as SLURM_OPTIONS, Request  # noqa
 
 __all__ = [  # what the faces (cli/, ui/) may use: tests/unit/test_api_surface.py
     "add_source", "checkpoint", "checkpoint_files", "CHECKPOINT_SHOWN", "checkpoint_zip", "checkpoints",
-    "database_error", "dataset_tokenizer", "evaluate", "export", "generate", "export_checkpoint", "follow_log", "how_far", "job", "known",
+    "database_error", "dataset_tokenizer", "FACTS", "evaluate", "export", "generate", "export_checkpoint", "follow_log", "how_far", "job", "known",
     "last_train", "log_pages", "log_path", "log_reader", "loss_line", "metrics_path", "MetricsFile",
     "model_source", "parse_user_text", "PRIVATE", "read_job_file", "read_log", "refresh_all",
     "REFRESH_S", "remove", "remove_source", "report", "Request", "rerun", "resume", "rows",
@@ -87,6 +87,9 @@ def read_job_file(path: str) -> dict:
 
 
 STOP_TIMEOUT_S = folder.STOP_TIMEOUT_S
+# what a face shows of jobs beyond their rows, from their one owner (the console's page reads it)
+FACTS = {"states": [s.value for s in store.JobState], "active": [s.value for s in store.ACTIVE],
+         "stop_timeout_s": STOP_TIMEOUT_S}
 
 
 def stop(name: str, timeout: float = STOP_TIMEOUT_S, wait: bool = False) -> str:

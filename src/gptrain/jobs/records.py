@@ -128,7 +128,7 @@ def record_seen(name: str, job: dict, state, note: str, fields: dict) -> dict:
         fields.setdefault("error", failure_summary(folder.logs_dir(folder.job_dir(name)), fields["exit_code"]))
         note = f"{note}: {fields['error']}"
     if store.set_state(name, state, note, engine_job=job["external_id"], **fields) and \
-            (state.is_terminal() or state == store.JobState.RUNNING):
+            (state in store.TERMINAL or state == store.JobState.RUNNING):
         store.sync_checkpoints(name, found.scan_job(name), found.damage_reports(name))
     return store.get_job(name)
 

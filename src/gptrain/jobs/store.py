@@ -36,9 +36,6 @@ class JobState(str, Enum):
     FAILED = "failed"
     STOPPED = "stopped"
 
-    def is_terminal(self) -> bool:
-        return self in TERMINAL
-
     def __str__(self) -> str:
         return self.value
 
@@ -80,7 +77,7 @@ def set_state(name: str, state: JobState | str, message: str = "", owner: str | 
     now = time.time()
     with transaction() as conn:
         row = conn.execute("SELECT state, run_id, external_id FROM jobs WHERE name = ?", (name,)).fetchone()
-        if row is None or JobState(row["state"]).is_terminal():
+        if row is None or row["state"] in TERMINAL:
             return False
         if owner is not None and row["run_id"] != owner:
             return False
@@ -91,7 +88,7 @@ def set_state(name: str, state: JobState | str, message: str = "", owner: str | 
         if state is JobState.RUNNING:
             sets.append("started = COALESCE(started, ?)")
             values.append(now)
-        if state.is_terminal():
+        if state in TERMINAL:
             sets.append("ended = ?")
             values.append(now)
         conn.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE name = ?", (*values, name))
@@ -299,7 +296,7 @@ def free_lost_slots(name: str, run_id: str, kept: list[int] | None, kind: str, m
 def end_orphan(name: str, supervisor: str | None, state: JobState, message: str) -> bool:
     """End a job whose supervisor is gone (slots freed); False if someone else got there first."""
     state, now = JobState(state), time.time()
-    assert state.is_terminal(), state
+    assert state in TERMINAL, state
     with transaction() as conn:
         if not _owned_by(conn, name, supervisor):
             return False

@@ -10,6 +10,7 @@ Request, the same checks and one-line errors), `gptrain generate` (models/api.py
 from __future__ import annotations
 
 import html
+import json
 import os
 from importlib import resources
 from pathlib import Path
@@ -48,8 +49,10 @@ def _version() -> str:
 
 
 VERSION = _version()
-# how numbers read, the same spec the CLI's render.py reads (an attribute value: HTML-escaped)
-RENDER = html.escape((resources.files("gptrain") / "assets" / "render.json").read_text(), quote=True)
+# how numbers and tables read, the same spec the CLI's render.py reads, and the jobs' states and
+# stop grace (jobs/api.FACTS): the page's gp.R (an attribute value: HTML-escaped)
+RENDER = html.escape(json.dumps({**json.loads((resources.files("gptrain") / "assets" / "render.json").read_text()),
+                                 **api.FACTS}), quote=True)
 LOG_PAGES_PER_TICK = 8  # a log stream sends at most 8 pages (512 KiB) each half second
 PAGES = {"jobs": "Jobs", "job": "Job", "compare": "Compare", "datasets": "Datasets"}
 

@@ -247,7 +247,7 @@ def refresh(name: str) -> dict:
     if state == job["state"] and restarts == job["restarts"]:
         return job
     fields: dict = {"restarts": restarts}
-    if state.is_terminal():
+    if state in store.TERMINAL:
         _save_pod_logs(cluster, pods, folder.logs_dir(jdir))
         fields["exit_code"] = 0 if state != JobState.FAILED else _exit_code(pods)
     return records.record_seen(name, job, state, note, fields)

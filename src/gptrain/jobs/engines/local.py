@@ -118,7 +118,7 @@ def stop(name: str, timeout: float) -> str:
 
     reconcile()
     state = store.get_job(name)["state"]
-    if store.JobState(state).is_terminal():
+    if state in store.TERMINAL:
         return state
     write_stop_request(job_dir(name), timeout)
     job = store.get_job(name)  # read after the request is on disk: no start slips between

@@ -354,7 +354,7 @@ def refresh(name: str) -> dict:
     if state == S.RESTARTING and folder.slurm_preempted(jdir).is_file():  # the script requeued it
         state, said = S.PREEMPTED, f"{said}: {folder.slurm_preempted(jdir).read_text(errors='replace').strip()[:200]}"
     if folder.stop_request(jdir).is_file():
-        state = S.STOPPED if state.is_terminal() else (S.STOPPING if state == S.RUNNING else state)
+        state = S.STOPPED if state in store.TERMINAL else (S.STOPPING if state == S.RUNNING else state)
     if state == job["state"]:
         return job
     note, fields = f"Slurm {said}", {}

@@ -2,7 +2,7 @@
 // JSON calls, POST actions with the CSRF token, Server-Sent Events, number formats, charts.
 "use strict";
 const gp = window.gp = { CSRF: document.querySelector('meta[name=csrf]').content,
-  R: JSON.parse(document.querySelector('meta[name=render]').content) };  // gptrain/assets/render.json
+  R: JSON.parse(document.querySelector('meta[name=render]').content) };  // gptrain/assets/render.json + jobs/api.FACTS
 
 gp.el = function (tag, attrs, ...kids) {
   const e = document.createElement(tag);

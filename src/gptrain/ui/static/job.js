@@ -4,7 +4,7 @@
 (async function () {
   const name = decodeURIComponent(location.pathname.split("/").pop());
   const api = "/api/jobs/" + encodeURIComponent(name);
-  const ACTIVE = ["queued", "starting", "running", "restarting", "preempted", "stopping"];
+  const ACTIVE = gp.R.active;  // jobs/store.py's, through jobs/api.FACTS
   const main = document.getElementById("main");
   const $ = (tag, id, ...kids) => gp.el(tag, { id }, ...kids);
   const state = $("span", "state"), error = $("p", "error"), info = $("p", "info");
@@ -37,7 +37,7 @@
     gp.el("a", { href: "/compare?jobs=" + encodeURIComponent(name) }, "compare…")), error, info, charts,
     gp.el("h2", {}, "Logs ", rankSel), log, gp.el("h2", {}, "Events"), events,
     gp.el("h2", {}, "Checkpoints"), gp.el("table", {}, gp.el("thead", {}, gp.el("tr", {},
-      ["name", "kind", "step", "train loss", "eval loss", "saved", "size", ""].map((h) => gp.el("th", {}, h)))), ckpts),
+      [...gp.R.columns.checkpoints, ""].map((h) => gp.el("th", {}, h)))), ckpts),
     gp.el("h2", {}, "Resolved config"), config, gp.el("h2", {}, "Job spec"), spec,
     gp.el("h2", {}, "Try it"), tryBox, gp.el("h2", {}, "Run again with changes"), rerunBox);
 
@@ -61,7 +61,7 @@
       ` · created ${gp.time(j.created)} · started ${gp.time(j.started)} · ended ${gp.time(j.ended)} · restarts ${j.restarts}`;
     events.replaceChildren(...d.events.map((e) => gp.el("li", {}, gp.el("time", {}, gp.time(e.time)), gp.el("b", {}, e.kind), " ", e.message)));
     ckpts.replaceChildren(...d.checkpoints.map((c) => gp.el("tr", { "data-checkpoint": c.id },
-      gp.el("td", {}, c.name), gp.el("td", {}, c.kind ?? "-"), gp.el("td", { class: "num" }, gp.plain(c.step)), gp.el("td", { class: "num" }, gp.loss(c.train_loss)),
+      gp.el("td", {}, c.id), gp.el("td", {}, c.name), gp.el("td", {}, c.kind ?? "-"), gp.el("td", { class: "num" }, gp.plain(c.step)), gp.el("td", { class: "num" }, gp.loss(c.train_loss)),
       gp.el("td", { class: "num" }, gp.loss(c.eval_loss)), gp.el("td", {}, gp.time(c.time)), gp.el("td", { class: "num" }, gp.bytes(c.size)),
       gp.el("td", {}, gp.el("a", { href: `${api}/checkpoints/${c.id}.zip`, class: "download" }, "zip"), " ",
         gp.el("a", { href: `${api}/checkpoints/${c.id}/hf.zip`, class: "download-hf", title: "exported as a Hugging Face model" }, "HF zip")))));

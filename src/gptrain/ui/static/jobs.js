@@ -1,7 +1,7 @@
 // The jobs table, kept current by the /api/jobs/stream event stream (no reloads).
 "use strict";
 (function () {
-  const STATES = ["", "queued", "starting", "running", "restarting", "preempted", "stopping", "succeeded", "failed", "stopped"];
+  const STATES = ["", ...gp.R.states];  // jobs/store.py's, through jobs/api.FACTS
   const params = new URLSearchParams(location.search);
   const main = document.getElementById("main");
   const filter = gp.el("select", { id: "state-filter" }, STATES.map((s) => gp.el("option", { value: s }, s || "all states")));
@@ -21,7 +21,7 @@
       ...sets.map((d) => gp.el("option", { value: d.name }, d.name)));
   });
   main.append(gp.el("h1", {}, "Jobs"), gp.el("div", { class: "toolbar" }, gp.el("label", {}, "show ", filter), compare), details,
-    gp.el("table", { id: "jobs" }, gp.el("thead", {}, gp.el("tr", {}, ["", "name", "state", "resources", "step", "loss", "eta", "age"].map((h) => gp.el("th", {}, h)))), body));
+    gp.el("table", { id: "jobs" }, gp.el("thead", {}, gp.el("tr", {}, ["", ...gp.R.columns.jobs].map((h) => gp.el("th", {}, h)))), body));
 
   let stream = null;
   function render(rows) {
