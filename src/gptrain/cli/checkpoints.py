@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
+from gptrain.cli import render
+
 
 
 def register(sub) -> None:
     p = sub.add_parser("checkpoints", help="list a job's checkpoints")
     p.add_argument("name")
-    p.add_argument("--json", action="store_true")
+    render.json_switch(p)
     p.add_argument("--verify", action="store_true", help="check each checkpoint's files against the "
                    "checksums written with it (reads them all)")
     p.set_defaults(func=cmd_checkpoints)
@@ -30,13 +31,11 @@ def register(sub) -> None:
 
 
 def cmd_checkpoints(args, extra) -> int:
-    from gptrain.cli import render
     from gptrain.jobs import api
 
     api.job(args.name)
     rows = api.checkpoints(args.name, verify=args.verify)
-    if args.json:
-        print(json.dumps(rows, indent=2))
+    if render.as_json(args, rows):
         return 0
     notes = args.verify or any(c.get("damaged") for c in rows)
     render.table([(*render.header("checkpoints"), *(("VERIFIED",) if notes else ())),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from gptrain.cli import render
 
 
@@ -60,12 +58,13 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_push)
 
     p = dsub.add_parser("list", help="list named datasets")
+    render.json_switch(p)
     p.set_defaults(func=cmd_list)
 
     p = dsub.add_parser("inspect", help="show a dataset's meta and a decoded sample")
     p.add_argument("name", help="dataset name or directory")
     p.add_argument("--verify", action="store_true", help="check every file's sha256 and that its token ids are below vocab_size")
-    p.add_argument("--json", action="store_true")
+    render.json_switch(p)
     p.set_defaults(func=cmd_inspect)
 
     p = dsub.add_parser("rm", help="delete a named dataset")
@@ -126,8 +125,11 @@ def cmd_push(args, extra) -> int:
 def cmd_list(args, extra) -> int:
     from gptrain.data import api
 
+    datasets = api.datasets()
+    if render.as_json(args, datasets):
+        return 0
     rows = [("NAME", "KIND", "TOKENIZER", "TOKENS", "SIZE", "CREATED")]
-    for d in api.datasets():
+    for d in datasets:
         rows.append((d["name"], d["kind"], d["tokenizer"], render.count(d["tokens"]) if d["kind"] == "prepared" else "-",
                      render.size(d["bytes"]), render.when(d["created"])))
     render.table(rows)
@@ -138,8 +140,7 @@ def cmd_inspect(args, extra) -> int:
     from gptrain.data import api
 
     info = api.inspect(args.name, verify=args.verify)
-    if args.json:
-        print(json.dumps(info, indent=2))
+    if render.as_json(args, info):
         return 0
     print(f"dataset  {args.name}  ({info['path']})")
     if info["kind"] == "prepared":

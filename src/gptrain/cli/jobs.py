@@ -3,7 +3,6 @@ cli/checkpoints.py): arguments parsed, jobs/api.py called, its answer shown (cli
 
 from __future__ import annotations
 
-import json
 import sys
 
 from gptrain.cli import render
@@ -12,12 +11,12 @@ from gptrain.jobs import api
 
 def register(sub) -> None:
     p = sub.add_parser("jobs", help="list jobs")
-    p.add_argument("--json", action="store_true")
+    render.json_switch(p)
     p.set_defaults(func=cmd_jobs)
 
     p = sub.add_parser("inspect", help="a job's state, lifecycle events, config, metrics, checkpoints")
     p.add_argument("name")
-    p.add_argument("--json", action="store_true")
+    render.json_switch(p)
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("logs", help="a job's log (rank 0 by default)")
@@ -59,8 +58,7 @@ def register(sub) -> None:
 
 def cmd_jobs(args, extra) -> int:
     rows = api.rows(force=True)
-    if args.json:
-        print(json.dumps(rows, indent=2))
+    if render.as_json(args, rows):
         return 0
     render.table([render.header("jobs"),
                   *((j["name"], j["state"], f"{render.nodes(j)}x{j['accels']} {j['scheduler']}",
@@ -71,8 +69,7 @@ def cmd_jobs(args, extra) -> int:
 
 def cmd_inspect(args, extra) -> int:
     report = api.report(args.name)
-    if args.json:
-        print(json.dumps(report, indent=2))
+    if render.as_json(args, report):
         return 0
     job = report["job"]
     print(f"job        {job['name']}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from gptrain.cli import render
+
 
 def register(sub) -> None:
     p = sub.add_parser("generate", help="generate text from a model",
@@ -39,7 +41,7 @@ def register(sub) -> None:
     p.add_argument("--batch-size", dest="batch_size", type=int, default=8)
     p.add_argument("--max-blocks", dest="max_blocks", type=int, default=None)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--json", action="store_true")
+    render.json_switch(p)
     _allow_flag(p)
     p.set_defaults(func=cmd_eval)
 
@@ -85,16 +87,12 @@ def cmd_generate(args, extra) -> int:
 
 def cmd_eval(args, extra) -> int:
     _allow(args)
-    import json
-
     from gptrain.jobs.api import evaluate
 
     result, notes = evaluate(args.model, args.dataset, args.split, args.batch_size, args.max_blocks, args.device)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(result))
-    else:
+    if not render.as_json(args, result):
         print(f"loss {result['loss']:.4f} | perplexity {result['perplexity']:.2f} | "
               f"accuracy {result['accuracy']:.4f} | {result['tokens']:,} tokens")
     return 0

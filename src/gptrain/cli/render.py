@@ -12,6 +12,21 @@ SPEC = json.loads((resources.files("gptrain") / "assets" / "render.json").read_t
 MISSING = SPEC["missing"]
 
 
+def json_switch(parser) -> None:
+    """The one --json of every command that shows a table or a report."""
+    parser.add_argument("--json", action="store_true",
+                        help="print it as one JSON document (indented), for scripts")
+
+
+def as_json(args, data) -> bool:
+    """Where --json was given: `data` printed as one indented JSON document, and True (the
+    command prints nothing else)."""
+    if not args.json:
+        return False
+    print(json.dumps(data, indent=2))
+    return True
+
+
 def header(name: str) -> tuple[str, ...]:
     """The titles of the table `name` (jobs, checkpoints), as the console heads it, in capitals."""
     return tuple(title.upper() for title in SPEC["columns"][name])

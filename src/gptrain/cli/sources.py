@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from gptrain.cli import render
+
 
 def register(sub) -> None:
     p = sub.add_parser("source", help="name git repositories for `run --source NAME`")
@@ -13,7 +15,9 @@ def register(sub) -> None:
     a.add_argument("url")
     a.add_argument("--ref", default=None, help="default branch, tag or commit")
     a.set_defaults(func=cmd_add)
-    ssub.add_parser("list", help="list named repositories").set_defaults(func=cmd_list)
+    lister = ssub.add_parser("list", help="list named repositories")
+    render.json_switch(lister)
+    lister.set_defaults(func=cmd_list)
     r = ssub.add_parser("rm", help="forget a named repository")
     r.add_argument("name")
     r.set_defaults(func=cmd_rm)
@@ -28,10 +32,11 @@ def cmd_add(args, extra) -> int:
 
 
 def cmd_list(args, extra) -> int:
-    from gptrain.cli import render
     from gptrain.jobs import api
 
-    render.table([("NAME", "URL", "REF"), *((s["name"], s["url"], s["ref"] or "-") for s in api.sources())])
+    sources = api.sources()
+    if not render.as_json(args, sources):
+        render.table([("NAME", "URL", "REF"), *((s["name"], s["url"], s["ref"] or "-") for s in sources)])
     return 0
 
 
