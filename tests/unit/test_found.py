@@ -254,16 +254,18 @@ def test_one_checkpoint_named_every_way_a_user_can_is_the_same_checkpoint(tmp_pa
     ids = {c["name"]: c["id"] for c in store.checkpoints("named")}
     step2 = step_dir(jdir, 2)
 
-    from pathlib import Path
-
-    def checkpoint_of(source: str) -> Path:
-        p = Path(source)
-        return layout.resolve(p) if layout.is_checkpoint_dir(p) or layout.find_latest(p) else p
-
+    # the one chooser answers with the checkpoint itself: a run's folder is not handed on for a
+    # loader to choose again (before: the folder, which generate then resolved a second time)
     for ref in ("named", ids[layout.step_name(2)], str(jdir), str(run_layout.checkpoints_dir(jdir)), str(step2)):
-        assert checkpoint_of(api.model_source(ref)) == step2, ref
+        assert api.model_source(ref) == str(step2), ref
     assert layout.find_latest(jdir) == step2 and found.latest(jdir) == step2
-    assert checkpoint_of(api.model_source(ids[layout.step_name(4)])) == step_dir(jdir, 4)  # named: itself
+    assert api.model_source(ids[layout.step_name(4)]) == str(step_dir(jdir, 4))  # named: itself
+    # to resume from, a run's folder stays the folder (its newest that passes verification is the
+    # trainer's to take); kept best (checkpoint.keep_best) is what the run stands for as a model
+    assert api.model_source(str(jdir), resume=True) == str(jdir)
+    (run_layout.checkpoints_dir(jdir) / "best").write_text(layout.step_name(4) + "\n")
+    for ref in ("named", str(jdir)):
+        assert api.model_source(ref) == str(step_dir(jdir, 4)), ref
 
 
 def test_a_mistyped_job_name_is_did_you_mean_before_any_network_request(tmp_path, isolated_home, monkeypatch):

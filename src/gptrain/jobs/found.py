@@ -126,12 +126,20 @@ def scan_job(job: str) -> list[dict]:
 
 
 def model_source(ref: str, resume: bool = False) -> str:
-    """What a user names as MODEL (generate, eval, export, model.init_from,
-    checkpoint.resume_from), as the path or hub id models/ and train/ load, in this order:
-    a path (weights/weights_scan.loadable_at: a checkpoint is itself, a folder its newest loadable
-    checkpoint), a checkpoint ID, a job name (its newest loadable checkpoint, or the best with
-    checkpoint.keep_best unless it is to be resumed from), else a hub id as
-    it is. A checkpoint ID or job name that cannot be loaded is one line, and so is a name
+    """THE chooser of "which checkpoint": what a user names as MODEL (generate, eval, export,
+    model.init_from, checkpoint.resume_from), as the path or hub id models/ and train/ load, in
+    this order:
+    - `hf:NAME`: the hub model NAME, whatever is here;
+    - a path (weights/scan.loadable_at): a checkpoint of any kind is itself; a gptrain run's
+      folder the checkpoint it stands for as a model (weights/layout.model_checkpoint: the kept
+      best, else the newest), or, to be resumed from, the folder (the trainer takes its newest
+      that passes verification); any other folder its newest loadable checkpoint;
+    - a checkpoint ID: that checkpoint (a folder as above);
+    - a job name: the best with checkpoint.keep_best unless it is to be resumed from, else its
+      newest loadable checkpoint (weights/scan.newest: damaged ones and a branch above the run's
+      `latest` passed by);
+    - else a hub id as it is.
+    A remote copy (checkpoint.remote) is the trainer's to fetch when it resumes (train/remote.py). A checkpoint ID or job name that cannot be loaded is one line, and so is a name
     close to a job's that is not a hub model cached here (a typo: "did you mean", before any
     network request); `hf:NAME` is the hub model NAME whatever is here."""
     from gptrain.errors import NotFound, UserError
@@ -142,7 +150,7 @@ def model_source(ref: str, resume: bool = False) -> str:
         return ref[3:]
     path = Path(ref).expanduser()
     if path.exists():
-        return str(weights_scan.loadable_at(path, ref))
+        return str(weights_scan.loadable_at(path, ref, resume))
     if not NAME_RE.fullmatch(ref) or not (home() / "gptrain.db").is_file():
         return ref
     try:
@@ -153,7 +161,7 @@ def model_source(ref: str, resume: bool = False) -> str:
         if not Path(row["path"]).exists():
             raise NotFound(f"checkpoint {ref} ({row['job']}/{row['name']}) is no longer on disk "
                            f"(pruned by keep_last?); see `gptrain checkpoints {row['job']}`")
-        return str(weights_scan.loadable_at(Path(row["path"]), ref))
+        return str(weights_scan.loadable_at(Path(row["path"]), ref, resume))
     try:
         store.get_job(ref)
     except UserError:

@@ -361,12 +361,12 @@ def weights_arch(init_from: str) -> str | None:
     """The architecture of local weights (a gptrain checkpoint's or a HF config.json's), or None."""
     import json
 
-    from gptrain.weights.layout import find_model, is_checkpoint_dir, read_state
+    from gptrain.weights.layout import model_checkpoint, read_state
 
     path = Path(init_from).expanduser()
     try:
         if path.is_dir():
-            ckpt = path if is_checkpoint_dir(path) else find_model(path)
+            ckpt = model_checkpoint(path)
             if ckpt is not None:
                 return read_state(ckpt).get("model_config", {}).get("arch", "gpt2")
             return spec_of_hf(json.loads((path / "config.json").read_text()).get("model_type")).arch
@@ -380,13 +380,13 @@ def weights_positions(init_from: str) -> int | None:
     trainer_state.json or a HF config.json without loading them; None when unknown (hub ids)."""
     import json
 
-    from gptrain.weights.layout import find_model, is_checkpoint_dir, read_state
+    from gptrain.weights.layout import model_checkpoint, read_state
 
     path = Path(init_from).expanduser()
     if not path.is_dir():
         return None
     try:
-        ckpt = path if is_checkpoint_dir(path) else find_model(path)
+        ckpt = model_checkpoint(path)
         if ckpt is not None:
             return read_state(ckpt).get("model_config", {}).get("block_size")
         hf = json.loads((path / "config.json").read_text())

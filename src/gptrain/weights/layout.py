@@ -98,11 +98,16 @@ def lowest_eval(paths) -> Path | None:
     return min(scored)[2] if scored else None
 
 
-def find_model(output_dir) -> Path | None:
-    """The checkpoint a run's folder stands for as a model (generate, eval, export, init_from):
-    the one `best` names when the run keeps it, else the newest (find_latest). A resume always
-    continues from the newest."""
-    return best_checkpoint(output_dir) or find_latest(output_dir)
+def model_checkpoint(path) -> Path | None:
+    """The gptrain checkpoint `path` stands for as a model (generate, eval, export, init_from):
+    itself when it is one; a run's folder: the one `best` names when the run keeps it, else the
+    newest (find_latest); None when it holds none. A resume always continues from the newest.
+    (jobs/found.model_source, the one chooser of what a user names, asks this for a path.)"""
+    p = Path(path)
+    p = p.resolve() if p.is_symlink() else p
+    if is_checkpoint_dir(p):
+        return p
+    return best_checkpoint(p) or find_latest(p)
 
 
 def resume_order(output_dir) -> list[Path]:
@@ -173,13 +178,13 @@ def damage_reports(output_dir) -> list[dict]:
 
 def resolve(path, as_model: bool = False) -> Path:
     """A checkpoint directory from a checkpoint directory or a training output directory: its
-    newest, to resume from; `as_model`: the one it stands for as a model (find_model). A link
-    the user names is followed (theirs to make); links inside a run are not (is_checkpoint_dir)."""
+    newest, to resume from; `as_model`: the one it stands for as a model (model_checkpoint). A
+    link the user names is followed (theirs to make); links inside a run are not (is_checkpoint_dir)."""
     p = Path(path)
     p = p.resolve() if p.is_symlink() else p
     if is_checkpoint_dir(p):
         return p
-    latest = find_model(p) if as_model else find_latest(p)
+    latest = model_checkpoint(p) if as_model else find_latest(p)
     if latest is None:
         raise UserError(f"{path} is not a gptrain checkpoint (no {STATE_FILE}) and holds none")
     return latest

@@ -157,12 +157,14 @@ def newest_loadable(rows: list[dict], what: str, see: str, tops: tuple = ()) -> 
     return best["path"]
 
 
-def loadable_at(path: Path, ref: str) -> Path:
+def loadable_at(path: Path, ref: str, resume: bool = False) -> Path:
     """What a model path a user gave stands for: a checkpoint of any kind is itself; a gptrain
-    training output directory stays itself (its newest checkpoint: weights/layout.py); any other
-    folder its newest loadable checkpoint. One-line UserError when it holds none."""
+    training output directory the one it stands for as a model (weights/layout.model_checkpoint:
+    the kept best, else the newest), or, to be `resume`d from, itself (the trainer takes its
+    checkpoints newest first, each verified: weights/layout.resume_order); any other folder its
+    newest loadable checkpoint. One-line UserError when it holds none."""
     from gptrain.errors import UserError
-    from gptrain.weights.layout import find_latest
+    from gptrain.weights.layout import find_latest, model_checkpoint
     from gptrain.weights.names import WEIGHT_SUFFIXES
 
     if path.is_file():
@@ -170,8 +172,10 @@ def loadable_at(path: Path, ref: str) -> Path:
             return path  # read as a nanoGPT checkpoint (models/nanogpt.py says if it is not one)
         hint = " (pass the directory holding it and its config.json)" if path.name.endswith(WEIGHT_SUFFIXES) else ""
         raise UserError(f"{ref} is a file, not a model{hint}; {KINDS_HINT}")
-    if kind_of(path) or find_latest(path) is not None:
+    if kind_of(path) or (resume and find_latest(path) is not None):
         return path
+    if (ckpt := model_checkpoint(path)) is not None:
+        return ckpt
     rows = scan_folder(path)
     if not rows:
         raise UserError(f"{ref} is not a model directory and holds no checkpoint; {KINDS_HINT}")
