@@ -133,18 +133,14 @@ def model_tensors(ckpt_dir: Path) -> dict:
 
 @contextlib.contextmanager
 def http_server(directory: Path):
-    """Serve a directory over HTTP on localhost; yields the base URL."""
-    import functools
-    import http.server
-    import threading
+    """Serve a directory over HTTP on localhost (tests/byte_counting.py's server); yields the base URL."""
+    from tests.byte_counting import ByteCountingServer
 
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = ByteCountingServer(directory)
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield server.url
     finally:
-        server.shutdown()
+        server.close()
 
 
 @contextlib.contextmanager

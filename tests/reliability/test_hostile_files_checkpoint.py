@@ -17,12 +17,6 @@ from tests.conftest import run_cli
 from tests.helpers import TINY, step_dir
 
 
-@pytest.fixture
-def trained(data, tiny_run):
-    """The session's tiny trained run: (dataset dir, its step-2 checkpoint)."""
-    return data, step_dir(tiny_run, 2)
-
-
 def _short(s: str) -> bytes:
     b = s.encode()
     return (b"\x8c" + bytes([len(b)]) + b) if len(b) < 256 else (b"X" + struct.pack("<I", len(b)) + b)
@@ -50,9 +44,9 @@ def _copy(ckpt, dest, sealed=False):
 
 
 @pytest.fixture
-def evil(trained, tmp_path):
+def evil(data, tiny_run, tmp_path):
     """(dataset, a checkpoint whose .metadata would create `marker`, marker path)."""
-    data, ckpt = trained
+    ckpt = step_dir(tiny_run, 2)
     marker = tmp_path / "pwned"
     bad = _copy(ckpt, step_dir(tmp_path / "evil", 2))
     (bad / ".metadata").write_bytes(evil_metadata(marker))
@@ -118,10 +112,10 @@ def test_code_in_checkpoint_metadata_never_runs_by_job_name_id_or_fetch(evil, tm
     assert not (tmp_path / "hf").exists()
 
 
-def test_metadata_rewriting_a_metadata_class_is_refused(trained, tmp_path):
+def test_metadata_rewriting_a_metadata_class_is_refused(tiny_run, tmp_path):
     """BUILD with a slot state on an allowed class itself would set that class's attributes in
     the reading process (here Metadata.planted = 1)."""
-    data, ckpt = trained
+    ckpt = step_dir(tiny_run, 2)
     bad = _copy(ckpt, tmp_path / "build" / ckpt.name)
     (bad / ".metadata").write_bytes(
         b"\x80\x04" + _short("torch.distributed.checkpoint.metadata") + _short("Metadata") + b"\x93" +
@@ -129,7 +123,7 @@ def test_metadata_rewriting_a_metadata_class_is_refused(trained, tmp_path):
     _refused(run_cli("generate", bad, "--prompt", "the"), tmp_path / "none", "sets the state")
 
 
-def test_metadata_naming_bytes_entries_is_refused(trained, tmp_path):
+def test_metadata_naming_bytes_entries_is_refused(tiny_run, tmp_path):
     """DCP reads a BytesStorageMetadata entry with torch.load(weights_only=False): a .metadata
     that declares one, pointing at a pickle in a .distcp file, must be refused before that."""
     import io
@@ -141,7 +135,7 @@ def test_metadata_naming_bytes_entries_is_refused(trained, tmp_path):
 
     from gptrain.weights.dcp import _MetadataUnpickler
 
-    data, ckpt = trained
+    ckpt = step_dir(tiny_run, 2)
     bad = _copy(ckpt, tmp_path / "bytes" / ckpt.name)
     marker = tmp_path / "pwned"
 
@@ -167,13 +161,13 @@ def test_metadata_naming_bytes_entries_is_refused(trained, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["../../outside.distcp", "/etc/passwd"])
-def test_metadata_naming_files_outside_the_checkpoint_is_refused(trained, tmp_path, name):
+def test_metadata_naming_files_outside_the_checkpoint_is_refused(tiny_run, tmp_path, name):
     import io
     import pickle
 
     from torch.distributed.checkpoint.filesystem import _StorageInfo
 
-    data, ckpt = trained
+    ckpt = step_dir(tiny_run, 2)
     bad = _copy(ckpt, tmp_path / "outside" / ckpt.name)
     meta = pickle.Unpickler(io.BytesIO((ckpt / ".metadata").read_bytes())).load()
     for idx, info in meta.storage_data.items():
@@ -182,10 +176,10 @@ def test_metadata_naming_files_outside_the_checkpoint_is_refused(trained, tmp_pa
     _refused(run_cli("generate", bad, "--prompt", "the"), tmp_path / "none", "not a plain file name")
 
 
-def test_the_allowlist_reads_the_metadata_dcp_writes(trained):
+def test_the_allowlist_reads_the_metadata_dcp_writes(tiny_run):
     """The exact list is enough for a real checkpoint (all layouts write the same globals: see
     train/checkpoint.py), and a checkpoint still generates."""
-    data, ckpt = trained
+    ckpt = step_dir(tiny_run, 2)
     r = run_cli("generate", ckpt, "--prompt", "the", "--max-new-tokens", "3", "--seed", "0")
     assert r.returncode == 0, r.stderr[-2000:]
 
@@ -209,10 +203,10 @@ CASES = [(*d, False) for d in DAMAGE] + [(f, h, True) for f, h in DAMAGE if h in
 
 @pytest.mark.parametrize("file, how, sealed", CASES,
                          ids=[f"{f}-{h}-{'with-checksums' if s else 'without'}" for f, h, s in CASES])
-def test_corrupt_checkpoint_file_is_one_line_naming_it(trained, tmp_path, file, how, sealed):
+def test_corrupt_checkpoint_file_is_one_line_naming_it(data, tiny_run, tmp_path, file, how, sealed):
     """With its checksums.json the damage is named by verification (checkpoint and file); a
     checkpoint without one (older, or from elsewhere) is refused by the readers themselves."""
-    data, ckpt = trained
+    ckpt = step_dir(tiny_run, 2)
     bad = _copy(ckpt, tmp_path / "bad" / ckpt.name, sealed)
     _corrupt(bad / file, how)
     named = [str(bad), "fails verification", file] if sealed or (file, how) == ("__0_0.distcp", "truncated") \
@@ -229,8 +223,7 @@ def hf_copy(tiny_hf_gpt2, tmp_path):
 
 @pytest.mark.parametrize("file, how", [("model.safetensors", "garbage"), ("model.safetensors", "truncated"),
                                        ("config.json", "garbage"), ("config.json", "no-fields")])
-def test_corrupt_hf_model_file_is_one_line_naming_it(trained, hf_copy, tmp_path, file, how):
-    data, _ = trained
+def test_corrupt_hf_model_file_is_one_line_naming_it(data, tiny_run, hf_copy, tmp_path, file, how):
     _corrupt(hf_copy / file, how)
     gpt2_data = tmp_path / "unused"
     for args in (["generate", hf_copy, "--prompt", "the"], ["export", hf_copy, "--out", tmp_path / "x"],
@@ -249,10 +242,10 @@ def test_pickled_code_in_pytorch_model_bin_never_runs(hf_copy, tmp_path):
     _refused(run_cli("generate", hf_copy, "--prompt", "the"), marker, str(hf_copy / "pytorch_model.bin"))
 
 
-def test_remote_latest_naming_a_path_outside_is_refused(trained, tmp_path):
+def test_remote_latest_naming_a_path_outside_is_refused(data, tiny_run, tmp_path):
     """checkpoint.remote: REMOTE/latest is read from object storage; a name like ../../stash
     would be fetched and renamed to OUTPUT/checkpoints/../../stash, outside the output directory."""
-    data, ckpt = trained
+    ckpt = step_dir(tiny_run, 2)
     bucket = tmp_path / "bucket" / "run"
     bucket.mkdir(parents=True)
     _copy(ckpt, tmp_path / "stash")  # REMOTE/../../stash

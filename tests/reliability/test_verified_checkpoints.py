@@ -19,12 +19,6 @@ from tests.job_helpers import TRAIN, checkpoints_dir, job, ok, wait_for
 RUN = [*TINY, "--train.batch_size=2", "--train.do_eval=false", "--train.precision=fp32", "--checkpoint.every=2"]
 
 
-@pytest.fixture
-def trained(data, tiny_run):
-    """The session's tiny run (RUN's settings), checkpoints at steps 2 and 4: (dataset dir, output dir)."""
-    return data, tiny_run
-
-
 def flip(path, seed: int) -> int:
     """Flip one bit at a seeded random offset of `path`; the offset."""
     rng = random.Random(seed)
@@ -43,10 +37,10 @@ def one_line_refusal(r, *needles):
         assert needle in lines[0], lines[0]
 
 
-def test_commit_lists_every_file_with_its_size_and_checksum(trained):
+def test_commit_lists_every_file_with_its_size_and_checksum(tiny_run):
     from gptrain.weights import checksums
 
-    _, out = trained
+    out = tiny_run
     ckpt = step_dir(out, 4)
     listed = checksums.read(ckpt)
     on_disk = {p.name for p in ckpt.iterdir() if p.name != checksums.FILE}
@@ -57,14 +51,14 @@ def test_commit_lists_every_file_with_its_size_and_checksum(trained):
 
 
 @pytest.mark.parametrize("seed", range(10))
-def test_a_bit_flipped_anywhere_is_refused_by_every_reader(trained, tmp_path, seed):
+def test_a_bit_flipped_anywhere_is_refused_by_every_reader(tiny_run, tmp_path, seed):
     """10 seeds over every file of the checkpoint (checksums.json itself included): the verifier
     names the file, and the loaders used by generate/eval/export/init_from and by resume refuse."""
     from gptrain.errors import UserError
     from gptrain.models.load import load_for_inference
     from gptrain.weights import checksums
 
-    _, out = trained
+    out = tiny_run
     ckpt = shutil.copytree(step_dir(out, 4), tmp_path / step_name(4))
     files = sorted(p.name for p in ckpt.iterdir())
     victim = files[seed % len(files)]
@@ -89,8 +83,8 @@ LOAD_PATHS = {
 
 
 @pytest.mark.parametrize("path", list(LOAD_PATHS))
-def test_each_command_refuses_a_damaged_checkpoint_in_one_line(trained, tmp_path, path):
-    data, out = trained
+def test_each_command_refuses_a_damaged_checkpoint_in_one_line(data, tiny_run, tmp_path, path):
+    out = tiny_run
     ckpt = shutil.copytree(step_dir(out, 4), step_dir(tmp_path / "run", 4))
     flip(ckpt / "__0_0.distcp", 7)
     one_line_refusal(run_cli(*LOAD_PATHS[path](data, ckpt, tmp_path)), str(ckpt), "__0_0.distcp",
@@ -98,8 +92,8 @@ def test_each_command_refuses_a_damaged_checkpoint_in_one_line(trained, tmp_path
     assert not (tmp_path / "exported").exists() and not run_layout.checkpoints_dir(tmp_path / "new").exists()
 
 
-def test_a_damaged_remote_copy_is_refused_and_not_kept(trained, tmp_path):
-    data, out = trained
+def test_a_damaged_remote_copy_is_refused_and_not_kept(data, tiny_run, tmp_path):
+    out = tiny_run
     bucket = tmp_path / "bucket"
     shutil.copytree(step_dir(out, 4), bucket / step_name(4))
     (bucket / "latest").write_text(step_name(4))
@@ -111,11 +105,11 @@ def test_a_damaged_remote_copy_is_refused_and_not_kept(trained, tmp_path):
     assert not list(run_layout.checkpoints_dir(new).glob("*step-*"))
 
 
-def test_a_damaged_remote_copy_falls_back_to_the_good_remote_step_before_it(trained, tmp_path):
+def test_a_damaged_remote_copy_falls_back_to_the_good_remote_step_before_it(data, tiny_run, tmp_path):
     """#47 row 3: REMOTE/latest names a damaged step-000004 and step-000002 there is good: the run
     exited 2 ("refused and not kept") with no fallback. It passes the damaged copy by, fetches
     step 2, resumes from it and finishes."""
-    data, out = trained
+    out = tiny_run
     bucket = tmp_path / "bucket"
     for step in (2, 4):
         shutil.copytree(step_dir(out, step), bucket / step_name(step))
@@ -130,10 +124,10 @@ def test_a_damaged_remote_copy_falls_back_to_the_good_remote_step_before_it(trai
     assert not step_dir(new, 4).exists() or (step_dir(new, 4) / "checksums.json").is_file()
 
 
-def test_an_exported_hf_model_is_verified_when_loaded(trained, tmp_path, seed=0):
+def test_an_exported_hf_model_is_verified_when_loaded(data, tiny_run, tmp_path, seed=0):
     from gptrain.weights import checksums
 
-    data, out = trained
+    out = tiny_run
     hf = tmp_path / "hf"
     ok("export", step_dir(out, 4), "--out", hf)
     assert checksums.verify(hf, what="model") == checksums.VERIFIED and "model.safetensors" in checksums.read(hf)
@@ -145,7 +139,7 @@ def test_an_exported_hf_model_is_verified_when_loaded(trained, tmp_path, seed=0)
 
 
 @pytest.mark.parametrize("damage", ["flipped", "truncated"])
-def test_a_run_whose_newest_checkpoint_is_damaged_resumes_from_the_one_before(trained, tmp_path, damage):
+def test_a_run_whose_newest_checkpoint_is_damaged_resumes_from_the_one_before(data, tiny_run, tmp_path, damage):
     """...and ends with the weights of a run of 6 steps never interrupted (fp32, same data: the
     damaged run was made with max_steps=4, so only a resume from step 2 retrains steps 3-4 on the
     6-step schedule)."""
@@ -153,7 +147,7 @@ def test_a_run_whose_newest_checkpoint_is_damaged_resumes_from_the_one_before(tr
 
     from tests.helpers import model_tensors
 
-    data, out = trained
+    out = tiny_run
     run = shutil.copytree(out, tmp_path / "run")
     newest = step_dir(run, 4) / "__0_0.distcp"
     if damage == "flipped":
@@ -170,8 +164,8 @@ def test_a_run_whose_newest_checkpoint_is_damaged_resumes_from_the_one_before(tr
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
 
 
-def test_no_good_checkpoint_left_is_one_line(trained, tmp_path):
-    data, out = trained
+def test_no_good_checkpoint_left_is_one_line(data, tiny_run, tmp_path):
+    out = tiny_run
     run = shutil.copytree(out, tmp_path / "run")
     for step in (2, 4):
         flip(step_dir(run, step) / ".metadata", 5)
@@ -191,7 +185,7 @@ def test_no_good_checkpoint_left_is_one_line(trained, tmp_path):
 
 
 @pytest.mark.parametrize("how", ["removed", "a link", "a folder", "an extra file"])
-def test_a_checkpoint_whose_list_is_gone_or_swapped_is_refused_not_trusted_less(trained, tmp_path, how):
+def test_a_checkpoint_whose_list_is_gone_or_swapped_is_refused_not_trusted_less(data, tiny_run, tmp_path, how):
     """#47 row 4: remove checksums.json (or put a folder there) and flip a data byte: the step
     was `unverified`, loaded with only a note, and a resume preferred it to a verified older one;
     a checksums.json link was followed; a file added to a step passed `--verify`. A checkpoint
@@ -199,7 +193,7 @@ def test_a_checkpoint_whose_list_is_gone_or_swapped_is_refused_not_trusted_less(
     the verified step before it."""
     from gptrain.weights import checksums
 
-    data, out = trained
+    out = tiny_run
     run = shutil.copytree(out, tmp_path / "run")
     newest = step_dir(run, 4)
     listed = newest / "checksums.json"
@@ -226,12 +220,12 @@ def test_a_checkpoint_whose_list_is_gone_or_swapped_is_refused_not_trusted_less(
     assert "checkpoint step-000004 failed verification: resumed from step-000002 instead" in said, said[-3000:]
 
 
-def test_a_checkpoint_folder_that_is_a_link_out_of_the_run_is_never_loaded_or_followed(trained, tmp_path):
+def test_a_checkpoint_folder_that_is_a_link_out_of_the_run_is_never_loaded_or_followed(data, tiny_run, tmp_path):
     """#47 row 6: step-000004 made a link to a checkpoint outside the run was loaded from there,
     and the save of step 4 then died with an rmtree OSError traceback, at every rerun. A link is
     not one of the run's checkpoints: the resume takes step 2, the save of step 4 replaces the
     link, and what it pointed at is untouched."""
-    data, out = trained
+    out = tiny_run
     run = shutil.copytree(out, tmp_path / "run")
     outside = shutil.copytree(step_dir(run, 4), tmp_path / "outside-step")
     before = {p.name: p.read_bytes() for p in outside.iterdir()}

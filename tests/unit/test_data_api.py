@@ -9,11 +9,6 @@ from gptrain.errors import UserError
 from tests.helpers import make_dataset
 
 
-@pytest.fixture
-def data(tmp_path):
-    return make_dataset(tmp_path)
-
-
 def test_rank_and_world_from_the_environment(data, monkeypatch):
     monkeypatch.setenv("RANK", "1"), monkeypatch.setenv("WORLD_SIZE", "2")
     blocks = TokenBlocks(str(data), block_size=16, batch_size=2, seed=3)
@@ -47,5 +42,6 @@ def test_a_mix_and_the_mistakes(data, tmp_path):
         blocks.load_state_dict(TokenBlocks(str(data), block_size=16, rank=0, world=1).state_dict())
     with pytest.raises(UserError, match="a dataset or a mix"):
         TokenBlocks(block_size=16)
+    (tmp_path / "corpus.txt").write_text("text, not a prepared dataset\n")
     with pytest.raises(UserError, match="not a prepared dataset"):
         TokenBlocks(str(tmp_path / "corpus.txt"), block_size=16)

@@ -1,8 +1,6 @@
 """Training from a prepared dataset at a URL (data/remote_shards.py): a real HTTP server on
 127.0.0.1 serving a prepared folder of several shards, read through real fsspec."""
 
-import functools
-import http.server
 import json
 import re
 import shutil
@@ -17,6 +15,7 @@ from gptrain.data.formats import open_split, read_meta
 from gptrain.data.loader import BlockLoader, ShardedLoader, ShardOrder
 from gptrain.data.remote_shards import cached_bytes, open_remote, open_remote_split
 from gptrain.errors import UserError
+from tests.byte_counting import ByteCountingServer
 from tests.helpers import TINY, losses, train, write_corpus
 
 T, B = 32, 4
@@ -30,16 +29,9 @@ def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("served")
     texts = [str(write_corpus(root / f"corpus-{i}.txt", 6000, seed=i)) for i in range(10)]
     prepare(texts, str(root / "ds"), tokenizer="char", val_fraction=0.2, shard_tokens=7000, quiet=True)
-    handler = functools.partial(QuietHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-
-
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
+    server = ByteCountingServer(root)
+    yield root, server.url
+    server.close()
 
 
 def shard_bytes(root: Path) -> int:
