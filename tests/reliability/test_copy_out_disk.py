@@ -33,7 +33,8 @@ def _everything_on(disk):
 @pytest.mark.parametrize("command", ["checkpoint fetch", "fetch"])
 def test_copying_out_onto_a_full_disk_is_one_line_and_leaves_nothing(isolated_home, small_disk, command):
     ckpt = _job_with_a_big_checkpoint()
-    args = (["checkpoint", "fetch", ckpt, "--destination", small_disk / "got"] if command == "checkpoint fetch"
+    args = (["checkpoint", "fetch", ckpt, "--destination", small_disk / "got", "--format", "native"]
+            if command == "checkpoint fetch"
             else ["fetch", "big", "--destination", small_disk])
     r = run_cli(*args)
     assert r.returncode == 2, (r.stdout, r.stderr)
@@ -66,7 +67,7 @@ def test_the_console_zip_and_checkpoint_fetch_take_the_same_files(isolated_home,
     r = run_cli("checkpoints", "shared", "--json")
     assert r.returncode == 0, r.stderr
     ckpt = next(c["id"] for c in json.loads(r.stdout) if c["name"] == "output/checkpoint-3")
-    r = run_cli("checkpoint", "fetch", ckpt, "--destination", tmp_path / "got")
+    r = run_cli("checkpoint", "fetch", ckpt, "--destination", tmp_path / "got", "--format", "native")
     assert r.returncode == 0, r.stderr
     fetched = sorted(str(p.relative_to(tmp_path / "got")).encode("utf-8", "surrogateescape")
                      .decode("utf-8", "backslashreplace") for p in (tmp_path / "got").rglob("*") if p.is_file())

@@ -43,7 +43,7 @@ def test_checkpoint_fetch_copies_no_outside_file(isolated_home, tmp_path):
     _job_with_links(tmp_path)
     rows = json.loads(ok("checkpoints", "leaky", "--json"))
     ck = next(r for r in rows if r["name"] == "output/checkpoint-12")
-    ok("checkpoint", "fetch", ck["id"], "--destination", tmp_path / "got")
+    ok("checkpoint", "fetch", ck["id"], "--destination", tmp_path / "got", "--format", "native")
     got = tmp_path / "got"
     assert (got / "model.safetensors").read_bytes() == b"weights"
     assert not (got / "extra.bin").exists()
@@ -59,6 +59,6 @@ def test_a_checkpoint_that_is_a_link_out_is_refused(isolated_home, tmp_path):
     store.sync_checkpoints("leaky", [{"id": checkpoint_id("leaky", "x"), "name": "x", "kind": "file",
                                       "path": str(outside), "step": 1, "train_loss": None,
                                       "eval_loss": None, "time": 0.0, "mtime": 0.0, "size": 1}])
-    r = run_cli("checkpoint", "fetch", checkpoint_id("leaky", "x"), "--destination", tmp_path / "n")
+    r = run_cli("checkpoint", "fetch", checkpoint_id("leaky", "x"), "--destination", tmp_path / "n", "--format", "native")
     assert r.returncode == 2 and "links outside its job's directory" in r.stderr
     assert not (tmp_path / "n").exists()

@@ -37,7 +37,7 @@ def assert_workflow_outcome(name: str, tmp_path, dataset: str | None = None) -> 
     ckpts = json.loads(ok("checkpoints", name, "--json"))
     assert ckpts and all(c["train_loss"] is not None for c in ckpts), ckpts
     fetched = tmp_path / f"{name}-hf"
-    ok("checkpoint", "fetch", ckpts[-1]["id"], "--destination", fetched, "--format", "hf")
+    ok("checkpoint", "fetch", ckpts[-1]["id"], "--destination", fetched)  # as the tutorial types it (#49)
     from transformers import AutoModelForCausalLM
 
     from gptrain.models.load import load_model

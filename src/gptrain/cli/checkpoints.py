@@ -17,11 +17,17 @@ def register(sub) -> None:
     p = sub.add_parser("checkpoint", help="checkpoint actions")
     csub = p.add_subparsers(dest="checkpoint_command", metavar="ACTION")
     csub.required = True
-    f = csub.add_parser("fetch", help="copy a checkpoint out (native) or export it (hf)")
+    f = csub.add_parser("fetch", help="a checkpoint as a Hugging Face model folder (or its own files)",
+                        description="Write checkpoint ID where its next reader opens it: a model checkpoint "
+                        "as a Hugging Face folder (config.json, model.safetensors: "
+                        "AutoModelForCausalLM.from_pretrained(DIR) loads it), any other file as it is; "
+                        "--format native copies a checkpoint's own files (DCP shards, to resume from).")
     f.add_argument("id", metavar="ID")
     f.add_argument("--destination", default=None, help="directory to create (default ./ID; a "
                    "single-file checkpoint is copied into it)")
-    f.add_argument("--format", choices=["native", "hf"], default="native")
+    f.add_argument("--format", choices=["auto", "hf", "native"], default="auto",
+                   help="auto (default): hf for a model checkpoint gptrain loads, native otherwise; "
+                   "native: the checkpoint's own files")
     f.set_defaults(func=cmd_checkpoint_fetch)
 
     p = sub.add_parser("fetch", help="a job's outputs as a zip file")
@@ -60,8 +66,9 @@ def cmd_checkpoint_fetch(args, extra) -> int:
 
     ckpt = api.checkpoint(args.id)
     dest = Path(args.destination or args.id)
-    api.export_checkpoint(ckpt, dest, args.format)
-    print(f"fetched checkpoint {args.id} ({ckpt['job']}/{ckpt['name']}) to {dest} ({args.format})")
+    fmt = api.export_checkpoint(ckpt, dest, args.format)
+    shown = "a Hugging Face model folder" if fmt == "hf" else "its own files"
+    print(f"fetched checkpoint {args.id} ({ckpt['job']}/{ckpt['name']}) to {dest} as {shown} ({fmt})")
     return 0
 
 

@@ -410,9 +410,10 @@ def checkpoint(ckpt_id: str, name: str | None = None) -> dict:
     return row
 
 
-def export_checkpoint(row: dict, dest: Path, fmt: str = "native") -> None:
-    """Checkpoint `row` written as the new directory `dest` (jobs/copy_out.py): all or nothing."""
-    copy_out.export(row, folder.job_dir(row["job"]), Path(dest), fmt)
+def export_checkpoint(row: dict, dest: Path, fmt: str = "auto") -> str:
+    """Checkpoint `row` written as the new directory `dest` (jobs/copy_out.py): all or nothing;
+    `auto` is hf for a model checkpoint gptrain loads, native otherwise. The format written."""
+    return copy_out.export(row, folder.job_dir(row["job"]), Path(dest), fmt)
 
 
 def checkpoint_files(row: dict) -> list[tuple]:

@@ -33,11 +33,16 @@ def checkpoint_files(ckpt: dict, job_dir: Path) -> list[tuple]:
     return out
 
 
-def export(ckpt: dict, job_dir: Path, dest: Path, fmt: str = "native") -> None:
+def export(ckpt: dict, job_dir: Path, dest: Path, fmt: str = "auto") -> str:
     """Checkpoint row `ckpt` written as the new directory `dest` (an empty one is replaced):
     exported as a Hugging Face model (`hf`: gptrain, HF and nanoGPT checkpoints; others
-    refused), else its files as they are."""
+    refused), else its files as they are (`native`); `auto`: hf for a kind gptrain loads as a
+    model, native for any other. Returns the format written."""
     from gptrain.errors import UserError, disk_full
+    from gptrain.weights.scan import LOADABLE
+
+    if fmt == "auto":
+        fmt = "hf" if ckpt.get("kind") in LOADABLE else "native"
 
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise UserError(f"destination {dest} exists and is not empty; choose another --destination")
@@ -64,6 +69,7 @@ def export(ckpt: dict, job_dir: Path, dest: Path, fmt: str = "native") -> None:
         if dest.exists():
             dest.rmdir()
         tmp.rename(dest)
+        return fmt
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         full = disk_full(e, dest) if isinstance(e, Exception) else None
