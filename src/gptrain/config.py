@@ -71,6 +71,8 @@ class DataConfig:
                                "tries in all); then the attempt fails, and --max-restarts applies.", gt=0, le=3600)
     tokenizer: str = opt("", "Tokenizer for a data.path file: gpt2, char, byte or a HF tokenizer "
                          "directory (default: model.init_from's tokenizer, else gpt2).")
+    text_field: str = opt("text", "The field (JSONL, JSON) or column (parquet) holding each record's text in "
+                          "a data.path file (TRL's --dataset_text_field; `data prepare --text-field`).")
     dataset_name: str = opt("", "Source dataset name, as in the HF scripts (recorded, not fetched).")
     dataset_config_name: str = opt("", "Source dataset config name (recorded, not fetched).")
     max_train_samples: int | None = opt(None, "Use at most this many training blocks per epoch.", ge=1)

@@ -44,6 +44,7 @@ ALIASES: dict[str, tuple[str, dict | None]] = {
     "max_train_samples": ("data.max_train_samples", None),
     "max_eval_samples": ("data.max_eval_samples", None),
     "dataset_name": ("data.dataset_name", None),
+    "dataset_text_field": ("data.text_field", None),
     "dataset_config_name": ("data.dataset_config_name", None),
     "tokenized_dataset_load_dir": ("data.path", None),
     "dataset_block_size": ("model.block_size", None),

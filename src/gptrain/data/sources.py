@@ -73,12 +73,17 @@ def expand(sources: list[str], hf_config: str | None) -> list[Source]:
         else:
             out.append(Source("hf", s))
     for src in out:
-        if src.kind == "file" and not src.location.lower().endswith(TEXT_EXTS + RECORD_EXTS):
-            raise UserError(f"cannot read {src.location}: supported files are "
-                            ".txt .md .jsonl .json .parquet")
+        if src.kind == "file":
+            check_file_kind(src.location)
     if any(src.kind == "hf" for src in out) and len(out) > 1:
         raise UserError("a Hugging Face dataset must be the only source of a prepare call")
     return out
+
+
+def check_file_kind(location: str) -> None:
+    """A text or record file gptrain reads (by its suffix), else one line saying which are."""
+    if not location.lower().endswith(TEXT_EXTS + RECORD_EXTS):
+        raise UserError(f"cannot read {location}: supported files are .txt .md .jsonl .json .parquet")
 
 
 def _open_binary(location: str):
@@ -156,7 +161,8 @@ def _records(stream, location: str, text_field: str, stats: ReadStats):
         pf = pq.ParquetFile(stream)
         if text_field not in pf.schema_arrow.names:
             raise UserError(f"{location} has no column {text_field!r} (columns: "
-                            f"{', '.join(pf.schema_arrow.names)}); pass --text-field")
+                            f"{', '.join(pf.schema_arrow.names)}); name the column that holds the text: "
+                            "--data.text_field=NAME to the trainer, --text-field NAME to `gptrain data prepare`")
         for batch in pf.iter_batches(columns=[text_field], batch_size=1024):
             yield from (t for t in batch.column(0).to_pylist() if t)
         return
@@ -193,8 +199,10 @@ def _field(row, text_field: str, location: str, where: int) -> str:
     if isinstance(row, str):
         return row
     if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
-        raise UserError(f"{location} record {where} has no string field {text_field!r}; "
-                        "pass --text-field NAME")
+        fields = f" (its fields: {', '.join(map(str, list(row)[:8]))})" if isinstance(row, dict) and row else ""
+        raise UserError(f"{location} record {where} has no string field {text_field!r}{fields}; name the "
+                        "field that holds the text: --data.text_field=NAME to the trainer (--dataset_text_field), "
+                        "--text-field NAME to `gptrain data prepare`")
     return row[text_field]
 
 

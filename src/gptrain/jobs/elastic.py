@@ -57,19 +57,19 @@ def finished_line(spec, lost: set[int]) -> str:
 
 
 def check_worlds(spec, cfg) -> None:
-    """An elastic trainer job must fit every world it may run at, MIN to MAX nodes (its layout,
-    its train.global_batch_size); else it would be accepted and fail at its first node loss."""
+    """A trainer job must fit every world it may run at (its layout: parallel degrees against
+    the processes; its train.global_batch_size): its nodes x accels, or, elastic, each from MIN
+    to MAX nodes; else it would be accepted and fail in every worker (or at its first node loss)."""
     import copy
 
     from gptrain.distributed.mesh import ParallelDims, apply_global_batch
     from gptrain.errors import UserError
 
-    if not spec.elastic:
-        return
-    for nodes in range(spec.min_nodes, spec.nodes + 1):
+    for nodes in range(spec.min_nodes if spec.elastic else spec.nodes, spec.nodes + 1):
         try:
             dims = ParallelDims.from_config(cfg.parallel, nodes * spec.accels)
             apply_global_batch(copy.deepcopy(cfg), dims.dp, dims.pp)
         except UserError as e:
-            raise UserError(f"--nodes {spec.min_nodes}:{spec.nodes}: with {nodes} node(s) of "
+            nodes_flag = f"{spec.min_nodes}:{spec.nodes}" if spec.elastic else str(spec.nodes)
+            raise UserError(f"--nodes {nodes_flag} --accels {spec.accels}: with {nodes} node(s) of "
                             f"{spec.accels} process(es), {e}") from None

@@ -208,6 +208,10 @@ class JobSpec:
         if engine(self.scheduler).workers_here:  # what they would trip on is one line now
             cfg = self.trainer_config()
             missing_paths(cfg, base)  # (a cluster's workers may see other paths)
+            if cfg.data.path and Path(cfg.data.path).is_file():
+                from gptrain.data.sources import check_file_kind
+
+                check_file_kind(cfg.data.path)  # (a .csv was refused by every worker, after the record)
             if (hub := hub_id(cfg.model.init_from, base)) is not None:
                 from gptrain.models.hf import check_fetchable
 

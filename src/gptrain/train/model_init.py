@@ -13,11 +13,11 @@ from gptrain.locations import is_url
 
 
 def resolve_data(path: str, tokenizer: str = "", init_from: str = "", cache_bytes: int = 8 << 30,
-                 fetch_timeout: float = 60.0, cache_dir: str = "") -> Path:
+                 fetch_timeout: float = 60.0, cache_dir: str = "", text_field: str = "text") -> Path:
     """A prepared dataset dir from a path, a dataset name, a HF save_to_disk directory, a
     nanoGPT folder, a prepared folder's URL (read through a local cache of `cache_bytes`:
     data/remote_shards.py), or a text/JSONL/parquet file, URL or pushed folder of such files (tokenized
-    once into the cache with `tokenizer`, or init_from's). The tokenizer of ids is the one the
+    once into the cache with `tokenizer`, or init_from's; records' text in `text_field`). The tokenizer of ids is the one the
     data names (meta.json, meta.pkl, the one recorded at push); `tokenizer` only where it names none."""
     from gptrain.data import nanogpt_dir
     from gptrain.data.hf_import import cached_import, is_hf_saved
@@ -44,7 +44,7 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "", cache_byte
             return open_remote(path, cache_bytes, fetch_timeout, cache_dir)
     from gptrain.data.prepared_cache import cached_prepare
 
-    return cached_prepare(path, tokenizer or _model_tokenizer(init_from))
+    return cached_prepare(path, tokenizer or _model_tokenizer(init_from), text_field)
 
 
 def resolve_sources(cfg: Config) -> list[tuple[str, float, Path]]:
@@ -52,10 +52,12 @@ def resolve_sources(cfg: Config) -> list[tuple[str, float, Path]]:
     each of data.mix's (data/mixture.py), all of one tokenizer."""
     d = cfg.data
     if not d.mix:
-        return [(d.path, 1.0, resolve_data(d.path, d.tokenizer, cfg.model.init_from, d.cache_bytes, d.fetch_timeout, d.cache_dir))]
+        return [(d.path, 1.0, resolve_data(d.path, d.tokenizer, cfg.model.init_from, d.cache_bytes, d.fetch_timeout, d.cache_dir,
+                                      d.text_field))]
     from gptrain.data.mixture import check_tokenizers, parse_mix
 
-    sources = [(name, w, resolve_data(name, d.tokenizer, cfg.model.init_from, d.cache_bytes, d.fetch_timeout, d.cache_dir))
+    sources = [(name, w, resolve_data(name, d.tokenizer, cfg.model.init_from, d.cache_bytes, d.fetch_timeout, d.cache_dir,
+                                           d.text_field))
                for name, w in parse_mix(d.mix)]
     check_tokenizers([(name, read_meta(p)) for name, _, p in sources])
     return sources
