@@ -96,10 +96,18 @@ def test_a_new_run_from_the_jobs_page(finished, console, browser):
     browser.find_element(By.ID, "launch-name").send_keys("fresh")
     browser.execute_script("arguments[0].value = arguments[1]", browser.find_element(By.ID, "launch-args"),
                            " ".join([*TRAIN, "--train.max_steps=2"]))
+    # where it runs: the scheduler, 2 nodes of 1 process (the local engine's agents)
+    Select(browser.find_element(By.ID, "launch-scheduler")).select_by_value("local")
+    browser.find_element(By.ID, "launch-nodes").send_keys("2")
+    browser.find_element(By.ID, "launch-accels").send_keys("1")
     browser.find_element(By.ID, "launch-submit").click()
     wait_until(lambda: browser.current_url.endswith("/jobs/fresh"), 30, "not taken to the new job")
     wait_until(lambda: state("fresh") in ("succeeded", "failed"), 240, "fresh never ended")
     assert state("fresh") == "succeeded"
+    from gptrain.jobs import store
+
+    job = store.get_job("fresh")
+    assert (job["scheduler"], job["nodes"], job["accels"]) == ("local", 2, 1), job
     # a name that is taken: the one line, and the page stays
     browser.get(console.base + "/")
     browser.find_element(By.CSS_SELECTOR, "#new-run summary").click()
@@ -107,3 +115,17 @@ def test_a_new_run_from_the_jobs_page(finished, console, browser):
     browser.find_element(By.ID, "launch-submit").click()
     said = wait_until(lambda: browser.find_element(By.ID, "launch-error").text, 30, "no error shown")
     assert "fresh" in said and "\n" not in said
+    # an engine's options are the ones it declares (jobs/engines/options.py), checked as `gptrain
+    # run --time` is: Slurm's form shows its flags, and a bad time limit is its one line
+    Select(browser.find_element(By.ID, "launch-scheduler")).select_by_value("slurm")
+    shown = [e.get_attribute("id") for e in browser.find_elements(By.CSS_SELECTOR, "#launch-options select, "
+                                                                               "#launch-options input")]
+    assert shown == [f"launch-opt-{k}" for k in ("partition", "account", "time", "sbatch_args", "port", "accel_type")]
+    browser.find_element(By.ID, "launch-name").clear()
+    browser.find_element(By.ID, "launch-name").send_keys("onslurm")
+    browser.find_element(By.ID, "launch-opt-time").send_keys("soon")
+    browser.find_element(By.ID, "launch-submit").click()
+    said = wait_until(lambda: (t := browser.find_element(By.ID, "launch-error").text) and "soon" in t and t,
+                      30, "no error shown")
+    assert "--time 'soon' is not a Slurm time" in said and "\n" not in said, said
+    assert run_cli("inspect", "onslurm").returncode == 2  # nothing recorded

@@ -180,15 +180,17 @@ def face_breaks(graph) -> list[str]:
                   and (m, t) != CONSOLE_STARTER)
 
 
-ENGINES_PKG, ENGINE_TABLE, ENGINE_LOADER = "gptrain.jobs.engines", "gptrain.jobs.engines.table", "gptrain.jobs.schedulers"
+ENGINES_PKG, ENGINE_LOADER = "gptrain.jobs.engines", "gptrain.jobs.schedulers"
+# the engines' descriptors, data only: what each engine is (table) and what a job may ask of it (options)
+ENGINE_DESCRIPTORS = ("gptrain.jobs.engines.table", "gptrain.jobs.engines.options")
 
 
 def engine_breaks(graph) -> list[str]:
     """Imports of an engine's module from outside jobs/engines/: the job core and the faces know
-    the engines only by their descriptors (jobs/engines/table.py) and reach one through
+    the engines only by their descriptors (jobs/engines/table.py, options.py) and reach one through
     jobs/schedulers.scheduler(name), the one loader."""
     return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
-                  if t.startswith(ENGINES_PKG + ".") and t != ENGINE_TABLE
+                  if t.startswith(ENGINES_PKG + ".") and t not in ENGINE_DESCRIPTORS
                   and not m.startswith(ENGINES_PKG + ".") and m != ENGINE_LOADER)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from gptrain.jobs.api import SCHEDULERS
+from gptrain.jobs.api import ENGINE_OPTIONS, SCHEDULERS
 
 
 def add_run_args(p) -> None:
@@ -42,28 +42,22 @@ def add_run_args(p) -> None:
                       help="your program's own resume arguments, appended on a restart that finds a "
                       "checkpoint, {checkpoint} its path: hf (--resume_from_checkpoint {checkpoint}), "
                       "nanogpt (--init_from=resume), or your words (--resume-args='--resume {checkpoint}')")
-    slurm = p.add_argument_group("slurm (with --scheduler slurm; defaults from $GPTRAIN_HOME/config.toml [slurm])")
-    slurm.add_argument("--partition", default=None)
-    slurm.add_argument("--account", default=None)
-    slurm.add_argument("--time", default=None, help="time limit, e.g. 04:00:00")
-    slurm.add_argument("--sbatch-arg", dest="sbatch_args", action="append", default=None,
-                       metavar="ARG", help="extra sbatch option, e.g. --sbatch-arg=--exclusive")
-    slurm.add_argument("--port", type=int, default=None, help="rendezvous port on the first node (29500)")
-    slurm.add_argument("--accel-type", dest="accel_type", choices=["auto", "gpu", "cpu"], default=None,
-                       help="--accels as GPUs (--gres=gpu:M) or CPUs per node; auto asks sinfo")
-    slurm.add_argument("--dry-run", dest="dry_run", action="store_true",
-                       help="print the sbatch script (Kubernetes: the manifests) instead of submitting")
-    kube = p.add_argument_group("kubernetes (with --scheduler kubernetes; defaults from $GPTRAIN_HOME/config.toml "
-                                "[kubernetes]; docs/kubernetes.md)")
-    kube.add_argument("--image", default=None, help="container image with gptrain (default gptrain:0.1.0)")
-    kube.add_argument("--k8s-volume", dest="k8s_volume", default=None, metavar="CLAIM",
-                      help="PersistentVolumeClaim holding $GPTRAIN_HOME, mounted there in every pod")
-    kube.add_argument("--k8s-namespace", dest="k8s_namespace", default=None, metavar="NS")
-    kube.add_argument("--k8s-context", dest="k8s_context", default=None, metavar="CONTEXT",
-                      help="kubeconfig context (default: the current one)")
-    kube.add_argument("--k8s-secret", dest="k8s_secrets", action="append", default=None, metavar="NAME",
-                      help="a Secret in the namespace whose keys every pod gets as variables (repeatable)")
-    kube.add_argument("--queue", default=None, help="Kueue LocalQueue (label kueue.x-k8s.io/queue-name)")
+    groups = {"slurm": "slurm (with --scheduler slurm; defaults from $GPTRAIN_HOME/config.toml [slurm])",
+              "kubernetes": "kubernetes (with --scheduler kubernetes; defaults from $GPTRAIN_HOME/config.toml "
+                            "[kubernetes]; docs/kubernetes.md)"}
+    added = set()
+    for engine, title in groups.items():  # each engine's options as it declares them (jobs/engines/options.py)
+        group = p.add_argument_group(title)
+        for option in ENGINE_OPTIONS[engine]:
+            if option.flag and option.flag not in added:
+                added.add(option.flag)
+                kind = {"int": {"type": int}, "list": {"action": "append"},
+                        "choice": {"choices": list(option.choices)}}.get(option.kind, {})
+                group.add_argument(option.flag, dest=option.dest, default=None, help=option.help,
+                                   metavar=option.metavar, **kind)
+        if engine == "slurm":
+            group.add_argument("--dry-run", dest="dry_run", action="store_true",
+                               help="print the sbatch script (Kubernetes: the manifests) instead of submitting")
     p.set_defaults(func=cmd_run)
 
 
@@ -87,8 +81,8 @@ def cmd_run(args, extra) -> int:
         accels=args.accels, scheduler=args.scheduler, max_restarts=args.max_restarts, config=args.config,
         env=args.env, secrets=args.secret, code=args.code, repository_url=args.repository_url, ref=args.ref,
         source=args.source, requirements=args.requirements, resume_args=args.resume_args,
-        slurm={k: getattr(args, k) for k in api.SLURM_OPTIONS},
-        kubernetes={k: getattr(args, a) for k, a in KUBE_FLAGS.items()},
+        **{engine: {o.key: getattr(args, o.dest) for o in ENGINE_OPTIONS[engine] if o.flag}
+           for engine in ("slurm", "kubernetes")},
         hosted=getattr(args, "training_command", None) == "run")
     spec, notes = api.submit(request, dry_run=args.dry_run)
     for note in notes:
@@ -103,8 +97,3 @@ def cmd_run(args, extra) -> int:
 
         return follow(spec.name, rank=0)
     return 0
-
-
-# the --scheduler kubernetes flags, by the option each sets (jobs/submission.py)
-KUBE_FLAGS = {"image": "image", "volume": "k8s_volume", "namespace": "k8s_namespace", "context": "k8s_context",
-              "secrets": "k8s_secrets", "queue": "queue", "port": "port", "accel_type": "accel_type"}

@@ -24,15 +24,17 @@ from gptrain.jobs.found import dataset_tokenizer, model_source  # noqa: F401 (a 
 from gptrain.jobs.model_use import evaluate, export, generate  # noqa: F401 (a MODEL named, used whole)
 from gptrain.jobs.programs.code import add_source, remove_source, sources  # noqa: F401 (`gptrain source`)
 from gptrain.jobs.metrics_file import MetricsFile  # noqa: F401 (the console's charts read through it)
-from gptrain.jobs.submission import SLURM_KEYS as SLURM_OPTIONS, Request  # noqa: F401 (for the faces)
+from gptrain.jobs.engines.options import OPTIONS as ENGINE_OPTIONS  # noqa: F401 (the faces')
+from gptrain.jobs.engines.options import shown as engine_options_shown
+from gptrain.jobs.submission import Request  # noqa: F401 (for the faces)
 
 __all__ = [  # what the faces (cli/, ui/) may use: tests/unit/test_api_surface.py
     "add_source", "checkpoint", "checkpoint_files", "CHECKPOINT_SHOWN", "checkpoint_zip", "checkpoints",
-    "database_error", "dataset_tokenizer", "FACTS", "evaluate", "export", "generate", "export_checkpoint", "follow_log", "how_far", "job", "known",
+    "database_error", "dataset_tokenizer", "ENGINE_OPTIONS", "FACTS", "evaluate", "export", "generate", "export_checkpoint", "follow_log", "how_far", "job", "known",
     "last_train", "log_pages", "log_path", "log_reader", "loss_line", "metrics_path", "MetricsFile",
     "model_source", "parse_user_text", "PRIVATE", "read_job_file", "read_log", "refresh_all",
     "REFRESH_S", "remove", "remove_source", "report", "Request", "rerun", "resume", "rows",
-    "ROWS_TTL_S", "SCHEDULERS", "shown", "SLURM_OPTIONS", "sources", "stop", "STOP_TIMEOUT_S", "submit",
+    "ROWS_TTL_S", "SCHEDULERS", "shown", "sources", "stop", "STOP_TIMEOUT_S", "submit",
     "SUPERVISOR_EXIT_S", "zip_job",
 ]
 
@@ -89,7 +91,8 @@ def read_job_file(path: str) -> dict:
 STOP_TIMEOUT_S = folder.STOP_TIMEOUT_S
 # what a face shows of jobs beyond their rows, from their one owner (the console's page reads it)
 FACTS = {"states": [s.value for s in store.JobState], "active": [s.value for s in store.ACTIVE],
-         "stop_timeout_s": STOP_TIMEOUT_S}
+         "stop_timeout_s": STOP_TIMEOUT_S, "schedulers": list(SCHEDULERS),
+         "engine_options": {name: engine_options_shown().get(name, []) for name in SCHEDULERS}}
 
 
 def stop(name: str, timeout: float = STOP_TIMEOUT_S, wait: bool = False) -> str:

@@ -19,8 +19,7 @@ from pathlib import Path
 
 from gptrain.errors import UserError
 
-SLURM_KEYS = ("partition", "account", "time", "sbatch_args", "port", "accel_type")
-KUBE_KEYS = ("image", "volume", "namespace", "context", "secrets", "queue", "port", "accel_type")
+from gptrain.jobs.engines import options
 
 
 @dataclass
@@ -46,8 +45,8 @@ class Request:
     source: str | None = None
     requirements: str | None = None
     resume_args: str | None = None
-    slurm: dict = field(default_factory=dict)  # SLURM_KEYS given
-    kubernetes: dict = field(default_factory=dict)  # KUBE_KEYS given
+    slurm: dict = field(default_factory=dict)  # jobs/engines/options.SLURM given (key -> value)
+    kubernetes: dict = field(default_factory=dict)  # options.KUBERNETES given
     hosted: bool = False  # the hosted service's words (`training run`): its /input, /output
     cwd: str = field(default_factory=os.getcwd)  # where relative paths and the code are found
 
@@ -90,15 +89,13 @@ def build(req: Request) -> tuple:
         fields["args"], more = rewrite(fields.get("args", []), fields.get("datasets") or [])
         notes += more
     fields.setdefault("scheduler", user_setting("defaults", "scheduler") or "local")
-    slurm = {k: v for k in ("partition", "account", "time") if (v := user_setting("slurm", k))}
-    slurm.update(fields.get("slurm") or {})
-    slurm.update({k: v for k, v in req.slurm.items() if v is not None})
-    fields["slurm"] = slurm
-    if fields["scheduler"] == "kubernetes":
-        kube = {k: v for k in (*KUBE_KEYS, "python") if (v := user_setting("kubernetes", k)) is not None}
-        kube.update(fields.get("kubernetes") or {})
-        kube.update({k: v for k, v in req.kubernetes.items() if v is not None})
-        fields["kubernetes"] = kube
+    for engine, given in (("slurm", req.slurm), ("kubernetes", req.kubernetes)):
+        if engine == "kubernetes" and fields["scheduler"] != engine:
+            continue  # (Slurm's are kept whatever the scheduler, as before: a job file's slurm: section)
+        opts = {o.key: v for o in options.OPTIONS[engine] if o.user_default and (v := user_setting(engine, o.key))}
+        opts.update(fields.get(engine) or {})
+        opts.update({k: v for k, v in given.items() if v is not None})
+        fields[engine] = opts
     spec = spec_mod.JobSpec(**fields)  # (its own checks first: a trainer's path setting says which)
     _refuse_recorded_credentials(fields)
     return spec, notes

@@ -211,11 +211,38 @@ def _submitted(spec_notes) -> dict:
 
 
 def _launch(body: dict) -> dict:
-    """A new run: `gptrain run NAME --dataset DS [--config] -- FLAGS`."""
-    dataset = _text(body, "dataset")
+    """A new run: `gptrain run NAME --dataset DS [--scheduler S --nodes N --accels M --ENGINE-OPTION V]
+    [--config] -- FLAGS`; each engine's options as it declares them (jobs/api.ENGINE_OPTIONS)."""
+    dataset, scheduler = _text(body, "dataset"), _text(body, "scheduler") or None
+    accels = _text(body, "accels") or None
+    if accels is not None and not accels.strip().isdigit():
+        raise UserError(f"accels must be a whole number, got {accels!r}")
+    engine = {"slurm": {}, "kubernetes": {}}
+    given = body.get("options") or {}
+    if not isinstance(given, dict):
+        raise UserError("options must be a mapping of an engine's options")
+    declared = {o.key: o for o in api.ENGINE_OPTIONS.get(scheduler, ()) if o.flag}
+    for key, text in given.items():
+        if key not in declared:
+            raise UserError(f"{scheduler or 'the default'} scheduler has no option {key!r}")
+        if text not in (None, ""):
+            engine[scheduler][key] = _option_value(declared[key], text)
     request = api.Request(name=_text(body, "name") or None, datasets=[dataset] if dataset else None,
-                          entry=_flags(_text(body, "args")) or [], config_text=_text(body, "config", None) or None)
+                          entry=_flags(_text(body, "args")) or [], config_text=_text(body, "config", None) or None,
+                          scheduler=scheduler, nodes=_text(body, "nodes") or None,
+                          accels=int(accels) if accels is not None else None, **engine)
     return _submitted(api.submit(request))
+
+
+def _option_value(option, text):
+    """An engine option's value as its flag takes it: a number, words, or the text."""
+    if not isinstance(text, str):
+        raise UserError(f"{option.flag} must be text")
+    if option.kind == "int":
+        if not text.strip().isdigit():
+            raise UserError(f"{option.flag} must be a whole number, got {text!r}")
+        return int(text)
+    return _flags(text) if option.kind == "list" else text
 
 
 def _rerun(old: str, body: dict) -> dict:

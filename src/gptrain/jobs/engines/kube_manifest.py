@@ -22,6 +22,7 @@ import re
 from gptrain.errors import UserError
 from gptrain.home import home
 from gptrain.jobs import folder, launch
+from gptrain.jobs.engines import options
 from gptrain.jobs.spec import check_scheduler_options
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
@@ -40,31 +41,19 @@ COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-ind
 RESTART_ATTEMPT = "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"
 MASK = "***"
 
-DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-WORD = re.compile(r"[^\s\x00-\x1f]+")  # one word: an image reference, a path, a context name
-OPTION_FORMS = {
-    "image": (WORD, "an image reference (registry/name:tag)"),
-    "namespace": (DNS_LABEL, "a namespace name (lowercase letters, digits, -)"),
-    "context": (WORD, "a kubeconfig context name"),
-    "volume": (DNS_SUBDOMAIN, "a PersistentVolumeClaim name (lowercase letters, digits, - .)"),
-    "queue": (LABEL_VALUE, "a Kueue LocalQueue name (letters, digits, - _ ., at most 63)"),
-    "python": (WORD, "the image's Python (a path or a command name)"),
-}
-OPTIONS = (*OPTION_FORMS, "secrets", "port", "accel_type")
+OPTION_FORMS = options.forms("kubernetes")  # each option declared once (jobs/engines/options.py)
+OPTIONS = options.keys("kubernetes")
 
 
 def check_options(spec) -> None:
     """The kubernetes options of a job, before anything is built: one line naming the bad one."""
     opts = spec.kubernetes
-    check_scheduler_options("kubernetes", opts, OPTIONS, OPTION_FORMS,
-                            lambda key: f"--{key}" if key in ("image", "queue") else f"--k8s-{key}")
+    check_scheduler_options("kubernetes", opts, OPTIONS, OPTION_FORMS, lambda key: options.flag_of("kubernetes", key))
     if not opts.get("volume"):
         raise UserError("--k8s-volume CLAIM is needed: the PersistentVolumeClaim holding $GPTRAIN_HOME "
                         "(job folders, datasets), mounted in every pod (docs/kubernetes.md)")
     names = opts.get("secrets") or []
-    if not isinstance(names, list) or not all(isinstance(n, str) and DNS_SUBDOMAIN.fullmatch(n) for n in names):
+    if not isinstance(names, list) or not all(isinstance(n, str) and options.DNS_SUBDOMAIN.fullmatch(n) for n in names):
         raise UserError(f"--k8s-secret takes the name of a Secret in the namespace, got {names!r}")
     if spec.requirements or spec.requirements_file:
         raise UserError("--requirements cannot be installed on a cluster: build the packages into the "

@@ -18,18 +18,15 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 import uuid
 
 from gptrain.errors import UserError
 from gptrain.home import user_setting
 from gptrain.jobs import store
-from gptrain.jobs.engines import local
+from gptrain.jobs.engines import local, options
 from gptrain.jobs.spec import JobSpec, check_scheduler_options
 
-OPTIONS = ("address",)  # what a job file may say under `ray:` (the rest is found at submit)
-ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9_.:\[\]-]+:\d+|auto")
 CHECK_S = 120.0  # how long each node has to answer the shared-filesystem check
 REACH_S = 10.0  # how long the cluster's address has to answer a connection
 INSTALL = "pip install 'gptrain[ray]'"
@@ -127,8 +124,8 @@ def submit(spec: JobSpec, dry_run: bool = False) -> str | None:
     if dry_run:
         raise UserError("--dry-run prints a Slurm script: add --scheduler slurm")
     spec.validate()
-    check_scheduler_options("ray", spec.ray, OPTIONS, {"address": (ADDRESS, "a Ray address, HOST:PORT")},
-                            flag=lambda key: f"ray: {key}:")
+    check_scheduler_options("ray", spec.ray, options.keys("ray"), options.forms("ray"),  # (the rest is found here)
+                            flag=lambda key: options.flag_of("ray", key))
     ray = connect(spec.ray.get("address") or address())
     try:
         kind, nodes = bundle_nodes(ray, spec)

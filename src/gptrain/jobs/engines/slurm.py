@@ -35,6 +35,7 @@ from gptrain.jobs.programs import code
 from gptrain.jobs import resume as resume_mod
 from gptrain.jobs.logs import agent_log
 from gptrain.jobs.store import JobState
+from gptrain.jobs.engines import options
 from gptrain.jobs.spec import ENV_NAME, JobSpec, check_scheduler_options
 
 # Slurm job state -> gptrain state
@@ -52,16 +53,10 @@ SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")  # such pass-through varia
 DEFAULT_PORT = 29500
 SIGNAL_GRACE_S = 120  # SIGUSR1 this long before the time limit (--sbatch-arg=--signal=B:USR1@S overrides)
 
-# What may go into the script's #SBATCH lines (which Slurm parses, but no shell runs)
-_NAME = r"[A-Za-z0-9_.-]+"
-OPTION_FORMS = {
-    "partition": (re.compile(rf"{_NAME}(,{_NAME})*"), "partition names (letters, digits, _ - .), "
-                  "comma-separated"),
-    "account": (re.compile(_NAME), "an account name (letters, digits, _ - .)"),
-    "time": (re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|UNLIMITED|INFINITE", re.I),
-             "a Slurm time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S or UNLIMITED (quoted in YAML)"),
-}
-OPTIONS = (*OPTION_FORMS, "sbatch_args", "port", "accel_type")
+# What may go into the script's #SBATCH lines (which Slurm parses, but no shell runs): each
+# option's form, declared once (jobs/engines/options.py)
+OPTION_FORMS = options.forms("slurm")
+OPTIONS = options.keys("slurm")
 
 
 def check_options(opts: dict) -> None:
@@ -172,9 +167,9 @@ def build_script(spec: JobSpec) -> str:
              f"#SBATCH --job-name={spec.name}", f"#SBATCH --nodes={spec.nodes}",
              "#SBATCH --ntasks-per-node=1"]
     lines.append(f"#SBATCH --gres=gpu:{spec.accels}" if kind == "gpu" else f"#SBATCH --cpus-per-task={spec.accels}")
-    for key in ("partition", "account", "time"):
-        if s.get(key):
-            lines.append(f"#SBATCH --{key}={_sbatch_value(s[key])}")
+    for option in options.SLURM:
+        if option.sbatch and s.get(option.key):
+            lines.append(f"#SBATCH --{option.key}={_sbatch_value(s[option.key])}")
     lines += [f"#SBATCH --output={_sbatch_value(f'{logs}/slurm-%j.out')}", "#SBATCH --open-mode=append",
               "#SBATCH --requeue", f"#SBATCH --signal=B:USR1@{SIGNAL_GRACE_S}"]
     lines += [f"#SBATCH {arg}" for arg in s.get("sbatch_args", [])]

@@ -110,17 +110,46 @@ gp.runForm = function (id, fields, submit) {
   const config = gp.el("textarea", { id: id + "-config", rows: 8, cols: 80 });
   config.value = fields.config || "";
   const err = gp.el("p", { id: id + "-error", class: "error" });
+  const where = fields.engine ? gp.engineFields(id) : null;
   const go = gp.el("button", { id: id + "-submit", onclick: async () => {
     err.textContent = "";
     go.disabled = true;
     try {
       const r = await gp.post(submit.url, { name: name.value, args: args.value, config: config.value || null,
-        ...(extra ? { dataset: extra.value } : {}) });
+        ...(extra ? { dataset: extra.value } : {}), ...(where ? where.values() : {}) });
       location.href = "/jobs/" + encodeURIComponent(r.name);
     } catch (e) { err.textContent = e.message; } finally { go.disabled = false; }
   } }, submit.label);
   const form = gp.el("div", { class: "form", id }, gp.el("label", {}, "name ", name),
-    extra ? gp.el("label", {}, " dataset ", extra) : "", gp.el("div", {}, gp.el("label", { for: args.id }, fields.argsLabel)),
+    extra ? gp.el("label", {}, " dataset ", extra) : "", where ? where.box : "", gp.el("div", {}, gp.el("label", { for: args.id }, fields.argsLabel)),
     args, gp.el("div", {}, gp.el("label", { for: config.id }, "config (TOML)")), config, gp.el("div", {}, go), err);
-  return { form, name, args, config, dataset: extra };
+  return { form, name, args, config, dataset: extra, where };
+};
+
+// Where a new run goes: the scheduler, nodes and processes per node, and the chosen engine's
+// options as jobs/engines/options.py declares them (served in gp.R.engine_options).
+gp.engineFields = function (id) {
+  const scheduler = gp.el("select", { id: id + "-scheduler" }, gp.el("option", { value: "" }, "(default)"),
+    ...gp.R.schedulers.map((s) => gp.el("option", { value: s }, s)));
+  const nodes = gp.el("input", { id: id + "-nodes", size: 8, placeholder: "1 or MIN:MAX" });
+  const accels = gp.el("input", { id: id + "-accels", type: "number", min: 1, size: 4, placeholder: "1" });
+  const opts = gp.el("span", { id: id + "-options" });
+  let inputs = {};
+  function draw() {
+    inputs = {};
+    opts.replaceChildren(...(gp.R.engine_options[scheduler.value] || []).map((o) => {
+      const input = o.kind === "choice"
+        ? gp.el("select", { id: `${id}-opt-${o.key}`, title: o.help }, gp.el("option", { value: "" }, ""),
+          ...o.choices.map((c) => gp.el("option", { value: c }, c)))
+        : gp.el("input", { id: `${id}-opt-${o.key}`, size: o.kind === "int" ? 6 : 16, title: o.help });
+      inputs[o.key] = input;
+      return gp.el("label", {}, ` ${o.flag.replace(/^--/, "")} `, input);
+    }));
+  }
+  scheduler.addEventListener("change", draw);
+  const box = gp.el("div", {}, gp.el("label", {}, "scheduler ", scheduler), gp.el("label", {}, " nodes ", nodes),
+    gp.el("label", {}, " processes per node ", accels), opts);
+  const values = () => ({ scheduler: scheduler.value, nodes: nodes.value, accels: accels.value,
+    options: Object.fromEntries(Object.entries(inputs).map(([k, e]) => [k, e.value])) });
+  return { box, values, scheduler, nodes, accels };
 };

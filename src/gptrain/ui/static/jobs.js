@@ -11,7 +11,7 @@
     location.href = "/compare?jobs=" + encodeURIComponent(names.join(","));
   } }, "compare selected");
   const body = gp.el("tbody", { id: "jobs-body" });
-  const launch = gp.runForm("launch", { dataset: "", argsLabel: "trainer flags (--train.max_steps=100 ...), or a script and its arguments" },
+  const launch = gp.runForm("launch", { dataset: "", engine: true, argsLabel: "trainer flags (--train.max_steps=100 ...), or a script and its arguments" },
     { url: "/api/runs", label: "launch" });
   const details = gp.el("details", { id: "new-run" }, gp.el("summary", {}, "New run…"), launch.form);
   details.addEventListener("toggle", async () => {
