@@ -45,6 +45,9 @@ print("key=" + v[:3])
 print("    " + v[3:])
 print(*textwrap.wrap(base64.b64encode(b * 3).decode(), 16), sep="\n")
 print("step 2 | loss 2.9", flush=True)
+out = os.environ["GPTRAIN_OUTPUT_DIR"]  # a checkpoint named after the secret
+os.makedirs(out, exist_ok=True)
+open(os.path.join(out, "model-" + b.hex() + ".pt"), "wb").write(b"weights")
 raise RuntimeError("refused: " + base64.b64encode(b).decode())
 """
 
@@ -86,7 +89,16 @@ def test_a_secret_printed_encoded_or_split_is_masked_everywhere(tmp_path, isolat
     ok("fetch", "leak", "--destination", tmp_path / "z")
     with zipfile.ZipFile(tmp_path / "z" / "leak.zip") as z:
         zipped = z.read(zip_name("leak", rank_log_path("leak"))).decode()
+        names = "\n".join(z.namelist())
     assert "step 2 | loss 2.9" in zipped and _shown(zipped) == [], zipped
+    # a checkpoint the program named after the secret: listed, reported and zipped masked; its ID reaches it
+    listed = ok("checkpoints", "leak", "--json")
+    assert "model-***.pt" in listed and _shown(listed) == [], listed
+    assert _shown(ok("checkpoints", "leak")) == [] and _shown(ok("inspect", "leak", "--json")) == []
+    assert "model-***.pt" in names and _shown(names) == [], names
+    fetched = ok("checkpoint", "fetch", json.loads(listed)[0]["id"], "--destination", tmp_path / "got")
+    assert _shown(fetched) == [], fetched
+    assert [p.read_bytes() for p in (tmp_path / "got").iterdir()] == [b"weights"]
 
     _every_console_page_is_masked(raw.encode())
 

@@ -68,7 +68,7 @@ def cmd_checkpoint_fetch(args, extra) -> int:
     dest = Path(args.destination or args.id)
     fmt = api.export_checkpoint(ckpt, dest, args.format)
     shown = "a Hugging Face model folder" if fmt == "hf" else "its own files"
-    print(f"fetched checkpoint {args.id} ({ckpt['job']}/{ckpt['name']}) to {dest} as {shown} ({fmt})")
+    print(f"fetched checkpoint {args.id} of job {ckpt['job']} to {dest} as {shown} ({fmt})")
     return 0
 
 

@@ -379,7 +379,9 @@ CHECKPOINT_SHOWN = ("id", "name", "kind", "step", "train_loss", "eval_loss", "ti
 
 def checkpoints(name: str, verify: bool = False) -> list[dict]:
     """The job's checkpoint rows (with their paths), first made to match its folder; `verify`:
-    each with 'verified' (weights/checksums.py: 'ok', 'no checksums' or 'FAILED: why')."""
+    each with 'verified' (weights/checksums.py: 'ok', 'no checksums' or 'FAILED: why'). Shown
+    as the faces show them: a name, path or reason holding one of the job's secrets (a folder
+    the program named after it) masked; the ID reaches the real checkpoint."""
     from gptrain.weights import checksums
 
     known(name)
@@ -387,6 +389,11 @@ def checkpoints(name: str, verify: bool = False) -> list[dict]:
     rows = store.checkpoints(name)
     for row in rows if verify else ():
         row.update(checksums.listing(row["path"]) if Path(row["path"]).is_dir() else {"verified": "no checksums"})
+    values = secrets.load(name).values()
+    if values:
+        for row in rows:
+            row.update({k: secrets.mask(row[k], values) for k in ("name", "path", "damaged", "verified")
+                        if isinstance(row.get(k), str)})
     return rows
 
 
@@ -432,7 +439,7 @@ def checkpoint_zip(name: str, ckpt_id: str, fmt: str = "native") -> tuple[str, s
     import tempfile
 
     row = checkpoint(ckpt_id, name)
-    top = f"{name}-{Path(row['path']).name}" + ("-hf" if fmt == "hf" else "")
+    top = secrets.mask(f"{name}-{Path(row['path']).name}", secrets.load(name).values()) + ("-hf" if fmt == "hf" else "")
     if fmt != "hf":
         return copy_out.zip_to_temp(checkpoint_files(row), top), top
     work = Path(tempfile.mkdtemp(prefix="gptrain-hf-"))

@@ -99,10 +99,11 @@ def zip_to_temp(files, top: str) -> str:
 def zip_job(src: Path, dest: Path, values) -> None:
     """The job folder `src` as the zip file `dest`: its own files only (a link out of the job, to
     /etc/shadow say, is left out) and its logs as `gptrain logs` shows them, read a page at a
-    time with the secret `values` masked."""
+    time with the secret `values` masked, and every entry's name too (a folder the program named
+    after a secret). The program's other files go as they are: its outputs are its own bytes."""
     import zipfile
 
-    from gptrain.jobs import logs
+    from gptrain.jobs import logs, secrets
 
     tmp = dest.with_suffix(".zip.part")
     try:
@@ -110,7 +111,7 @@ def zip_job(src: Path, dest: Path, values) -> None:
             for f in sorted(src.rglob("*")):
                 if not f.is_file() or f.name.startswith(".tmp") or not within(f, src):
                     continue
-                entry = shown(f.relative_to(src.parent))
+                entry = secrets.mask(shown(f.relative_to(src.parent)), values) if values else shown(f.relative_to(src.parent))
                 if f.suffix in (".log", ".out"):
                     with z.open(entry, "w", force_zip64=True) as out:
                         for page in logs.pages(f, values):
