@@ -147,6 +147,30 @@ def corrupt(e: BaseException) -> CorruptDatabase | None:
                      "again: a new one is made, and finds the jobs and datasets in their folders again")
 
 
+def unusable(e: BaseException) -> UserError | None:
+    """The one line for a gptrain.db that cannot be used where it is, else None: damaged
+    (corrupt), read-only, not openable (a folder, a folder it cannot write), no space, or a file
+    that takes no tables (a link to /dev/null). A lock is not one: it is waited out (_begin)."""
+    bad = corrupt(e)
+    if bad is not None or not isinstance(e, sqlite3.OperationalError) or locked(e):
+        return bad
+    path, name, text = db_path(), getattr(e, "sqlite_errorname", "") or "", str(e)
+    where = f"{path} ({text})"
+    if name.startswith("SQLITE_READONLY") or "readonly" in text:
+        return UserError(f"cannot write {where}: $GPTRAIN_HOME ({path.parent}) must be writable by you; "
+                         "fix its permissions, or set GPTRAIN_HOME to a folder you can write")
+    if name.startswith("SQLITE_CANTOPEN") or "unable to open" in text:
+        return UserError(f"cannot open {where}: is it a folder, or in a folder you cannot write? move it "
+                         "away, or set GPTRAIN_HOME to a folder you can write")
+    if out_of_space(e):
+        return UserError(f"no space left on device writing {where}: free some space and run again")
+    if "no such table" in text:
+        return CorruptDatabase(f"{path} keeps no tables ({text}: a link to /dev/null, or a file replaced "
+                               f"under it); move it aside (mv {shlex.quote(str(path))} "
+                               f"{shlex.quote(str(path) + '.corrupt')}) and run again")
+    return None
+
+
 def locked(e: BaseException) -> bool:
     """Another connection holds the lock (SQLITE_BUSY / SQLITE_LOCKED)."""
     return isinstance(e, sqlite3.OperationalError) and ("locked" in str(e) or "busy" in str(e))

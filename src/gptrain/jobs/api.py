@@ -64,10 +64,11 @@ def submit(request: Request, dry_run: bool = False) -> tuple:
 
 
 def database_error(e: BaseException):
-    """The one-line UserError for a gptrain.db SQLite cannot read, else None (for a face's last catch)."""
-    from gptrain.db import corrupt
+    """The one-line UserError for a gptrain.db that cannot be used (damaged, read-only, not
+    openable, no space), else None (for a face's last catch: db.unusable)."""
+    from gptrain.db import unusable
 
-    return corrupt(e)
+    return unusable(e)
 
 
 def rerun(old: str, name: str, args: list[str] | None = None, config: str | None = None) -> tuple:
