@@ -162,3 +162,32 @@ def test_a_save_to_disk_folder_naming_files_outside_it_is_refused(tmp_path, wher
     if where != "link":  # (push refuses a link outside the folder in its own words, tested above)
         refused(run_cli("data", "push", "ds", folder), words)
         nothing_registered()
+
+
+@pytest.mark.parametrize("node", ["fifo", "device"])
+def test_a_folder_holding_a_pipe_or_a_device_is_refused_not_read(isolated_home, tmp_path, node):
+    """A named pipe blocked `data push` forever in open(); /dev/zero's twin was hashed at 100% CPU
+    forever: one line naming it, nothing registered (#47 round 3)."""
+    import os
+    import stat
+
+    folder = tmp_path / "files"
+    folder.mkdir()
+    (folder / "a.txt").write_text("some text\n")
+    if node == "fifo":
+        os.mkfifo(folder / "pipe")
+    else:
+        try:
+            os.mknod(folder / "zero", 0o600 | stat.S_IFCHR, os.makedev(1, 5))
+        except PermissionError:
+            pytest.skip("mknod needs root")
+    r = run_cli("data", "push", "mixed", folder, timeout=120)
+    refused(r, "is not a plain file")
+    nothing_registered()
+
+
+def test_a_process_count_past_any_machine_is_one_line(isolated_home, tmp_path):
+    (tmp_path / "a.txt").write_text("some text\n")
+    r = run_cli("data", "prepare", tmp_path / "a.txt", "--out", tmp_path / "out", "--num-proc", "100000")
+    refused(r, "--num-proc must be 1 to 256")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob("out*"))

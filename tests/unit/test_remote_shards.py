@@ -200,6 +200,11 @@ def test_bad_input_is_one_line(served, tmp_path):
     (outside / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(UserError, match="not a plain file name"):
         open_remote(f"{url}/outside", 1 << 30)
+    deep = root / "deep"  # a hostile meta.json nested 100,000 deep: one line, not a RecursionError
+    deep.mkdir(exist_ok=True)
+    (deep / "meta.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UserError, match="not a dataset's JSON"):
+        open_remote(f"{url}/deep", 1 << 30, cache_dir=str(tmp_path / "deep-cache"))
 
 
 def test_two_ranks_train_from_the_url_through_a_cache_smaller_than_the_data(served, tmp_path):

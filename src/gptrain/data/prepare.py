@@ -34,6 +34,7 @@ from gptrain.data.prepare_journal import SPLITS, Journal
 from gptrain.errors import UserError, disk_full
 from gptrain.locations import is_url
 
+MAX_PROCS = 256  # tokenizer processes at most (each a Python with the tokenizer loaded)
 TASK_CHARS = 1 << 20          # text per tokenization task
 # Tokens per .bin file before a new shard starts: 2^23, 16 MiB of uint16 (32 MiB of uint32). Sized
 # for training from object storage: a reader holds its shard and prefetches the next, so the first
@@ -163,8 +164,9 @@ def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: st
         raise UserError("give at least one SOURCE (file, folder, glob, URL or HF dataset name)")
     if val_fraction is not None and not 0.0 <= val_fraction < 1.0:
         raise UserError(f"--val-fraction must be in [0, 1), got {val_fraction}")
-    if num_proc < 1:
-        raise UserError(f"--num-proc must be >= 1, got {num_proc}")
+    if not 1 <= num_proc <= MAX_PROCS:
+        raise UserError(f"--num-proc must be 1 to {MAX_PROCS} (this machine has {os.cpu_count()} CPUs), "
+                        f"got {num_proc}")
     shard_tokens = DEFAULT_SHARD_TOKENS if shard_tokens is None else shard_tokens
     if shard_tokens < 1:
         raise UserError(f"--shard-tokens must be >= 1, got {shard_tokens}")

@@ -114,8 +114,9 @@ def open_remote(url: str, cache_bytes: int, fetch_timeout: float = DEFAULT_FETCH
                         f"data prepare` wrote, or a file URL ending in {'/'.join(TEXT_SUFFIXES)}") from None
     try:
         meta = json.loads(raw)
-    except ValueError:
-        raise UserError(f"{url}/meta.json is not JSON; it is corrupt or was not written by gptrain") from None
+    except (ValueError, RecursionError):  # (nested past Python's limit: a hostile file, one line too)
+        raise UserError(f"{url}/meta.json is not a dataset's JSON (unreadable, or nested past any "
+                        "meta.json); it is corrupt or was not written by gptrain") from None
     check_meta(meta, f"{url}/meta.json")
     if meta.get("sft") is not None:
         raise UserError(f"{url} is instruction data, which is not read from a URL yet; copy the folder "

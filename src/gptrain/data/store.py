@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import shutil
 import time
 from pathlib import Path
@@ -258,6 +259,9 @@ def _walk(folder: Path) -> tuple[list[Path], list[Path]]:
             if p.is_symlink():
                 links.append(p)
             elif n in names and p.name != MANIFEST:
+                if not stat.S_ISREG(p.lstat().st_mode):  # a pipe would block the push, a device never end
+                    raise UserError(f"{shown(p)} is not a plain file (a named pipe, socket or device); a "
+                                    "dataset holds files: move it out of the folder and push again")
                 files.append(p)
     return sorted(files), sorted(links)
 
