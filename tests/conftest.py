@@ -34,7 +34,7 @@ def isolated_home(tmp_path, tmp_path_factory, monkeypatch, request):
     if request.node.get_closest_marker("cpu_unmeasured") is None:
         kept = request.getfixturevalue("cpu_measurement")
         if kept is not None:
-            home.mkdir(mode=0o700)  # as gptrain makes it (cli.private_home)
+            home.mkdir(mode=0o700)  # as gptrain makes it (home.make_private)
             (home / "cache").mkdir(mode=0o700)
             path = home / "cache" / kept[0]
             path.write_text(kept[1])

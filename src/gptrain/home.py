@@ -15,6 +15,37 @@ def home() -> Path:
     return Path(os.environ.get("GPTRAIN_HOME") or Path.home() / ".gptrain").expanduser()
 
 
+def make_private() -> None:
+    """What gptrain writes under $GPTRAIN_HOME (database, jobs, logs, secrets, a job's
+    environment file) is the user's alone: files 0600, directories 0700 (a umask for this process
+    and what it starts). A home another user owns is refused: they could change what the user's
+    jobs run (its secrets/*.env holds a job's PYTHONPATH); one of the user's own that others may
+    write is made 0700 again, with a note."""
+    import stat
+    import sys
+
+    from gptrain.errors import UserError
+
+    os.umask(0o077)
+    path = home()
+    try:
+        path.mkdir(parents=True, mode=0o700)
+        os.chmod(path, 0o700)
+        return
+    except FileExistsError:
+        pass  # there already (maybe made a moment ago by another rank of the same job)
+    st = path.stat()
+    if not stat.S_ISDIR(st.st_mode):
+        raise UserError(f"GPTRAIN_HOME {path} is not a folder; point GPTRAIN_HOME at a folder of your own")
+    if st.st_uid != os.getuid():
+        raise UserError(f"GPTRAIN_HOME {path} belongs to another user (uid {st.st_uid}), who could change what "
+                        "your jobs run; use a folder of your own (GPTRAIN_HOME=~/.gptrain, the default)")
+    if st.st_mode & 0o022:
+        os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o077)
+        print(f"gptrain: note: {path} could be written by other users; it is yours alone again (0700)",
+              file=sys.stderr)
+
+
 def check_name(name: str, kind: str) -> str:
     """Dataset and job names: lowercase letters, digits, '.', '_', '-'; 1-64 chars."""
     if not NAME_RE.fullmatch(name) or name in (".", ".."):

@@ -1,16 +1,20 @@
-"""$GPTRAIN_HOME is made private (0700) by whichever process needs it first."""
+"""$GPTRAIN_HOME is made private (0700) by whichever process needs it first; one another user
+owns is refused (they could change what the user's jobs run), and one of the user's own that
+others may write is made private again (#47 round 3: a home another uid pre-made 0777 was used,
+and its secrets/*.env swapped to run that uid's sitecustomize.py as the victim)."""
 
 import os
 from pathlib import Path
 
 import pytest
 
-from gptrain.cli import private_home
+from gptrain.errors import UserError
+from gptrain.home import make_private as private_home
 
 
 @pytest.fixture(autouse=True)
 def keep_umask():
-    """private_home sets this process's umask (077): give the test process its own back."""
+    """make_private sets this process's umask (077): give the test process its own back."""
     old = os.umask(0o022)
     os.umask(old)
     yield
@@ -40,3 +44,17 @@ def test_a_new_home_is_private(tmp_path, monkeypatch):
     monkeypatch.setenv("GPTRAIN_HOME", str(tmp_path / "a" / "home"))
     private_home()
     assert (tmp_path / "a" / "home").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_home_another_user_owns_is_refused_and_one_open_to_others_is_closed(tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    home.mkdir(mode=0o777)
+    os.chmod(home, 0o777)
+    monkeypatch.setenv("GPTRAIN_HOME", str(home))
+    private_home()
+    assert home.stat().st_mode & 0o777 == 0o700 and "yours alone again" in capsys.readouterr().err
+    if os.getuid() != 0:
+        pytest.skip("chown to another uid needs root")
+    os.chown(home, 4321, 4321)
+    with pytest.raises(UserError, match="belongs to another user"):
+        private_home()

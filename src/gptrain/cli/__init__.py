@@ -55,21 +55,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def private_home() -> None:
-    """What gptrain writes under $GPTRAIN_HOME (database, jobs, logs, secrets) is the user's
-    alone: files 0600, directories 0700 (a umask for this process and what it starts)."""
-    import os
-
-    from gptrain.home import home
-
-    os.umask(0o077)
-    try:
-        home().mkdir(parents=True, mode=0o700)
-    except FileExistsError:
-        return  # there already (maybe made a moment ago by another rank of the same job)
-    os.chmod(home(), 0o700)
-
-
 def main(argv: list[str] | None = None) -> int:
     import os
 
@@ -113,7 +98,7 @@ def _run(argv: list[str] | None) -> int:
     import sqlite3
 
     from gptrain.errors import InfraError, Interrupted, UserError, disk_full, lost_peer
-    from gptrain.home import sweep_leftovers
+    from gptrain.home import make_private, sweep_leftovers
 
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
@@ -125,10 +110,10 @@ def _run(argv: list[str] | None) -> int:
     args.passthrough = passthrough
     if extra and not getattr(args, "takes_extra", False):
         _unrecognized(parser, argv, extra)
-    private_home()
-    sweep_leftovers()
     _quiet_full_disk_in_threads()
     try:
+        make_private()
+        sweep_leftovers()
         return args.func(args, extra) or 0
     except UserError as e:
         _error_line(e)
