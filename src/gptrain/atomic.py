@@ -12,6 +12,18 @@ from pathlib import Path
 from gptrain.errors import UserError, disk_full
 
 
+def make_dir(path, what: str) -> None:
+    """Folder `path` (a destination the user names) made with its parents; one that cannot be
+    (a read-only disk, no permission, under /proc) is one line naming it, not a traceback."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        full = disk_full(e, path)
+        if full is not None:
+            raise full from None
+        raise UserError(f"cannot make {what} {path}: {e.strerror or e}; choose a folder you can write") from None
+
+
 @contextmanager
 def new_directory(out, what: str = "output"):
     """Yield a hidden temporary directory beside `out`; it is renamed to `out` when the block
@@ -20,10 +32,10 @@ def new_directory(out, what: str = "output"):
     out = Path(out).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{what} {out} already exists; choose a new directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    make_dir(out.parent, what)
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    make_dir(tmp, what)
     try:
         yield tmp
         if out.exists():

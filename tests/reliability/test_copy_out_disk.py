@@ -83,3 +83,31 @@ def test_the_console_zip_and_checkpoint_fetch_take_the_same_files(isolated_home,
         zipped = sorted(n.split("/", 1)[1] for n in z.namelist())
         assert b"PRIVATE" not in b"".join(z.read(n) for n in z.namelist())
     assert zipped == fetched
+
+
+@pytest.mark.parametrize("where", ["read-only", "proc"])
+def test_a_destination_that_cannot_be_written_is_one_line(isolated_home, tmp_path, tiny_run, where):
+    """export --out, checkpoint fetch --destination and fetch --destination onto a read-only disk,
+    or under /proc: one line naming it, exit 2 (#47 round 3: an OSError traceback, exit 1)."""
+    import subprocess
+
+    ckpt = _job_with_a_big_checkpoint()
+    if where == "proc":
+        base = "/proc/gptrain-nowhere"
+    else:
+        base = tmp_path / "ro"
+        base.mkdir()
+        made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(base)], capture_output=True)
+        if made.returncode != 0:
+            pytest.skip(f"cannot mount a read-only tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        for args in (["export", tiny_run, "--out", f"{base}/hf"],
+                     ["checkpoint", "fetch", ckpt, "--destination", f"{base}/got", "--format", "native"],
+                     ["fetch", "big", "--destination", f"{base}/zips"]):
+            r = run_cli(*args)
+            lines = r.stderr.strip().splitlines()
+            assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, (args, r.stderr)
+            assert "cannot" in lines[0] and str(base) in lines[0], lines[0]
+    finally:
+        if where != "proc":
+            subprocess.run(["umount", "-l", str(base)], capture_output=True)

@@ -78,8 +78,6 @@ def cmd_fetch(args, extra) -> int:
     from gptrain.jobs import api
 
     dest = Path(args.destination) / f"{args.name}.zip"
-    api.known(args.name)
-    dest.parent.mkdir(parents=True, exist_ok=True)
     api.zip_job(args.name, dest)
     print(f"wrote {dest}")
     return 0

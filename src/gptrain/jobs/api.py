@@ -454,5 +454,8 @@ def checkpoint_zip(name: str, ckpt_id: str, fmt: str = "native") -> tuple[str, s
 
 def zip_job(name: str, dest: Path) -> None:
     """The job's folder as the zip file `dest`, its logs masked (jobs/copy_out.py)."""
+    from gptrain.atomic import make_dir
+
     known(name)
+    make_dir(Path(dest).parent, "destination")
     copy_out.zip_job(folder.job_dir(name), Path(dest), secrets.load(name).values())

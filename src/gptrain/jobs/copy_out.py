@@ -38,6 +38,7 @@ def export(ckpt: dict, job_dir: Path, dest: Path, fmt: str = "auto") -> str:
     exported as a Hugging Face model (`hf`: gptrain, HF and nanoGPT checkpoints; others
     refused), else its files as they are (`native`); `auto`: hf for a kind gptrain loads as a
     model, native for any other. Returns the format written."""
+    from gptrain.atomic import make_dir
     from gptrain.errors import UserError, disk_full
     from gptrain.weights.scan import LOADABLE
 
@@ -46,7 +47,7 @@ def export(ckpt: dict, job_dir: Path, dest: Path, fmt: str = "auto") -> str:
 
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise UserError(f"destination {dest} exists and is not empty; choose another --destination")
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(dest.parent, "destination")
     tmp = dest.parent / f".{dest.name}.fetch"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -58,7 +59,7 @@ def export(ckpt: dict, job_dir: Path, dest: Path, fmt: str = "auto") -> str:
         else:
             from gptrain.weights import checksums
 
-            tmp.mkdir()
+            make_dir(tmp, "destination")
             for f, rel in checkpoint_files(ckpt, job_dir):
                 (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(f, tmp / rel)
@@ -103,11 +104,18 @@ def zip_job(src: Path, dest: Path, values) -> None:
     after a secret). The program's other files go as they are: its outputs are its own bytes."""
     import zipfile
 
+    from gptrain.errors import UserError, disk_full
     from gptrain.jobs import logs, secrets
 
     tmp = dest.with_suffix(".zip.part")
     try:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        try:
+            archive = zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED)
+        except OSError as e:  # (a read-only folder, no permission: the user's to choose another)
+            if disk_full(e, dest) is not None:
+                raise
+            raise UserError(f"cannot write {dest}: {e.strerror or e}; choose a folder you can write") from None
+        with archive as z:
             for f in sorted(src.rglob("*")):
                 if not f.is_file() or f.name.startswith(".tmp") or not within(f, src):
                     continue
