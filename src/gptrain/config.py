@@ -112,7 +112,7 @@ class TrainConfig:
     grad_clip: float = opt(1.0, "Clip the global gradient norm to this (0: off).", ge=0)
     max_steps: int = opt(-1, "Optimizer steps to run; -1: as many as num epochs need.", ge=1, special=-1)
     epochs: float = opt(1.0, "Passes over the training data when max_steps is -1.", gt=0)
-    seed: int = opt(42, "Seed for init, data order and dropout.")
+    seed: int = opt(42, "Seed for init, data order and dropout (0 to 2^32-1, as numpy takes it).", ge=0, le=2**32 - 1)
     precision: str = opt("auto", "Compute precision; auto: bf16 on GPUs that support it; on a CPU the dtype its "
                          "matmuls run fastest in, measured once per CPU kind and kept with its numbers "
                          "(bf16 needs 1.3x fp32's rate); the choice and why are printed at start.",

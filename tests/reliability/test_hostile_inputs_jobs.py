@@ -73,7 +73,8 @@ HUGE = [(["--model.n_layer=99999999999999999999999"], "--model.n_layer must be >
         (["--model.n_layer=100000"], "--model.n_layer must be >= 1 and <= 4096"),
         (["--model.n_embd=10000000"], "--model.n_embd must be >= 1 and <= 131072"),
         (["--train.batch_size=99999999999999999999"], "--train.batch_size must be >= 1 and <= 1048576"),
-        (["--train.seed=99999999999999999999999"], "--train.seed must be a whole number that fits in 64 bits"),
+        (["--train.seed=99999999999999999999999"], "--train.seed must be >= 0 and <= 4294967295"),
+        (["--train.seed=-1"], "--train.seed must be >= 0 and <= 4294967295"),  # (numpy's traceback, after a record)
         (["--model.preset=gpt2", "--model.n_layer=4096", "--model.n_embd=65532"], "GPTRAIN_ALLOW_LARGE_MODEL=1")]
 
 
@@ -85,6 +86,12 @@ def test_a_model_no_machine_holds_is_refused_at_submit_and_in_train(flags, messa
     r = run_cli("train", "--data.path=nowhere", f"--train.output_dir={tmp_path / 'out'}", *flags, timeout=60)
     refused(r, message)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_restart_count_past_any_job_is_one_line(isolated_home):
+    refused(run_cli("run", "j", "--max-restarts", "99999999999999999999999", "--", "--train.max_steps=1"),
+            "--max-restarts 99999999999999999999999 is more than a job is ever restarted")
+    nothing_recorded(isolated_home)
 
 
 def test_the_memory_estimate_names_itself_and_its_override(isolated_home):

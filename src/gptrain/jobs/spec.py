@@ -38,6 +38,7 @@ from gptrain.locations import is_url
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NODES = re.compile(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?")  # N or MIN:MAX
+MAX_RESTARTS = 10_000  # a crash loop of a minute a try: a week
 MOST = {"nodes": 8192, "accels": 1024}  # bounds any count a user gives (a typo's 1000000000 is one line)
 MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -103,6 +104,9 @@ class JobSpec:
             if getattr(self, key) < least:
                 raise UserError(f"--{key.replace('_', '-')} must be a whole number >= {least}, "
                                 f"got {getattr(self, key)!r}")
+        if self.max_restarts > MAX_RESTARTS:
+            raise UserError(f"--max-restarts {self.max_restarts} is more than a job is ever restarted "
+                            f"({MAX_RESTARTS} at most)")
         for key, most in MOST.items():  # no cluster has more; the engines check what theirs has
             if getattr(self, key) > most:
                 raise UserError(f"--{key.replace('_', '-')} {getattr(self, key)} is more than any cluster gptrain "
