@@ -13,7 +13,6 @@ from gptrain.errors import UserError, refuse_credentials
 
 INT64 = 2 ** 63 - 1
 BYTES_PER_PARAM = 16  # training state: fp32 weights, gradients and AdamW's two moments
-ALLOW_LARGE = "GPTRAIN_ALLOW_LARGE_MODEL"
 
 
 def check(cfg):
@@ -119,20 +118,12 @@ def bounds(m) -> str:
     return text + (f" (or {m['special']})" if m["special"] is not None else "")
 
 
-def machine_memory() -> int:
-    """This machine's physical memory in bytes (0 when it cannot be read)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 0
-
-
 def check_memory(model_cfg) -> None:
     """A model built from a preset and --model.* overrides (not from weights, whose size is
     theirs) must fit its training state in this machine's memory, unless GPTRAIN_ALLOW_LARGE_MODEL
     says it is sharded over more (several nodes, FSDP): a typo'd n_layer never starts a worker
     that allocates without bound."""
-    from gptrain.models.registry import build_model_config
+    from gptrain.models.registry import ALLOW_LARGE, build_model_config, machine_memory
 
     if model_cfg.init_from or os.environ.get(ALLOW_LARGE, "") not in ("", "0"):
         return

@@ -271,3 +271,27 @@ def test_a_refused_remote_checkpoint_is_not_kept_as_the_local_latest(evil, tmp_p
     assert not (root / "latest").exists() and not list(root.glob("*step-*"))
     r = run_cli(*_train_args(data, out))  # the same output without the remote trains from scratch
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("forged, words", [({"n_layer": 4000, "n_embd": 65536, "n_head": 8}, "GiB for its weights"),
+                                           ({"vocab_size": "x", "n_layer": -3}, "must be a whole number")])
+def test_a_forged_shape_is_one_line_before_anything_is_built(tiny_run, hf_copy, tmp_path, forged, words):
+    """A checkpoint whose trainer_state.json (resealed, as an attacker with the folder can) or an
+    HF folder whose config.json names a shape no machine here holds, or not a shape at all: one
+    line naming the file, never a 51 GB allocation or a TypeError traceback (#47 round 3)."""
+    from gptrain.weights import checksums
+
+    ckpt = _copy(step_dir(tiny_run, 2), tmp_path / "forged")
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    state["model_config"].update(forged)
+    (ckpt / "trainer_state.json").write_text(json.dumps(state))
+    checksums.seal_folder(ckpt)
+    hf = {"n_layer": "n_layer", "n_embd": "n_embd", "n_head": "n_head", "vocab_size": "vocab_size"}
+    config = json.loads((hf_copy / "config.json").read_text())
+    config.update({hf[k]: v for k, v in forged.items()})
+    (hf_copy / "config.json").write_text(json.dumps(config))
+    for model, file in ((ckpt, "trainer_state.json"), (hf_copy, "config.json")):
+        r = run_cli("generate", str(model), "--prompt", "a", "--max-new-tokens", "2", "--tokenizer", "byte", timeout=300)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, (model, r.stderr[-2000:])
+        assert file in lines[0] and (words in lines[0] or "not what gptrain expects" in lines[0]), lines[0]

@@ -269,15 +269,15 @@ def load_hf(name_or_path: str, **overrides):
     stay the model's own contiguous tensors, never views of the file's (transposed) ones, which
     FSDP and tensor parallel need.
     """
-    from gptrain.models.registry import build
-
     from gptrain.files import read_json, reading
+    from gptrain.models.registry import build, check_loadable
 
     model_dir = resolve(name_or_path)
     checksums.verify(model_dir, what="model")  # one gptrain exported: its bytes as written
     config_file = model_dir / "config.json"
     with reading(config_file, "model config"):  # a missing or mistyped field names the file
         cfg = config_from_hf(read_json(config_file, "model config"), **overrides)
+    check_loadable(cfg, str(config_file))
     with torch.device("meta"):
         model = build(cfg)
     model.to_empty(device="cpu")

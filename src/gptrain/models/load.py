@@ -108,7 +108,7 @@ def load_for_inference(path, device="cpu", **overrides):
     """(GPT in eval mode, tokenizer) from a checkpoint directory or training output directory."""
     from gptrain import tokenizers
     from gptrain.files import reading
-    from gptrain.models.registry import build, config_from_dict
+    from gptrain.models.registry import build, check_loadable, config_from_dict
     from gptrain.weights.dcp import load_tensors
     from gptrain.weights.layout import STATE_FILE, read_state, resolve
 
@@ -116,6 +116,7 @@ def load_for_inference(path, device="cpu", **overrides):
     state = read_state(path)
     with reading(path / STATE_FILE, "checkpoint state"):
         cfg = config_from_dict(state["model_config"], overrides)
+        check_loadable(cfg, str(path / STATE_FILE))
         tok = tokenizers.from_spec(state["tokenizer"]) if state.get("tokenizer") else None
         base = state.get("lora_base")
     if base is not None:  # adapters only: the base they go on, from where it was (models/lora.py)

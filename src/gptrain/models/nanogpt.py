@@ -33,7 +33,7 @@ def read_checkpoint(path) -> dict:
 
 def config_of(model_args: dict, source, **overrides):
     """Our GPT-2 config from nanoGPT's model_args."""
-    from gptrain.models.registry import GPTConfig
+    from gptrain.models.registry import GPTConfig, check_loadable
 
     try:
         vocab = int(model_args["vocab_size"])
@@ -47,7 +47,7 @@ def config_of(model_args: dict, source, **overrides):
         raise UserError(f"{source}: model_args is incomplete or mistyped ({type(e).__name__}: {e})") from None
     for key, value in overrides.items():
         setattr(cfg, key, value)
-    cfg.validate()
+    check_loadable(cfg, str(source))
     return cfg
 
 

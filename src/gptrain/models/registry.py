@@ -11,6 +11,7 @@ split their columns and which their rows; distributed/parallelize.py applies it)
 from __future__ import annotations
 
 import dataclasses
+import os
 import importlib
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -20,6 +21,39 @@ from gptrain.errors import UserError, closest
 
 
 GELUS = {"tanh": "gelu_new", "exact": "gelu"}  # ours -> Hugging Face's activation_function
+
+
+ALLOW_LARGE = "GPTRAIN_ALLOW_LARGE_MODEL"  # "1": a model larger than this machine is the user's call (sharded)
+WEIGHT_BYTES = 4  # a parameter's fp32 weight, as a model is built to load into
+SHAPE_FIELDS = ("block_size", "vocab_size", "n_layer", "n_head", "n_embd")
+
+
+def machine_memory() -> int:
+    """This machine's physical memory in bytes (0 when it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+def check_loadable(cfg, where: str) -> None:
+    """A shape read from someone else's file (a checkpoint's trainer_state.json, a config.json)
+    before anything is built from it: whole numbers where the shape has them, valid, and weights
+    that fit this machine's memory (a forged n_layer=4000, n_embd=65536 tried to allocate 51 GB,
+    a vocab_size 'x' was a TypeError): one line naming the file."""
+    for name in (*SHAPE_FIELDS, *(("n_kv_head", "intermediate_size") if hasattr(cfg, "n_kv_head") else ())):
+        value = getattr(cfg, name, None)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise UserError(f"{where}: model {name} must be a whole number, got {value!r}")
+    try:
+        cfg.validate()
+    except UserError as e:
+        raise UserError(f"{where}: {e}") from None
+    need, have = cfg.param_estimate() * WEIGHT_BYTES, machine_memory()
+    if have and need > have and os.environ.get(ALLOW_LARGE, "") in ("", "0"):
+        raise UserError(f"{where}: a model of about {cfg.param_estimate():.3g} parameters needs about "
+                        f"{need / 2 ** 30:,.0f} GiB for its weights, more than this machine's "
+                        f"{have / 2 ** 30:,.0f} GiB; set {ALLOW_LARGE}=1 if that is what you mean")
 
 
 @dataclass
@@ -178,7 +212,7 @@ def config_from_dict(d: dict, overrides: dict | None = None) -> GPTConfig:
     if unknown:
         raise UserError(f"model_config field {unknown[0]!r} is not one of a {cls.arch} model's "
                         f"({', '.join(sorted(known))})")
-    return cls(**fields)
+    return cls(**fields)  # (what a file says is checked by check_loadable before a model is built)
 
 
 @dataclass(frozen=True)
