@@ -287,3 +287,14 @@ def test_training_on_a_damaged_token_file_commits_no_checkpoint(tmp_path):
     r = run_cli("train", f"--data.path={data}", f"--train.output_dir={tmp_path / 'bad'}", "--train.max_steps=2", *RUN)
     one_line_refusal(r, str(token_file), "fails its sha256 check")
     assert not list(run_layout.checkpoints_dir(tmp_path / "bad").glob("step-*"))
+
+
+@pytest.mark.parametrize("inside", ["", "/checkpoints", "/checkpoints/copies"])
+def test_a_remote_inside_the_runs_own_folder_is_refused_before_anything_is_written(data, tmp_path, inside):
+    """--checkpoint.remote=file://OUT/checkpoints copied each checkpoint onto itself: every step
+    folder left empty, exit 0 (#47 round 3). Now one line, nothing written."""
+    out = tmp_path / "run"
+    r = train(f"--data.path={data}", f"--train.output_dir={out}", "--train.max_steps=2", *RUN,
+              f"--checkpoint.remote=file://{out}{inside}", check=False)
+    assert r.returncode == 2 and "is inside the run's own output folder" in r.stderr, r.stderr[-2000:]
+    assert not out.exists()

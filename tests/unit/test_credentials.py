@@ -31,5 +31,5 @@ def test_a_file_remote_with_a_host_part_is_refused(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError, match="names an absolute local path") as e:
-        remote.check("file://user:hunter2pass@/tmp/run")
+        remote.check("file://user:hunter2pass@/tmp/run", tmp_path / "out")
     assert "hunter2pass" not in str(e.value) and list(tmp_path.iterdir()) == []

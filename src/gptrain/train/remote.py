@@ -35,9 +35,17 @@ def _fs(url: str):
         raise UserError(f"checkpoint.remote={url} is not a storage URL fsspec knows ({e})") from None
 
 
-def check(url: str) -> None:
-    """Fail before training if the remote cannot be used at all."""
+def check(url: str, output_dir) -> None:
+    """Fail before training if the remote cannot be used at all, or is the run's own output
+    folder or inside it (a copy onto its own checkpoints emptied every one of them)."""
+    from pathlib import Path
+
     fs, root = _fs(url)
+    if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+        here, out = Path(root).resolve(), Path(output_dir).resolve()
+        if here == out or here.is_relative_to(out):
+            raise UserError(f"checkpoint.remote={url} is inside the run's own output folder {out}: a copy "
+                            "there would overwrite the checkpoints it copies; name a folder outside it")
     try:
         fs.makedirs(root, exist_ok=True)
     except Exception as e:  # credentials, permissions, network: each backend has its own types

@@ -94,7 +94,7 @@ class Trainer(Checkpointing, Evaluating):
         if cfg.checkpoint.remote:
             from gptrain.train import remote
 
-            remote.check(cfg.checkpoint.remote)
+            remote.check(cfg.checkpoint.remote, self.out)
         self.n_params = plain.num_params()
         self.n_trained = sum(p.numel() for p in plain.parameters() if p.requires_grad)
         self.lora_base = getattr(plain, "lora_base", None)  # adapter-only checkpoints refer to it
