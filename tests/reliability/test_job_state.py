@@ -2,6 +2,7 @@
 a deleted database leaves no orphan, a busy one kills nothing, a corrupt one is one line, and a
 failed submit records nothing (real supervisors, real processes, the real SQLite file)."""
 
+import json
 import os
 import signal
 import sqlite3
@@ -202,18 +203,27 @@ def test_a_database_moved_aside_as_advised_finds_the_jobs_and_datasets_again(dat
     """#47 row 7: following the corrupt-database line (`mv gptrain.db gptrain.db.corrupt`)
     stranded the job ("no job named 'j'" for resume and checkpoints) and its dataset (push said
     it exists, rm/list/run that it does not). The new database records again, from their folders,
-    what they held before it was made: the job `failed` with why, resumable; the dataset usable."""
+    what they held before it was made: a finished job as it ended (its folder's ended.json), one
+    whose ending is not known `failed` with why, resumable; the dataset usable."""
     script = tmp_path / "hello.py"
     script.write_text("print('hello from the job')\n")
     ok("run", "j", "--dataset", dataset, "--", str(script))
     assert wait_for("j")["state"] == "succeeded"
+    ok("run", "k", "--", str(script))  # its ending lost: as a job that was running when the database went
+    assert wait_for("k")["state"] == "succeeded"
+    from gptrain.jobs.folder import ended_file, job_dir
+
+    ended_file(job_dir("k")).unlink()
     for suffix in ("", "-wal", "-shm"):  # what the one line advises, the -wal and -shm with it
         if os.path.exists(f"{db_file()}{suffix}"):
             os.rename(f"{db_file()}{suffix}", f"{db_file()}{suffix}.corrupt")
     assert dataset in ok("data", "list")
-    j = job("j")
-    assert j["state"] == "failed" and "recorded again from its folder" in j["error"], j
-    ok("resume", "j")
-    assert wait_for("j")["state"] == "succeeded"
+    j = job("j")  # a finished job is found finished (round 3: it came back `failed`)
+    assert j["state"] == "succeeded" and j["error"] is None, j
+    assert "it had ended succeeded" in [e["message"] for e in json.loads(ok("inspect", "j", "--json"))["events"]][-1]
+    k = job("k")
+    assert k["state"] == "failed" and "recorded again from its folder" in k["error"], k
+    ok("resume", "k")
+    assert wait_for("k")["state"] == "succeeded"
     ok("data", "rm", dataset)
     assert not (isolated_home / "datasets" / dataset).exists()

@@ -76,6 +76,12 @@ def spec_file(jdir: Path) -> Path:
     return jdir / "job.json"
 
 
+def ended_file(jdir: Path) -> Path:
+    """How the job ended ({state, message, exit_code, time}), kept beside its files so a database
+    made new finds a finished job finished (jobs/store.py writes it with each terminal state)."""
+    return jdir / "ended.json"
+
+
 def supervisor_log(jdir: Path) -> Path:
     return jdir / "supervisor.log"
 

@@ -93,7 +93,26 @@ def set_state(name: str, state: JobState | str, message: str = "", owner: str | 
             values.append(now)
         conn.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE name = ?", (*values, name))
         add_event(conn, name, state.value, message)
-        return True
+    if state in TERMINAL:
+        _keep_ending(name, {"state": state.value, "message": message, "exit_code": fields.get("exit_code"),
+                            "time": now})
+    return True
+
+
+def _keep_ending(name: str, ending: dict | None) -> None:
+    """The job folder's record of how the job ended (folder.ended_file), or none (reopened);
+    best effort: the database is the record, this is what a database made new reads back."""
+    from gptrain.atomic import write_text_atomic
+    from gptrain.jobs.folder import ended_file, job_dir
+
+    path = ended_file(job_dir(name))
+    try:
+        if ending is None:
+            path.unlink(missing_ok=True)
+        elif path.parent.is_dir():
+            write_text_atomic(path, json.dumps(ending))
+    except OSError:
+        pass
 
 
 def update(name: str, **fields) -> None:
@@ -125,12 +144,14 @@ RECOVERED = ("recorded again from its folder after gptrain.db was made new: its 
 
 
 def _recover_jobs(made: float) -> None:
-    """Each job folder whose job.json predates this database (db.recover_once) recorded again,
-    `failed` with RECOVERED as the reason: its spec from job.json, its checkpoints found by the
-    next refresh. A folder made since (a submission under way) is not touched."""
+    """Each job folder whose job.json predates this database (db.recover_once) recorded again:
+    ended as its folder says it ended (folder.ended_file, written before `made`), else `failed`
+    with RECOVERED as the reason (it may have been running); its spec from job.json, its
+    checkpoints found by the next refresh. A folder made since (a submission under way) is not
+    touched."""
     from gptrain.files import read_json
     from gptrain.home import NAME_RE
-    from gptrain.jobs.folder import jobs_root, spec_file
+    from gptrain.jobs.folder import ended_file, jobs_root, spec_file
 
     try:
         folders = sorted(jobs_root().iterdir())
@@ -148,16 +169,26 @@ def _recover_jobs(made: float) -> None:
             continue  # not a job's folder gptrain can read: left as it is
         if spec.get("name") != d.name:
             continue
+        state, why, code, ended = JobState.FAILED, RECOVERED.format(name=d.name), None, time.time()
+        try:
+            f = ended_file(d)
+            ending = read_json(f, "job ending") if f.is_file() and not f.is_symlink() and f.stat().st_mtime < made else None
+            if isinstance(ending, dict) and ending.get("state") in TERMINAL:
+                state, ended = JobState(ending["state"]), float(ending.get("time") or ended)
+                why = str(ending.get("message") or "") if state is not JobState.SUCCEEDED else None
+                code = ending.get("exit_code") if isinstance(ending.get("exit_code"), int) else None
+        except (OSError, UserError, TypeError, ValueError):
+            pass  # (unreadable: not known how it ended)
         with transaction() as conn:
             if conn.execute("SELECT 1 FROM jobs WHERE name = ?", (d.name,)).fetchone():
                 continue
             seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
-            when, why = jfile.stat().st_mtime, RECOVERED.format(name=d.name)
             conn.execute("INSERT INTO jobs (name, seq, state, scheduler, nodes, accels, spec, created, updated, "
-                         "ended, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                         (d.name, seq, JobState.FAILED.value, scheduler, nodes, accels, json.dumps(spec), when,
-                          time.time(), time.time(), why))
-            add_event(conn, d.name, JobState.FAILED.value, why)
+                         "ended, error, exit_code) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         (d.name, seq, state.value, scheduler, nodes, accels, json.dumps(spec), jfile.stat().st_mtime,
+                          time.time(), ended, why, code))
+            add_event(conn, d.name, state.value, why if state is JobState.FAILED and why == RECOVERED.format(name=d.name)
+                      else f"recorded again from its folder after gptrain.db was made new: it had ended {state.value}")
 
 
 def events(name: str) -> list[dict]:
@@ -332,6 +363,7 @@ def reopen(name: str, message: str) -> None:
                      "restarts = 0, updated = ? WHERE name = ?", (JobState.QUEUED.value, seq, time.time(), name))
         add_event(conn, name, "resumed", message)
         add_event(conn, name, JobState.QUEUED.value)
+    _keep_ending(name, None)
 
 
 def delete_job(name: str) -> None:
