@@ -298,3 +298,27 @@ def test_a_remote_inside_the_runs_own_folder_is_refused_before_anything_is_writt
               f"--checkpoint.remote=file://{out}{inside}", check=False)
     assert r.returncode == 2 and "is inside the run's own output folder" in r.stderr, r.stderr[-2000:]
     assert not out.exists()
+
+
+def test_a_job_whose_checkpoints_all_fail_writes_no_false_event(dataset):
+    """Every checkpoint of a stopped job damaged, `resume` twice: each attempt refuses in one line,
+    and the events say only that. Before (#47 round 3): the damaged.txt marks moved the folders'
+    mtimes, so the supervisor wrote 'step-N rewritten at step N after the restart ... the program
+    started over' for each, and the second resume said 'starts again (no checkpoint yet)'."""
+    from gptrain.jobs import store
+
+    args = ["--train.max_steps=4", "--checkpoint.every=2", "--train.precision=fp32", "--train.do_eval=false", *TRAIN]
+    ok("run", "gone", "--dataset", dataset, "--", *args)
+    assert wait_for("gone")["state"] == "succeeded"
+    store.update("gone", state="stopped")  # (as if stopped after step 4)
+    for step in (2, 4):
+        flip(checkpoints_dir("gone") / step_name(step) / "__0_0.distcp", step)
+    for attempt in range(2):
+        ok("resume", "gone")
+        j = wait_for("gone")
+        assert j["state"] == "failed" and "passes verification" in j["error"], (attempt, j)
+        said = [e["message"] for e in store.events("gone")]
+        assert not [m for m in said if "started over" in m or "no checkpoint yet" in m], (attempt, said)
+        resumed = [e["message"] for e in store.events("gone") if e["kind"] == "resumed"][-1]
+        assert ("has no checkpoint that passes verification" if attempt else "(or the newest one before it "
+                "that passes verification)") in resumed, resumed  # (the first does not know yet)

@@ -97,6 +97,11 @@ def latest_named(job_dir) -> tuple[Path, str] | tuple[None, None]:
     return (None, None) if row is None else (weights_scan.resume_path(row), row["name"])
 
 
+def scan_folder_rows(job_dir) -> list[dict]:
+    """Every checkpoint row of the job's folder, damaged ones included (latest_named's scan)."""
+    return scan(job_dir, _recorded(Path(job_dir).name))
+
+
 def _recorded(job: str) -> dict:
     """The job's checkpoint rows as recorded, by name; {} where the database cannot say."""
     import sqlite3

@@ -73,6 +73,10 @@ def restart_line(spec, jdir) -> str:
 
     latest, name = found.latest_named(jdir)
     if latest is None:
+        damaged = [r["name"] for r in found.scan_folder_rows(jdir) if r.get("damaged")]
+        if damaged:  # (not "no checkpoint yet": the run refuses to start over on top of them)
+            return (f"has no checkpoint that passes verification ({len(damaged)} refused: "
+                    f"`gptrain checkpoints {Path(jdir).name} --verify`); the run will not start over on them")
         return "starts again (no checkpoint yet)"
     if spec.entry == "trainer":
         return f"continues from {name} (or the newest one before it that passes verification)"

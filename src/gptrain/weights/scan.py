@@ -19,6 +19,7 @@ from pathlib import Path
 from gptrain import run_layout
 from gptrain.weights.hf import HF_WEIGHT_FILES
 from gptrain.weights.kinds import kind_of, read_meta
+from gptrain.weights.layout import DAMAGED, damaged
 from gptrain.weights.names import HF_SHARD, HF_STEP_DIR, NUMBERED_DIR, is_listable, is_weight_file, step_of
 
 MAX_DEPTH = 3  # output/run/checkpoint-N is found; deeper trees are not walked
@@ -107,7 +108,12 @@ def _known(p: Path, name: str, known: dict) -> dict | None:
     if not old or not old.get("kind") or old.get("mtime") is None:
         return None
     mtime, size = _mtime_size(p)
-    return dict(old) if (old["mtime"], old["size"]) == (mtime, size) and old["path"] == str(p) else None
+    if (old["mtime"], old["size"]) != (mtime, size) or old["path"] != str(p):
+        return None
+    row = dict(old)
+    if old["kind"] == "gptrain":  # a resume's refusal is marked beside its files (they are unchanged)
+        row["damaged"] = damaged(p)
+    return row
 
 
 def _row(p: Path, name: str) -> dict:
@@ -122,21 +128,23 @@ def _row(p: Path, name: str) -> dict:
 
 def _mtime_size(p: Path) -> tuple[float, int]:
     """The newest mtime and the total size of a file or of the files directly in a checkpoint
-    directory (all kinds are flat; a file rewritten in place changes them, not the directory's
-    own mtime; a folder that is a model does not count the checkpoints below it)."""
+    directory (all kinds are flat; a file rewritten in place changes them; a folder that is a
+    model does not count the checkpoints below it). The mark a resume leaves in a checkpoint it
+    refused (layout.DAMAGED) is not the checkpoint's: it changes neither, nor does the folder's
+    own mtime, which it moves (a refused checkpoint was taken for one the program rewrote)."""
     if p.is_file():
         st = p.stat()
         return st.st_mtime, st.st_size
-    mtime, size = p.stat().st_mtime, 0
+    mtime, size, files = None, 0, False
     with os.scandir(p) as entries:
         for e in entries:
             try:
-                if e.is_file(follow_symlinks=False):
+                if e.is_file(follow_symlinks=False) and e.name != DAMAGED:
                     st = e.stat()
-                    mtime, size = max(mtime, st.st_mtime), size + st.st_size
+                    mtime, size, files = max(mtime or 0.0, st.st_mtime), size + st.st_size, True
             except OSError:
                 continue
-    return mtime, size
+    return (mtime if files else p.stat().st_mtime), size
 
 
 LOADABLE = ("gptrain", "hf-trainer", "hf-model", "nanogpt")
