@@ -48,6 +48,7 @@ print("step 2 | loss 2.9", flush=True)
 out = os.environ["GPTRAIN_OUTPUT_DIR"]  # a checkpoint named after the secret
 os.makedirs(out, exist_ok=True)
 open(os.path.join(out, "model-" + b.hex() + ".pt"), "wb").write(b"weights")
+open(os.path.join(out, "metrics.jsonl"), "w").write('{"step": 2, "note": "' + b.hex() + '"}\n')
 raise RuntimeError("refused: " + base64.b64encode(b).decode())
 """
 
@@ -90,12 +91,14 @@ def test_a_secret_printed_encoded_or_split_is_masked_everywhere(tmp_path, isolat
     with zipfile.ZipFile(tmp_path / "z" / "leak.zip") as z:
         zipped = z.read(zip_name("leak", rank_log_path("leak"))).decode()
         names = "\n".join(z.namelist())
+        metrics = next(z.read(n).decode() for n in z.namelist() if n.endswith("metrics.jsonl"))
     assert "step 2 | loss 2.9" in zipped and _shown(zipped) == [], zipped
     # a checkpoint the program named after the secret: listed, reported and zipped masked; its ID reaches it
     listed = ok("checkpoints", "leak", "--json")
     assert "model-***.pt" in listed and _shown(listed) == [], listed
     assert _shown(ok("checkpoints", "leak")) == [] and _shown(ok("inspect", "leak", "--json")) == []
     assert "model-***.pt" in names and _shown(names) == [], names
+    assert '"note": "***"' in metrics and _shown(metrics) == [], metrics  # a text file the program wrote
     fetched = ok("checkpoint", "fetch", json.loads(listed)[0]["id"], "--destination", tmp_path / "got")
     assert _shown(fetched) == [], fetched
     assert [p.read_bytes() for p in (tmp_path / "got").iterdir()] == [b"weights"]

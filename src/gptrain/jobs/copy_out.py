@@ -97,11 +97,17 @@ def zip_to_temp(files, top: str) -> str:
     return tmp
 
 
+# the files a job writes that a person reads as text (its metrics, notes, configs): masked like its
+# logs when the job has secrets; the rest (weights, arrays) goes as it is
+TEXT_SUFFIXES = (".txt", ".json", ".jsonl", ".csv", ".tsv", ".toml", ".yaml", ".yml", ".md", ".ini", ".cfg")
+
+
 def zip_job(src: Path, dest: Path, values) -> None:
     """The job folder `src` as the zip file `dest`: its own files only (a link out of the job, to
     /etc/shadow say, is left out) and its logs as `gptrain logs` shows them, read a page at a
-    time with the secret `values` masked, and every entry's name too (a folder the program named
-    after a secret). The program's other files go as they are: its outputs are its own bytes."""
+    time with the secret `values` masked, and so are its text files (TEXT_SUFFIXES: metrics.jsonl,
+    a config a program wrote) and every entry's name (a folder the program named after a secret).
+    Its other files (weights, arrays) go as they are."""
     import zipfile
 
     from gptrain.errors import UserError, disk_full
@@ -120,7 +126,7 @@ def zip_job(src: Path, dest: Path, values) -> None:
                 if not f.is_file() or f.name.startswith(".tmp") or not within(f, src):
                     continue
                 entry = secrets.mask(shown(f.relative_to(src.parent)), values) if values else shown(f.relative_to(src.parent))
-                if f.suffix in (".log", ".out"):
+                if f.suffix in (".log", ".out") or (values and f.suffix.lower() in TEXT_SUFFIXES):
                     with z.open(entry, "w", force_zip64=True) as out:
                         for page in logs.pages(f, values):
                             out.write(page.encode())
