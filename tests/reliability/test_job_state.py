@@ -227,3 +227,17 @@ def test_a_database_moved_aside_as_advised_finds_the_jobs_and_datasets_again(dat
     assert wait_for("k")["state"] == "succeeded"
     ok("data", "rm", dataset)
     assert not (isolated_home / "datasets" / dataset).exists()
+
+
+def test_a_dataset_a_running_job_reads_is_not_removed_under_it(slots, dataset, isolated_home, tmp_path):
+    """`data rm` of the dataset a running job reads removed it at once (the job, or its resume,
+    failed later: #47 round 3): refused in one line naming the job; --force removes it."""
+    ok("run", "reader", "--dataset", dataset, "--", gated_script(tmp_path))
+    wait_for("reader", ("running",), timeout=300)
+    r = run_cli("data", "rm", dataset)
+    assert r.returncode == 2 and "reader (running)" in r.stderr and "--force" in r.stderr, r.stderr
+    assert dataset in ok("data", "list")
+    (tmp_path / "go").write_text("")
+    assert wait_for("reader")["state"] == "succeeded"
+    ok("data", "rm", dataset)
+    assert dataset not in ok("data", "list")

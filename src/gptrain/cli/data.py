@@ -69,6 +69,7 @@ def register(sub) -> None:
 
     p = dsub.add_parser("rm", help="delete a named dataset")
     p.add_argument("name")
+    p.add_argument("--force", action="store_true", help="delete it even while a job not yet ended reads it")
     p.set_defaults(func=cmd_rm)
 
 
@@ -163,8 +164,8 @@ def cmd_inspect(args, extra) -> int:
 
 
 def cmd_rm(args, extra) -> int:
-    from gptrain.data import api
+    from gptrain.jobs import api as jobs_api
 
-    api.remove(args.name)
+    jobs_api.remove_dataset(args.name, args.force)
     print(f"removed dataset {args.name}")
     return 0

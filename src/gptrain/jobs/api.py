@@ -14,10 +14,10 @@ import threading
 import time
 from pathlib import Path
 
-from gptrain.errors import BadName, NotFound, UserError
+from gptrain.errors import NotFound, UserError
 from gptrain.files import parse_user_text  # noqa: F401 (the console reads what a form posts through it)
 from gptrain.home import check_name
-from gptrain.jobs import copy_out, folder, records, secrets, store, submission
+from gptrain.jobs import folder, records, secrets, store, submission
 from gptrain.jobs.engines.table import SUPERVISED
 from gptrain.jobs.schedulers import SCHEDULERS, refresh_job, resume_job, scheduler  # noqa: F401 (the faces' choices)
 from gptrain.jobs.found import dataset_tokenizer, model_source  # noqa: F401 (a MODEL named: its source, its data's tokenizer)
@@ -27,12 +27,15 @@ from gptrain.jobs.metrics_file import MetricsFile  # noqa: F401 (the console's c
 from gptrain.jobs.engines.options import OPTIONS as ENGINE_OPTIONS  # noqa: F401 (the faces')
 from gptrain.jobs.engines.options import shown as engine_options_shown
 from gptrain.jobs.submission import Request  # noqa: F401 (for the faces)
+from gptrain.jobs.records import known  # noqa: F401 (a job named: its record, or one line)
+from gptrain.jobs.job_checkpoints import (  # noqa: F401 (a job's checkpoints, listed and copied out)
+    CHECKPOINT_SHOWN, checkpoint, checkpoint_files, checkpoint_zip, checkpoints, export_checkpoint, zip_job)
 
 __all__ = [  # what the faces (cli/, ui/) may use: tests/unit/test_api_surface.py
     "add_source", "checkpoint", "checkpoint_files", "CHECKPOINT_SHOWN", "checkpoint_zip", "checkpoints",
     "database_error", "dataset_tokenizer", "ENGINE_OPTIONS", "FACTS", "evaluate", "export", "generate", "export_checkpoint", "follow_log", "how_far", "job", "known",
     "last_train", "log_pages", "log_path", "log_reader", "loss_line", "metrics_path", "MetricsFile",
-    "model_source", "parse_user_text", "PRIVATE", "read_job_file", "read_log", "refresh_all",
+    "model_source", "parse_user_text", "PRIVATE", "read_job_file", "read_log", "refresh_all", "remove_dataset",
     "REFRESH_S", "remove", "remove_source", "report", "Request", "rerun", "resume", "rows",
     "ROWS_TTL_S", "SCHEDULERS", "shown", "sources", "stop", "STOP_TIMEOUT_S", "submit",
     "SUPERVISOR_EXIT_S", "zip_job",
@@ -43,12 +46,6 @@ ROWS_TTL_S = 0.5  # a table asked for again within this is the one computed
 
 
 # ---- one job ----------------------------------------------------------------------------------
-
-def known(name: str) -> dict:
-    """The job's record as stored (a malformed name is BadName, an unknown one NotFound)."""
-    check_name(name, "job")
-    return store.get_job(name)
-
 
 def job(name: str) -> dict:
     """The job, its state first brought up to date by its scheduler (schedulers.refresh_job)."""
@@ -174,6 +171,25 @@ def _resume_from(name: str, row: dict) -> None:
 def remove(name: str) -> None:
     known(name)
     records.remove(name, refresh_job(name))
+
+
+def remove_dataset(name: str, force: bool = False) -> None:
+    """`gptrain data rm NAME`: the dataset deleted (data/api.py), unless a job not yet ended
+    reads it (its --dataset, or --data.path NAME) and `force` is not given: removing it under a
+    running job failed that job, or its resume, later (#47 round 3)."""
+    from gptrain.data import api as data_api
+    from gptrain.jobs.spec import JobSpec
+
+    users = []
+    for row in store.list_jobs():
+        if row["state"] in store.ACTIVE:
+            spec = JobSpec.from_dict(json.loads(row["spec"]) if isinstance(row["spec"], str) else row["spec"])
+            if name in spec.datasets or f"--data.path={name}" in spec.args:
+                users.append(f"{row['name']} ({row['state']})")
+    if users and not force:
+        raise UserError(f"dataset {name} is read by job(s) not yet ended: {', '.join(users)}; stop them first, "
+                        "or remove it anyway with --force")
+    data_api.remove(name)
 
 
 def report(name: str, fresh: bool = True) -> dict:
@@ -371,91 +387,3 @@ def follow_log(name: str, rank):
         return refresh_job(name)["state"] in store.TERMINAL
 
     return logs.follow(log_path(name, rank), secrets.load(name).values(), ended)
-
-
-# ---- checkpoints and copies -------------------------------------------------------------------
-
-CHECKPOINT_SHOWN = ("id", "name", "kind", "step", "train_loss", "eval_loss", "time", "size")  # in a report
-
-
-def checkpoints(name: str, verify: bool = False) -> list[dict]:
-    """The job's checkpoint rows (with their paths), first made to match its folder; `verify`:
-    each with 'verified' (weights/checksums.py: 'ok', 'no checksums' or 'FAILED: why'). Shown
-    as the faces show them: a name, path or reason holding one of the job's secrets (a folder
-    the program named after it) masked; the ID reaches the real checkpoint."""
-    from gptrain.weights import checksums
-
-    known(name)
-    records.sync_checkpoints(name)
-    rows = store.checkpoints(name)
-    for row in rows if verify else ():
-        row.update(checksums.listing(row["path"]) if Path(row["path"]).is_dir() else {"verified": "no checksums"})
-    values = secrets.load(name).values()
-    if values:
-        for row in rows:
-            row.update({k: secrets.mask(row[k], values) for k in ("name", "path", "damaged", "verified")
-                        if isinstance(row.get(k), str)})
-    return rows
-
-
-def checkpoint(ckpt_id: str, name: str | None = None) -> dict:
-    """The row of a checkpoint (of job `name` when given), checked to be on disk inside its job's
-    folder: a link out of the job is refused, never followed."""
-    from gptrain.files import within
-
-    if not ckpt_id.isascii() or not ckpt_id.isalnum():
-        raise BadName(f"invalid checkpoint ID {ckpt_id!r}")
-    if name is not None:
-        known(name)
-        row = next((c for c in store.checkpoints(name) if c["id"] == ckpt_id), None)
-        if row is None:
-            raise NotFound(f"job {name} has no checkpoint {ckpt_id}")
-    else:
-        row = store.checkpoint_by_id(ckpt_id)
-    path = Path(row["path"])
-    if not path.exists():
-        raise NotFound(f"checkpoint {ckpt_id} is no longer on disk (pruned by keep_last?)")
-    if not within(path, folder.job_dir(row["job"])):
-        raise NotFound(f"checkpoint {ckpt_id} ({row['name']}) links outside its job's directory; "
-                        "it is not copied")
-    return row
-
-
-def export_checkpoint(row: dict, dest: Path, fmt: str = "auto") -> str:
-    """Checkpoint `row` written as the new directory `dest` (jobs/copy_out.py): all or nothing;
-    `auto` is hf for a model checkpoint gptrain loads, native otherwise. The format written."""
-    return copy_out.export(row, folder.job_dir(row["job"]), Path(dest), fmt)
-
-
-def checkpoint_files(row: dict) -> list[tuple]:
-    """(file, path inside the copy) of every file a copy of the checkpoint takes."""
-    return copy_out.checkpoint_files(row, folder.job_dir(row["job"]))
-
-
-def checkpoint_zip(name: str, ckpt_id: str, fmt: str = "native") -> tuple[str, str]:
-    """One of job `name`'s checkpoints as a temporary zip file (the caller removes it) and the
-    folder its entries lie under: its files as they are (`native`), or exported as a Hugging
-    Face model (`hf`, what `checkpoint fetch --format hf` writes)."""
-    import shutil
-    import tempfile
-
-    row = checkpoint(ckpt_id, name)
-    top = secrets.mask(f"{name}-{Path(row['path']).name}", secrets.load(name).values()) + ("-hf" if fmt == "hf" else "")
-    if fmt != "hf":
-        return copy_out.zip_to_temp(checkpoint_files(row), top), top
-    work = Path(tempfile.mkdtemp(prefix="gptrain-hf-"))
-    try:
-        export_checkpoint(row, work / top, "hf")
-        files = [(p, p.relative_to(work / top)) for p in sorted((work / top).rglob("*")) if p.is_file()]
-        return copy_out.zip_to_temp(files, top), top
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def zip_job(name: str, dest: Path) -> None:
-    """The job's folder as the zip file `dest`, its logs masked (jobs/copy_out.py)."""
-    from gptrain.atomic import make_dir
-
-    known(name)
-    make_dir(Path(dest).parent, "destination")
-    copy_out.zip_job(folder.job_dir(name), Path(dest), secrets.load(name).values())

@@ -9,6 +9,15 @@ from pathlib import Path
 from gptrain.jobs import folder
 
 
+def known(name: str) -> dict:
+    """The job's record as stored (a malformed name is BadName, an unknown one NotFound)."""
+    from gptrain.home import check_name
+    from gptrain.jobs import store
+
+    check_name(name, "job")
+    return store.get_job(name)
+
+
 def create(spec, snapshot, scheduler: str) -> Path:
     """Record a new job and make its folder (secrets, code snapshot, job.json): all of it or,
     on any failure, none of it (the row, the folder and the secrets are removed again). A folder
