@@ -95,6 +95,22 @@ ALIASES: dict[str, tuple[str, dict | None]] = {
     "compile": ("train.compile", None),
     "wandb_project": ("metrics.wandb_project", None),
 }
+# A run given in the HF Trainer's own flags (any of HF_MARKERS: TrainingArguments fields no other
+# tool's flags spell) takes TrainingArguments' defaults for the settings its flags do not give
+# (train.dialect = "hf"); gptrain's own flags and config keep gptrain's. Logging, saving and
+# evaluation keep gptrain's cadence (their flags set them: --logging_steps, --save_steps).
+HF_MARKERS = frozenset({  # (not those gptrain's users type as short forms, --report_to, --bf16, nor
+    # those FMEngine's scripts share: --output_dir, --save_steps)
+    "per_device_train_batch_size", "per_device_eval_batch_size", "num_train_epochs", "lr_scheduler_type",
+    "logging_steps", "save_total_limit", "overwrite_output_dir", "do_train",
+    "warmup_ratio", "model_name_or_path", "max_grad_norm", "adam_beta1", "adam_beta2", "eval_strategy",
+    "evaluation_strategy",
+})
+HF_DEFAULTS = {  # TrainingArguments' defaults, as gptrain settings
+    "train.lr": 5e-5, "train.lr_schedule": "linear", "train.min_lr_ratio": 0.0, "train.weight_decay": 0.0,
+    "train.beta1": 0.9, "train.beta2": 0.999, "train.precision": "fp32",
+}
+
 # Options that read a DeepSpeed JSON config into the settings gptrain has (deepspeed_config.py).
 DEEPSPEED_FLAGS = ("deepspeed_config", "deepspeed")
 

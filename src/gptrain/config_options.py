@@ -24,12 +24,33 @@ def parse_train_args(argv: list[str], cfg: Config | None = None) -> Config:
     if args and not args[0].startswith("-"):
         load_toml(args.pop(0), cfg)
     default, set_by = Config(), {}
-    for name, value, _ in split_options(args):
+    options = list(split_options(args))
+    _take_dialect(cfg, default, [(name, value) for name, value, _ in options])
+    for name, value, _ in options:
         before = {key: _setting(cfg, key) for key in EXCLUSIVE}
         apply_option(cfg, name, value)
         if name not in DEEPSPEED_FLAGS:  # a config file, as a TOML: the flags after it override it
             _refuse_conflicts(name, before, cfg, default, set_by)
     return check(cfg)
+
+
+def _take_dialect(cfg: Config, default: Config, options: list) -> None:
+    """train.dialect from the flags (`--train.dialect`, else "hf" when an HF Trainer flag is
+    given: config_aliases.HF_MARKERS), and its defaults (HF_DEFAULTS) for each setting a config
+    file has not set (still gptrain's default); the flags are applied after, over them."""
+    from gptrain.config_aliases import HF_DEFAULTS, HF_MARKERS
+
+    named = [value for name, value in options if canonical_key(name) == "train.dialect"]
+    if named:
+        cfg.train.dialect = named[-1]
+    elif any(name in HF_MARKERS for name, _ in options):
+        cfg.train.dialect = "hf"
+    if cfg.train.dialect != "hf":
+        return
+    for key, value in HF_DEFAULTS.items():
+        section, field = key.split(".")
+        if _setting(cfg, key) == _setting(default, key):
+            setattr(getattr(cfg, section), field, value)
 
 
 # Settings HF sets through separate flags that its parser refuses together (`--bf16 --fp16`);

@@ -250,6 +250,12 @@ def table(aliases: dict, deepspeed_flags=()) -> str:
              "**refused** in one line that gives the reason. Two flags that set the precision two ways "
              "(`--bf16 --fp16`, `--fp16 --torch_dtype bfloat16`) are refused, as HF's parser refuses "
              "`--bf16 --fp16`; elsewhere a later spelling overrides an earlier one. "
+             "A command in the Trainer's own flags (`--per_device_train_batch_size`, `--num_train_epochs`, "
+             "`--lr_scheduler_type`, `--logging_steps`, ...: config_aliases.HF_MARKERS) takes the Trainer's "
+             "defaults for what it does not say (`train.dialect = \"hf\"`: lr 5e-5, linear decay to 0, no weight "
+             "decay, AdamW betas 0.9/0.999, fp32 unless `--bf16`/`--fp16`; the run's header says so); logging, "
+             "saving and evaluation keep gptrain's cadence unless their flags are given; `--train.dialect=gptrain` "
+             "keeps gptrain's defaults. "
              "Generated from `TrainingArguments` itself by "
              "`python -m gptrain.hf_flags > docs/hf-trainer-flags.md`; tests/unit/test_hf_flags.py fails when "
              "a field is missing or this file is stale."]

@@ -33,17 +33,19 @@ def test_hosted_service_tutorial_command_runs_as_written(source, gpt2_data, hf_s
     data_dir = gpt2_data if source == "gptrain" else hf_saved
     r = train(*tutorial_cmd(data_dir, tiny_hf_gpt2, tmp_path / "out"))
     assert "completed at step 3" in r.stdout and "eval step 3" in r.stdout
-    # one header line a user reads (issue 39); the choices behind it in run.json (`gptrain inspect`):
-    # precision left at auto, the choice and its reason; what MFU is measured against
+    # one header line a user reads (issue 39), and the line saying whose defaults filled the gaps
+    # (#49: the HF Trainer's); the choices behind it in run.json (`gptrain inspect`): the precision
+    # and its reason (the Trainer's fp32), what MFU is measured against
     out = tmp_path / "out"
     header = [line for line in r.stdout.splitlines() if line.startswith("training ")]
     info_file = re.escape(str(run_layout.run_info_file(out)))
-    assert len(header) == 1 and re.fullmatch(r"training [\d.]+M parameters on 1 x cpu in (fp32|bf16): 3 steps of "
+    assert len(header) == 1 and re.fullmatch(r"training [\d.]+M parameters on 1 x cpu in fp32: 3 steps of "
                                              rf"512 tokens \(how and why: {info_file}\)",
                                              header[0]), r.stdout
     assert "mfu basis" not in r.stdout and "kernels:" not in r.stdout
     info = json.loads(run_layout.run_info_file(out).read_text())
-    assert "(auto -> " in info["precision"] and " GFLOP/s per core on " in info["precision"], info
+    assert info["precision"].startswith("fp32 (the HF Trainer's default") and info["dialect"] == "hf", info
+    assert "the HF Trainer's defaults fill what its flags leave out: lr 5e-5, linear decay to 0" in r.stdout
     assert info["mfu_basis"].startswith("1 x (") and " per core, measured on one-thread matmuls" in info["mfu_basis"]
     assert info["kernels"] in ("eager blocks, fused chunked loss", "eager blocks, eager plain loss"), info
     rows = [json.loads(l) for l in run_layout.metrics_file(tmp_path / "out").read_text().splitlines()]

@@ -194,7 +194,8 @@ def test_load_best_model_at_end_keeps_the_checkpoint_evaluated_lowest_and_the_ru
     out = tmp_path / "best"
     train(*_args(data, out, "--train.do_eval=true", "--eval_steps=1", "--save_steps=1", "--save_total_limit=1",
                  "--load_best_model_at_end", "--metric_for_best_model", "eval_loss", "--greater_is_better", "false",
-                 "--train.lr=0.05", "--train.warmup_steps=0", "--train.eval_iters=2"))
+                 "--train.lr=0.05", "--train.warmup_steps=0", "--train.eval_iters=2",
+                 "--train.dialect=gptrain"))  # (gptrain's schedule and betas, which the losses above are of)
     rows = [json.loads(line) for line in run_layout.metrics_file(out).read_text().splitlines()]
     evals = {r["step"]: r["eval/loss"] for r in rows if "eval/loss" in r}
     assert sorted(evals) == list(range(1, STEPS + 1)), evals

@@ -187,3 +187,32 @@ def test_two_spellings_setting_the_precision_two_ways_are_refused():
     assert parse_train_args(["--bf16", "--torch_dtype", "bfloat16"]).train.precision == "bf16"  # the same value
     # elsewhere a later spelling overrides, as a later flag does in argparse (a base list, then changes)
     assert parse_train_args(["--checkpoint.every=0", "--save_steps=1"]).checkpoint.every == 1
+
+
+def test_hf_trainer_flags_take_the_trainers_defaults_for_what_they_leave_out(tmp_path):
+    """#49 row 2: the tutorial's Trainer flags without --learning_rate or --lr_scheduler_type ran
+    with gptrain's defaults (6e-4 cosine, weight decay 0.1, betas 0.9/0.95, precision auto). Now
+    they take TrainingArguments' own (read from transformers here), the same rate every step as
+    transformers' scheduler; gptrain's own flags keep gptrain's, and a given flag wins."""
+    import torch
+    from transformers import TrainingArguments, get_scheduler
+
+    hf = TrainingArguments(output_dir=str(tmp_path / "hf"))
+    steps = 20
+    tc = parse_train_args(["--per_device_train_batch_size", "2", "--max_steps", str(steps)]).train
+    assert tc.dialect == "hf"
+    assert (tc.lr, tc.weight_decay, tc.beta1, tc.beta2) == (hf.learning_rate, hf.weight_decay, hf.adam_beta1,
+                                                            hf.adam_beta2)
+    assert tc.precision == "fp32" and not hf.bf16 and not hf.fp16 and tc.grad_clip == hf.max_grad_norm
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=hf.learning_rate)
+    sched = get_scheduler(hf.lr_scheduler_type, opt, num_warmup_steps=hf.warmup_steps, num_training_steps=steps)
+    for s in range(steps):
+        assert lr_at(s, tc, steps) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-12, abs=1e-18), s
+        opt.step()
+        sched.step()
+    assert parse_train_args(["--per_device_train_batch_size", "2", "--bf16", "--learning_rate", "1e-3"]).train.lr == 1e-3
+    assert parse_train_args(["--per_device_train_batch_size", "2", "--bf16"]).train.precision == "bf16"
+    ours = parse_train_args(["--train.batch_size=2", "--train.max_steps=20"]).train
+    assert (ours.dialect, ours.lr, ours.lr_schedule, ours.precision) == ("gptrain", 6e-4, "cosine", "auto")
+    mixed = parse_train_args(["--per_device_train_batch_size", "2", "--train.dialect=gptrain"]).train
+    assert (mixed.dialect, mixed.lr) == ("gptrain", 6e-4)

@@ -86,6 +86,8 @@ def resolve(cfg: Config, device_type: str, world: int) -> Plan:
             raise UserError(f"interleaved_1f1b needs pp_microbatches ({microbatches}) to be a "
                             f"multiple of pp ({dims.pp})")
     precision, why = resolve_precision(tc.precision, device_type)
+    if tc.dialect == "hf" and precision == "fp32" and why == "as set":
+        why = "the HF Trainer's default: fp32 unless --bf16 or --fp16 (train.dialect=hf)"
     compile_, fused = resolve_kernels(tc.compile, tc.fused_loss, device_type)
     return Plan(precision=precision, dims=dims, batch_size=tc.batch_size,
                 grad_accum_steps=tc.grad_accum_steps, pp_microbatches=microbatches, precision_why=why,

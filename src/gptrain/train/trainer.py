@@ -50,6 +50,10 @@ from gptrain.train.samples import Sampler
 from gptrain.train.step_reader import StepReader
 from gptrain.weights import checksums
 
+# the header's words when HF Trainer flags set the defaults (config_aliases.HF_DEFAULTS)
+DIALECT_NOTE = ("\nthe HF Trainer's defaults fill what its flags leave out: lr 5e-5, linear decay to 0, no weight "
+                "decay, AdamW betas (0.9, 0.999), fp32 unless --bf16/--fp16 (train.dialect=hf)")
+
 
 def train(cfg: Config) -> dict:
     """Run training as configured; returns a summary (status, final step, losses)."""
@@ -329,13 +333,13 @@ class Trainer(Checkpointing, Evaluating):
         info = run_layout.run_info_file(self.out)
         self.log_main(f"training {self.n_params / 1e6:.2f}M parameters{lora} on {env.world} x {env.device.type} "
                       f"in {self.plan.precision}: {self.total_steps:,} steps of {tokens_per_step:,} tokens "
-                      f"(how and why: {info})")
+                      f"(how and why: {info})" + (DIALECT_NOTE if self.cfg.train.dialect == "hf" else ""))
         if env.is_main:  # the details a user looks up (`gptrain inspect`), not a header to read
             write_text_atomic(info, json.dumps({
                 "parameters": self.n_params, "trained_parameters": self.n_trained, "processes": env.world,
                 "device": env.device.type, "precision": f"{self.plan.precision} ({self.plan.precision_why})",
                 "kernels": f"{mode} blocks, {loss} loss", "mfu_basis": f"{env.world} x ({basis})",
-                "steps": self.total_steps, "tokens_per_step": tokens_per_step,
+                "steps": self.total_steps, "tokens_per_step": tokens_per_step, "dialect": self.cfg.train.dialect,
                 **({"loaded_unverified": unverified} if (unverified := checksums.admitted()) else {})},
                 indent=2) + "\n")
         window_start, window_steps, run_start = time.perf_counter(), 0, time.perf_counter()
