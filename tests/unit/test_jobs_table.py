@@ -36,7 +36,7 @@ def test_a_running_job_shows_step_of_total_and_its_eta_and_a_finished_one_no_eta
         store.set_state(name, state, "made by the test")
         path = folder.metrics_files(folder.job_dir(name))[0]
         path.parent.mkdir(parents=True, exist_ok=True)
-        rows = [{"step": s, "time": time.time() - 60, "total_steps": 3000, "eta_s": 3600.0 + 60, "train/loss": 3.0}
+        rows = [{"step": s, "time": time.time() - 30, "total_steps": 3000, "eta_s": 3600.0 + 30, "train/loss": 3.0}
                 for s in (100, 120)]
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     rows = {r["name"]: r for r in api.rows(force=True)}
@@ -51,3 +51,23 @@ def test_a_running_job_shows_step_of_total_and_its_eta_and_a_finished_one_no_eta
     runs = next(line for line in lines if line.startswith("runs")).split()
     done = next(line for line in lines if line.startswith("done")).split()
     assert runs[4:7] == ["120/3000", "3.0000", "59m"] and done[4:7] == ["120/3000", "3.0000", "-"], lines
+
+
+def test_a_running_job_that_makes_no_step_shows_stalled_not_an_eta():
+    """#49 row 5: the ETA counted down to '0s' and stayed there while a job was stuck. A running
+    job whose next train record is well past due (60 s, and 3 of its usual intervals; with one
+    record, its projected end passed by 60 s) shows how long it has made no step."""
+    from gptrain.cli import render
+    from gptrain.jobs.api import how_far
+
+    on = {"time": 100.0, "eta_s": 50.0, "total_steps": 10, "interval_s": 10.0}
+    assert how_far(on, "running", now=110.0) == {"total_steps": 10, "eta_s": 40.0, "stalled_s": None}
+    stuck = how_far(on, "running", now=221.0)
+    assert stuck["eta_s"] is None and stuck["stalled_s"] == 121.0
+    assert render.eta(stuck["eta_s"], stuck["stalled_s"]) == "stalled 2m"
+    slow = {**on, "interval_s": 100.0}  # records every 100 s: 221 s since the last is not yet stalled
+    assert how_far(slow, "running", now=221.0)["stalled_s"] is None
+    one = {"time": 100.0, "eta_s": 5.0, "total_steps": 10}  # one record so far: no interval known
+    assert how_far(one, "running", now=164.0) == {"total_steps": 10, "eta_s": 0.0, "stalled_s": None}
+    assert how_far(one, "running", now=166.0)["stalled_s"] == 66.0
+    assert how_far(on, "succeeded", now=221.0) == {"total_steps": 10, "eta_s": None, "stalled_s": None}

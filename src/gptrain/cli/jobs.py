@@ -62,7 +62,7 @@ def cmd_jobs(args, extra) -> int:
         return 0
     render.table([render.header("jobs"),
                   *((j["name"], j["state"], f"{render.nodes(j)}x{j['accels']} {j['scheduler']}",
-                     render.steps(j["step"], j["total_steps"]), render.loss(j["loss"]), render.duration(j["eta_s"]),
+                     render.steps(j["step"], j["total_steps"]), render.loss(j["loss"]), render.eta(j["eta_s"], j.get("stalled_s")),
                      render.age(j["created"])) for j in rows)])
     return 0
 

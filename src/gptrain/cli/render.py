@@ -70,6 +70,11 @@ def duration(s: float | None) -> str:
     return f"{int(s)}{SPEC['age_seconds_unit']}"
 
 
+def eta(left: float | None, stalled: float | None) -> str:
+    """The jobs table's ETA: the time left, or how long a running job has made no step."""
+    return f"stalled {duration(stalled)}" if stalled is not None else duration(left)
+
+
 def steps(step: int | None, total: int | None) -> str:
     """'120/3000' (or '120' when the total is unknown; '-' when there is no step)."""
     if step is None:

@@ -318,12 +318,28 @@ def rows(state: str | None = None, force: bool = False) -> list[dict]:
     return out
 
 
-def how_far(progress: dict, state: str) -> dict:
-    """The jobs table's total_steps and eta_s (seconds left, counted from the last logged step's
-    time and estimate; only while the job runs) from a train record's progress."""
-    total, eta, at = (progress.get(k) for k in ("total_steps", "eta_s", "time"))
-    left = max(0.0, at + eta - time.time()) if state == "running" and eta is not None and at is not None else None
-    return {"total_steps": int(total) if total is not None else None, "eta_s": left}
+STALL_AFTER_S = 60.0  # no train record for this long past the expected one: the job is stalled
+STALL_INTERVALS = 3  # ... and for this many of its usual intervals between records
+
+
+def how_far(progress: dict, state: str, now: float | None = None) -> dict:
+    """The jobs table's total_steps, eta_s (seconds left, counted from the last logged step's
+    time and estimate; only while the job runs) and stalled_s: while it runs, the seconds since
+    its last train record once that is well past the next one's due (STALL_AFTER_S, and
+    STALL_INTERVALS of its usual interval; with one record, its projected end passed by
+    STALL_AFTER_S), when the ETA would say 0s or count down a job that makes no step."""
+    total, eta, at, interval = (progress.get(k) for k in ("total_steps", "eta_s", "time", "interval_s"))
+    now = time.time() if now is None else now
+    left = stalled = None
+    if state == "running" and at is not None:
+        quiet = now - at
+        due = max(STALL_AFTER_S, STALL_INTERVALS * interval) if interval else \
+            (eta or 0.0) + STALL_AFTER_S if eta is not None else None
+        if due is not None and quiet > due:
+            stalled = quiet
+        elif eta is not None:
+            left = max(0.0, at + eta - now)
+    return {"total_steps": int(total) if total is not None else None, "eta_s": left, "stalled_s": stalled}
 
 
 def last_train(name: str) -> dict:

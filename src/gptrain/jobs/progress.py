@@ -45,4 +45,9 @@ def from_jsonl(path: Path) -> dict:
     jobs/metrics_file.py; bad lines skipped)."""
     mf = MetricsFile(path, tail_bytes=TAIL_BYTES)
     mf.refresh()
-    return {prefix: rec for prefix in ("train", "eval") if (rec := mf.last_record(prefix))}
+    out = {prefix: rec for prefix in ("train", "eval") if (rec := mf.last_record(prefix))}
+    times = mf.cols["train"]["time"]
+    if "train" in out and len(times) >= 2 and times[-1] > times[-2]:  # how often a train record comes
+        out["train"] = {**out["train"], "progress": {**out["train"].get("progress", {}),
+                                                     "interval_s": times[-1] - times[-2]}}
+    return out

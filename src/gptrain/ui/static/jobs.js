@@ -33,7 +33,7 @@
       gp.el("td", {}, `${gp.nodes(j)}x${j.accels} ${j.scheduler}`),
       gp.el("td", { class: "num" }, gp.steps(j.step, j.total_steps)),
       gp.el("td", { class: "num" }, gp.loss(j.loss)),
-      gp.el("td", { class: "num" }, gp.duration(j.eta_s)),
+      gp.el("td", { class: "num" }, j.stalled_s != null ? "stalled " + gp.duration(j.stalled_s) : gp.duration(j.eta_s)),
       gp.el("td", { class: "num" }, gp.age(j.created)))));
     gp.jobs = rows;
     gp.drawnAt = gp.drawnAt || performance.now();
