@@ -39,7 +39,7 @@ def test_two_process_job_full_lifecycle(dataset, tmp_path):
     ckpts = json.loads(ok("checkpoints", "life", "--json"))
     assert [c["step"] for c in ckpts] == [4, 8, 12]
     last = ckpts[-1]["id"]
-    ok("checkpoint", "fetch", last, "--destination", tmp_path / "native")
+    ok("checkpoint", "fetch", last, "--destination", tmp_path / "native", "--format", "native")
     assert (tmp_path / "native" / "trainer_state.json").is_file()
     ok("checkpoint", "fetch", last, "--destination", tmp_path / "hf", "--format", "hf")
     from transformers import AutoModelForCausalLM

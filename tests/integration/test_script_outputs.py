@@ -158,7 +158,7 @@ def test_nanogpt_style_script_checkpoint_listed_and_generated(slots, tmp_path):
     out = ok("generate", "nano", "--prompt", "Hi", "--max-new-tokens", "3", "--seed", "1")
     assert out.startswith("Hi")
     dest = tmp_path / "no" / "such" / "parent"
-    ok("checkpoint", "fetch", rows[0]["id"], "--destination", dest)
+    ok("checkpoint", "fetch", rows[0]["id"], "--destination", dest, "--format", "native")
     assert (dest / "ckpt.pt").is_file()
 
 

@@ -71,3 +71,30 @@ def test_a_running_job_that_makes_no_step_shows_stalled_not_an_eta():
     assert how_far(one, "running", now=164.0) == {"total_steps": 10, "eta_s": 0.0, "stalled_s": None}
     assert how_far(one, "running", now=166.0)["stalled_s"] == 66.0
     assert how_far(on, "succeeded", now=221.0) == {"total_steps": 10, "eta_s": None, "stalled_s": None}
+
+
+def test_inspect_reads_as_the_log_does_and_folds_the_checkpoint_events(capsys):
+    """#49 row 5: `inspect` printed raw numbers (tokens_per_s 1.253e+04 mfu 0.04705), no wall
+    time, tokens seen or average, and every checkpoint as an event of its own."""
+    import json
+    import time
+
+    from gptrain.jobs import folder
+
+    record("seen", 1)
+    store.set_state("seen", "running", "made by the test")
+    now = time.time()
+    with store.transaction() as conn:
+        for step in (100, 200, 300):
+            store.add_event(conn, "seen", "checkpoint", f"step-{step:06d} (abc)")
+    path = folder.metrics_files(folder.job_dir("seen"))[0]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [{"step": s, "time": now + s / 100, "train/loss": 3.0, "train/lr": 3e-4, "train/tokens_per_s": 12530.4,
+             "train/mfu": 0.04705, "train/tokens": s * 512} for s in (100, 200, 300)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["inspect", "seen"]) == 0
+    out = capsys.readouterr().out
+    assert "train      step 300 | loss 3.0000 | lr 3.00e-04 | tok/s 12,530 | mfu 4.7% | tokens 153,600" in out, out
+    assert "153,600 tokens" in out and "tok/s on average" in out and "wall " in out
+    events = [line for line in out.splitlines() if " checkpoint " in line]
+    assert len(events) == 1 and "step-000300" in events[0] and "(and 2 before it: gptrain checkpoints seen)" in events[0]

@@ -88,11 +88,17 @@ def cmd_inspect(args, extra) -> int:
     if spec.get("secrets"):
         print(f"secrets    {'  '.join(f'{k}={v}' for k, v in spec['secrets'].items())}")
     print("events")
+    saved = [e for e in report["events"] if e["kind"] == "checkpoint"]
     for e in report["events"]:
-        print(f"  {render.when(e['time'])}  {e['kind']:<11} {e['message']}")
+        if e["kind"] != "checkpoint" or e is saved[-1]:  # checkpoints folded into one line: the newest
+            more = f"  (and {len(saved) - 1} before it: gptrain checkpoints {job['name']})" \
+                if e["kind"] == "checkpoint" and len(saved) > 1 else ""
+            print(f"  {render.when(e['time'])}  {e['kind']:<11} {e['message']}{more}")
     for prefix, m in report["metrics"].items():
-        vals = "  ".join(f"{k} {v:.4g}" for k, v in m.items() if k != "step" and isinstance(v, (int, float)))
-        print(f"{prefix:<10} step {m['step']}  {vals}")
+        print(f"{prefix:<10} {render.record(m)}")
+    summary = report.get("summary") or {}
+    if summary:
+        print(f"run        {render.run_summary(summary)}")
     line = api.loss_line(args.name)
     if line:
         print(f"loss       {line}")

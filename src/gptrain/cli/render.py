@@ -70,6 +70,35 @@ def duration(s: float | None) -> str:
     return f"{int(s)}{SPEC['age_seconds_unit']}"
 
 
+def record(m: dict) -> str:
+    """A train or eval record as the training log writes it: step, loss, lr, grad, tokens/s, MFU."""
+    parts = [f"step {m['step']}"]
+    for key, label, form in (("loss", "loss", lambda v: f"{v:.4f}"), ("lr", "lr", lambda v: f"{v:.2e}"),
+                             ("grad_norm", "grad", lambda v: f"{v:.2f}"), ("perplexity", "ppl", lambda v: f"{v:.2f}"),
+                             ("accuracy", "acc", lambda v: f"{v:.4f}"),
+                             ("tokens_per_s", "tok/s", lambda v: f"{v:,.0f}"), ("mfu", "mfu", lambda v: f"{v:.1%}"),
+                             ("tokens", "tokens", lambda v: f"{v:,.0f}")):
+        if isinstance(m.get(key), (int, float)):
+            parts.append(f"{label} {form(m[key])}")
+    return " | ".join(parts)
+
+
+def run_summary(s: dict) -> str:
+    """inspect's run line: wall time, tokens seen, average rate, mean MFU, the kept best."""
+    parts = []
+    if s.get("wall_s") is not None:
+        parts.append(f"wall {duration(s['wall_s'])}")
+    if s.get("tokens_seen") is not None:
+        parts.append(f"{count(s['tokens_seen'])} tokens")
+    if s.get("avg_tokens_per_s"):
+        parts.append(f"{s['avg_tokens_per_s']:,.0f} tok/s on average")
+    if s.get("mean_mfu") is not None:
+        parts.append(f"mfu {s['mean_mfu']:.1%} on average")
+    if s.get("best_checkpoint"):
+        parts.append(f"best checkpoint {s['best_checkpoint']} (keep_best)")
+    return " | ".join(parts)
+
+
 def eta(left: float | None, stalled: float | None) -> str:
     """The jobs table's ETA: the time left, or how long a running job has made no step."""
     return f"stalled {duration(stalled)}" if stalled is not None else duration(left)

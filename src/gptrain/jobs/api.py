@@ -226,7 +226,8 @@ def report(name: str, fresh: bool = True) -> dict:
            "trainer": _run_info(folder.trainer_run_info(d))}
     if fresh:
         describe = scheduler(full["scheduler"]).describe(full)  # the whole record: engines read its spec
-        out.update(metrics=progress.latest(d), describe=secrets.mask(describe, values) if describe else None)
+        out.update(metrics=progress.latest(d), describe=secrets.mask(describe, values) if describe else None,
+                   summary=progress.summary(d, row.get("started"), row.get("ended"), time.time()))
     return out
 
 

@@ -51,3 +51,34 @@ def from_jsonl(path: Path) -> dict:
         out["train"] = {**out["train"], "progress": {**out["train"].get("progress", {}),
                                                      "interval_s": times[-1] - times[-2]}}
     return out
+
+
+def summary(job_dir, started: float | None, ended: float | None, now: float) -> dict:
+    """What `inspect` sums up of a run: its wall time (started to ended, or now), the tokens it
+    has trained on and their average rate since the job started, the mean of its logged
+    MFU (the records of the last TAIL_BYTES), and the checkpoint it keeps as its best
+    (checkpoint.keep_best); each left out when nothing says."""
+    from gptrain.weights.layout import best_checkpoint
+
+    job_dir, out = Path(job_dir), {}
+    if started:
+        out["wall_s"] = (ended or now) - started
+    path = jsonl_path(job_dir)
+    if path is not None:
+        mf = MetricsFile(path, tail_bytes=TAIL_BYTES)
+        mf.refresh()
+        cols = mf.cols["train"]
+        seen = [(t, n) for t, n in zip(cols["time"], cols["tokens"]) if n == n and t == t]
+        if seen:
+            last_time, tokens = seen[-1]
+            out["tokens_seen"] = int(tokens)
+            if started and last_time > started:  # since the job first started (restarts' waits included)
+                out["avg_tokens_per_s"] = tokens / (last_time - started)
+        mfu = [m for m in cols["mfu"] if m == m]
+        if mfu:
+            out["mean_mfu"] = sum(mfu) / len(mfu)
+    best = best_checkpoint(job_dir)
+    if best is not None:
+        out["best_checkpoint"] = best.name
+    return out
+
