@@ -222,6 +222,10 @@ def test_a_deeply_nested_or_huge_body_is_one_clear_message(console):
         status, _, text = http(req)
         assert status == 400 and len(text.strip().splitlines()) == 1, (kind, status, text[:300])
         assert "Traceback" not in text and "Recursion" not in text, (kind, text[:300])
+    req = console.request("/api/runs", "POST", post)  # a misspelled field launched a run without it
+    req.data = json.dumps({"name": "typo", "flags": "--train.max_steps=1"}).encode()
+    status, _, text = http(req)
+    assert status == 400 and "unknown field 'flags'" in text and "args" in text, (status, text[:300])
 
 
 def test_secrets_are_never_shown(console):

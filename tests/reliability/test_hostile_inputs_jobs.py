@@ -119,3 +119,9 @@ def test_sampling_settings_out_of_range_are_one_line(flags, message, tiny_hf_gpt
     r = run_cli("generate", tiny_hf_gpt2, "--tokenizer", "gpt2", "--prompt", "hi", *flags, timeout=120)
     refused(r, message)
     assert r.stdout == ""
+
+
+@pytest.mark.parametrize("timeout", ["-1", "nan", "inf", "1e99"])
+def test_a_stop_grace_out_of_range_is_one_line(isolated_home, timeout):
+    """`stop --timeout -1` (or nan) was taken (#47 round 3, low): 0 to a week, one line."""
+    refused(run_cli("stop", "j", "--timeout", timeout), "--timeout must be 0 to 604800 seconds")

@@ -93,13 +93,20 @@ FACTS = {"states": [s.value for s in store.JobState], "active": [s.value for s i
          "engine_options": {name: engine_options_shown().get(name, []) for name in SCHEDULERS}}
 
 
+MAX_STOP_TIMEOUT_S = 7 * 86400.0  # a stop's grace at most: a week
+
+
 def stop(name: str, timeout: float = STOP_TIMEOUT_S, wait: bool = False) -> str:
     """Ask the job to save a checkpoint and exit (forced after `timeout` s); its state after.
     With gptrain.db unreadable, a local job is asked through its folder (its supervisor reads
     the request there, and stops its workers by itself when it meets the damage)."""
+    import math
+
     from gptrain.db import CorruptDatabase
 
     check_name(name, "job")
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and 0 <= timeout <= MAX_STOP_TIMEOUT_S):
+        raise UserError(f"--timeout must be 0 to {MAX_STOP_TIMEOUT_S:g} seconds, got {timeout!r}")
     try:
         record = known(name)
     except CorruptDatabase as e:

@@ -210,6 +210,9 @@ def _submitted(spec_notes) -> dict:
     return {"name": spec.name, "notes": notes}
 
 
+LAUNCH_FIELDS = {"name", "dataset", "args", "config", "scheduler", "nodes", "accels", "options"}
+
+
 def _launch(body: dict) -> dict:
     """A new run: `gptrain run NAME --dataset DS [--scheduler S --nodes N --accels M --ENGINE-OPTION V]
     [--config] -- FLAGS`; each engine's options as it declares them (jobs/api.ENGINE_OPTIONS)."""
@@ -268,6 +271,9 @@ def _generate(name: str, body: dict) -> dict:
 async def action_launch(request):
     try:
         body = await _body(request)
+        unknown = sorted(set(body) - LAUNCH_FIELDS)
+        if unknown:  # (a misspelled field launched a run without it)
+            raise UserError(f"unknown field {unknown[0]!r} in the run's form: use {', '.join(sorted(LAUNCH_FIELDS))}")
     except UserError as e:
         return JSONResponse({"error": str(e)}, status_code=400)
     return await _call(_launch, body)
