@@ -80,13 +80,14 @@ def test_inspect_reads_as_the_log_does_and_folds_the_checkpoint_events(capsys):
     import time
 
     from gptrain.jobs import folder
+    from gptrain.weights.layout import step_name
 
     record("seen", 1)
     store.set_state("seen", "running", "made by the test")
     now = time.time()
     with store.transaction() as conn:
         for step in (100, 200, 300):
-            store.add_event(conn, "seen", "checkpoint", f"step-{step:06d} (abc)")
+            store.add_event(conn, "seen", "checkpoint", f"{step_name(step)} (abc)")
     path = folder.metrics_files(folder.job_dir("seen"))[0]
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = [{"step": s, "time": now + s / 100, "train/loss": 3.0, "train/lr": 3e-4, "train/tokens_per_s": 12530.4,

@@ -19,7 +19,7 @@ def one_line(r, *words):
 
 
 @pytest.mark.parametrize("accels, layout, words", [
-    (2, "--parallel.tp=3", ("--accels 2", "cannot infer parallel.dp_shard")),
+    (2, "--parallel.tp=3", ("--accels 2 (2 processes)", "cannot infer parallel.dp_shard")),
     (1, "--parallel.dp_shard=2", ("--accels 1", "= 2 but 1 processes run")),
 ])
 def test_parallel_degrees_the_processes_cannot_make_are_refused_at_submit(isolated_home, tmp_path, accels,

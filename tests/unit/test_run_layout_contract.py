@@ -91,6 +91,10 @@ ALLOWED = {
         "being rewritten by a concurrent change (#35); its metrics.jsonl to be asked of run_layout then",
     'tests/slurm/test_slurm.py: home / "config.toml"':
         "GPTRAIN_HOME's settings file (home.py), not a run's config.toml",
+    'tests/unit/test_engine_options.py: isolated_home / "config.toml"':
+        "GPTRAIN_HOME's settings file (home.py), not a run's config.toml",
+    'tests/reliability/test_secret_forms.py: metrics.jsonl':
+        "a user's own program's file in its $GPTRAIN_OUTPUT_DIR, and its name in fetch's zip",
     'tests/integration/test_script_outputs.py: with open(out / "metrics.jsonl", "a")':
         "a user's own program, written as a user writes it to its $GPTRAIN_OUTPUT_DIR",
     'tests/unit/test_weights.py: root / f"step-{step}"':

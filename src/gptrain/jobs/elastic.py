@@ -57,9 +57,9 @@ def finished_line(spec, lost: set[int]) -> str:
 
 
 def check_worlds(spec, cfg) -> None:
-    """A trainer job must fit every world it may run at (its layout: parallel degrees against
-    the processes; its train.global_batch_size): its nodes x accels, or, elastic, each from MIN
-    to MAX nodes; else it would be accepted and fail in every worker (or at its first node loss)."""
+    """A trainer job's layout (parallel degrees against the processes) must fit its nodes x
+    accels, and an elastic one's layout and train.global_batch_size each world from MIN to MAX
+    nodes: else it would be accepted and fail in every worker (or at its first node loss)."""
     import copy
 
     from gptrain.distributed.mesh import ParallelDims, apply_global_batch
@@ -68,8 +68,10 @@ def check_worlds(spec, cfg) -> None:
     for nodes in range(spec.min_nodes if spec.elastic else spec.nodes, spec.nodes + 1):
         try:
             dims = ParallelDims.from_config(cfg.parallel, nodes * spec.accels)
-            apply_global_batch(copy.deepcopy(cfg), dims.dp, dims.pp)
+            if spec.elastic:  # (a fixed world's batch is the trainer's to check, with the data it reads)
+                apply_global_batch(copy.deepcopy(cfg), dims.dp, dims.pp)
         except UserError as e:
-            nodes_flag = f"{spec.min_nodes}:{spec.nodes}" if spec.elastic else str(spec.nodes)
-            raise UserError(f"--nodes {nodes_flag} --accels {spec.accels}: with {nodes} node(s) of "
-                            f"{spec.accels} process(es), {e}") from None
+            if spec.elastic:
+                raise UserError(f"--nodes {spec.min_nodes}:{spec.nodes}: with {nodes} node(s) of "
+                                f"{spec.accels} process(es), {e}") from None
+            raise UserError(f"--nodes {spec.nodes} --accels {spec.accels} ({nodes * spec.accels} processes): {e}") from None
