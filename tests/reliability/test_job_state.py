@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from gptrain.errors import UserError
 from tests.conftest import run_cli
 from tests.job_helpers import job, kinds, live_with_env, ok, rank_log_path, wait_for, wait_until
 def gated_script(tmp_path, after_go="", name="gated.py"):
@@ -241,3 +242,16 @@ def test_a_dataset_a_running_job_reads_is_not_removed_under_it(slots, dataset, i
     assert wait_for("reader")["state"] == "succeeded"
     ok("data", "rm", dataset)
     assert dataset not in ok("data", "list")
+
+
+@pytest.mark.parametrize("args", [["--data.path", "tiny"], ["--tokenized_dataset_load_dir=tiny"],
+                                  ["--data.mix=tiny:1"]])
+def test_a_dataset_named_by_any_spelling_of_the_trainer_is_in_use(dataset, isolated_home, args):
+    """The in-use check reads the job's trainer config, not one spelling of one flag."""
+    from gptrain.jobs import api, store
+    from gptrain.jobs.spec import JobSpec
+
+    store.create_job("user", JobSpec(name="user", args=[*args, "--train.max_steps=1"]).to_dict(), 1, 1, "local")
+    store.set_state("user", "running", "made by the test")
+    with pytest.raises(UserError, match=r"read by job\(s\) not yet ended: user \(running\)"):
+        api.remove_dataset("tiny")

@@ -182,21 +182,34 @@ def remove(name: str) -> None:
 
 def remove_dataset(name: str, force: bool = False) -> None:
     """`gptrain data rm NAME`: the dataset deleted (data/api.py), unless a job not yet ended
-    reads it (its --dataset, or --data.path NAME) and `force` is not given: removing it under a
-    running job failed that job, or its resume, later (#47 round 3)."""
+    reads it (its --dataset, or its trainer's data.path or data.mix however they were spelled:
+    flags, aliases, a config file) and `force` is not given: removing it under a running job
+    failed that job, or its resume, later (#47 round 3)."""
     from gptrain.data import api as data_api
-    from gptrain.jobs.spec import JobSpec
 
-    users = []
-    for row in store.list_jobs():
-        if row["state"] in store.ACTIVE:
-            spec = JobSpec.from_dict(json.loads(row["spec"]) if isinstance(row["spec"], str) else row["spec"])
-            if name in spec.datasets or f"--data.path={name}" in spec.args:
-                users.append(f"{row['name']} ({row['state']})")
+    users = [f"{row['name']} ({row['state']})" for row in store.list_jobs()
+             if row["state"] in store.ACTIVE and _reads(row["spec"], name)]
     if users and not force:
         raise UserError(f"dataset {name} is read by job(s) not yet ended: {', '.join(users)}; stop them first, "
                         "or remove it anyway with --force")
     data_api.remove(name)
+
+
+def _reads(spec_field, dataset: str) -> bool:
+    """Whether a job of this spec reads the named dataset."""
+    from gptrain.data.mixture import parse_mix
+    from gptrain.jobs.spec import JobSpec
+
+    spec = JobSpec.from_dict(json.loads(spec_field) if isinstance(spec_field, str) else spec_field)
+    if dataset in spec.datasets:
+        return True
+    if spec.entry != "trainer":
+        return False
+    try:
+        data = spec.trainer_config().data
+        return dataset in ([n for n, _ in parse_mix(data.mix)] if data.mix else [data.path])
+    except UserError:  # (a spec recorded before a check it would fail now: not this dataset's to say)
+        return False
 
 
 def report(name: str, fresh: bool = True) -> dict:
@@ -341,8 +354,10 @@ def how_far(progress: dict, state: str, now: float | None = None) -> dict:
     left = stalled = None
     if state == "running" and at is not None:
         quiet = now - at
-        due = max(STALL_AFTER_S, STALL_INTERVALS * interval) if interval else \
-            (eta or 0.0) + STALL_AFTER_S if eta is not None else None
+        if interval:  # records come every `interval`: the next is due well before this
+            due = max(STALL_AFTER_S, STALL_INTERVALS * interval)
+        else:  # one record: its projected end
+            due = eta + STALL_AFTER_S if eta is not None else None
         if due is not None and quiet > due:
             stalled = quiet
         elif eta is not None:

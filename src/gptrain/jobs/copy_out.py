@@ -125,7 +125,8 @@ def zip_job(src: Path, dest: Path, values) -> None:
             for f in sorted(src.rglob("*")):
                 if not f.is_file() or f.name.startswith(".tmp") or not within(f, src):
                     continue
-                entry = secrets.mask(shown(f.relative_to(src.parent)), values) if values else shown(f.relative_to(src.parent))
+                entry = shown(f.relative_to(src.parent))
+                entry = secrets.mask(entry, values) if values else entry
                 if f.suffix in (".log", ".out") or (values and f.suffix.lower() in TEXT_SUFFIXES):
                     with z.open(entry, "w", force_zip64=True) as out:
                         for page in logs.pages(f, values):
