@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import http.server
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -16,6 +17,11 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     def copyfile(self, source, outputfile):
         data = source.read()
         self.server.count(self.client_address[0], len(data))
+        if self.server.pause_s:  # a slow network: the first bytes, a pause, then the rest
+            outputfile.write(data[:16])
+            outputfile.flush()
+            time.sleep(self.server.pause_s)
+            data = data[16:]
         outputfile.write(data)
 
     def log_message(self, *args):
@@ -23,12 +29,13 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 
 class ByteCountingServer(http.server.ThreadingHTTPServer):
-    """`ByteCountingServer(folder, host)`: serves `folder` on `host` (a free port) in a thread;
+    """`ByteCountingServer(folder, host, pause_s)`: serves `folder` on `host` (a free port) in a thread;
     `url` its root, `sent` the bytes sent so far, `by_client` per client address; `close()`."""
 
     daemon_threads = True
 
-    def __init__(self, folder: Path | str, host: str = "127.0.0.1"):
+    def __init__(self, folder: Path | str, host: str = "127.0.0.1", pause_s: float = 0.0):
+        self.pause_s = pause_s  # each body sent in two pieces this far apart (a slow network)
         super().__init__((host, 0), functools.partial(_Handler, directory=str(folder)))
         self.lock = threading.Lock()
         self.by_client: Counter = Counter()

@@ -207,6 +207,19 @@ def test_bad_input_is_one_line(served, tmp_path):
         open_remote(f"{url}/deep", 1 << 30, cache_dir=str(tmp_path / "deep-cache"))
 
 
+def test_a_body_that_arrives_in_pieces_is_read_whole(served, tmp_path):
+    """A slow network (a loaded host, CI's four podman hosts) delivers meta.json in pieces: it is
+    read to its end, where one streamed read took the first piece and called the dataset corrupt."""
+    root, _ = served
+    slow = ByteCountingServer(root, pause_s=0.3)
+    try:
+        folder = open_remote(f"{slow.url}/ds", 1 << 30, cache_dir=str(tmp_path / "cache"))
+        tokens = open_remote_split(folder, "train")
+        assert np.array_equal(tokens[0:100], open_split(root / "ds", "train")[0:100])
+    finally:
+        slow.close()
+
+
 def test_two_ranks_train_from_the_url_through_a_cache_smaller_than_the_data(served, tmp_path):
     """A 2-process torchrun run from the URL: the cache, watched while it runs, never holds more
     than its bound (smaller than the dataset), and the losses are those of the same run from

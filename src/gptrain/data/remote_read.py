@@ -74,8 +74,17 @@ def _open_whole(url: str):
 
 def _read_url(url: str, limit: int, timeout_s: float = DEFAULT_FETCH_TIMEOUT_S) -> bytes:
     def work(alive):
+        """The whole body, up to limit + 1 bytes: a streamed read gives what has arrived so far,
+        so it reads until the end (one read of a body that came in pieces was cut short)."""
+        parts, got = [], 0
         with _open_whole(url) as f:
-            return f.read(limit + 1)
+            while got <= limit and alive():
+                block = f.read(limit + 1 - got)
+                if not block:
+                    break
+                parts.append(block)
+                got += len(block)
+        return b"".join(parts)
 
     try:
         data = _patiently(url, work, timeout_s)
