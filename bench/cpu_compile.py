@@ -32,7 +32,7 @@ def make_block(shape: str, mode: str, dtype):
     from gptrain.models import lora
     from gptrain.models.gpt2 import Block
     from gptrain.models.llama import LlamaBlock
-    from gptrain.models.registry import GPTConfig, LlamaConfig
+    from gptrain.models.shapes import GPTConfig, LlamaConfig
 
     s = dict(SHAPES[shape])
     targets = s.pop("targets")

@@ -245,7 +245,8 @@ def run_nanogpt_loop(variant, w, args, clock, data) -> None:
     device = args.device
     sys.path.insert(0, str(NANOGPT))
     if variant == "gptrain-model-nanogpt-loop":
-        from gptrain.models.registry import GPTConfig, build
+        from gptrain.models.registry import build
+        from gptrain.models.shapes import GPTConfig
 
         model = build(GPTConfig(vocab_size=50257, n_layer=w["n_layer"], n_head=w["n_head"], n_embd=w["n_embd"],
                                 block_size=w["block_size"]))

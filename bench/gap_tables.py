@@ -179,7 +179,7 @@ def percentiles(step_s: list[float]) -> str:
 def summary(results: list[dict], device: str, w: dict) -> str:
     """summary.txt: a row per variant (tokens/s, step percentiles, MFU of 989 TFLOP/s, busy share,
     SM clocks), then the kernel categories of all of them."""
-    from gptrain.models.registry import GPTConfig
+    from gptrain.models.shapes import GPTConfig
     from gptrain.train.metrics import flops_per_token
 
     cfg = GPTConfig(vocab_size=50257, n_layer=w["n_layer"], n_head=w["n_head"], n_embd=w["n_embd"],

@@ -33,7 +33,7 @@ def main():
     from transformers import GPT2LMHeadModel
 
     from gptrain.models.generate import generate
-    from gptrain.models.registry import GPTConfig
+    from gptrain.models.shapes import GPTConfig
     from gptrain.models.gpt2 import GPT
     from gptrain.models.hf import export_hf
     from gptrain.tokenizers import GPT2Tokenizer

@@ -34,7 +34,7 @@ def main():
     from torch.profiler import ProfilerActivity, profile
     from train_throughput import workload
 
-    from gptrain.models.registry import GPTConfig
+    from gptrain.models.shapes import GPTConfig
     from gptrain.models.gpt2 import GPT
     from gptrain.train.cpu import keep_freed_memory
 

@@ -219,7 +219,7 @@ def child(args) -> None:
 
 
 def mfu(result, peak=None) -> float:
-    from gptrain.models.registry import GPTConfig
+    from gptrain.models.shapes import GPTConfig
     from gptrain.models.gpt2 import GPT
     from gptrain.train.metrics import flops_per_token, peak_flops
 

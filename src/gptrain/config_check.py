@@ -123,7 +123,8 @@ def check_memory(model_cfg) -> None:
     theirs) must fit its training state in this machine's memory, unless GPTRAIN_ALLOW_LARGE_MODEL
     says it is sharded over more (several nodes, FSDP): a typo'd n_layer never starts a worker
     that allocates without bound."""
-    from gptrain.models.registry import ALLOW_LARGE, build_model_config, machine_memory
+    from gptrain.models.registry import build_model_config
+    from gptrain.models.shapes import ALLOW_LARGE, machine_memory
 
     if model_cfg.init_from or os.environ.get(ALLOW_LARGE, "") not in ("", "0"):
         return

@@ -142,7 +142,7 @@ def test_layout_checks():
     from gptrain.distributed.mesh import ParallelDims
     from gptrain.distributed.parallelize import check_layout
     from gptrain.errors import UserError
-    from gptrain.models.registry import GPTConfig
+    from gptrain.models.shapes import GPTConfig
 
     dims = ParallelDims.from_config(ParallelConfig(tp=2, dp_shard=-1), world=4)
     assert (dims.dp_shard, dims.tp) == (2, 2)

@@ -5,7 +5,7 @@ import torch
 
 from gptrain.models.fused_ce import linear_cross_entropy
 from gptrain.models.base import cross_entropy
-from gptrain.models.registry import GPTConfig
+from gptrain.models.shapes import GPTConfig
 from gptrain.models.gpt2 import GPT
 
 

@@ -18,7 +18,8 @@ READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "cpu
 
 
 def _tiny_model(fused_loss=False, vocab=65):
-    from gptrain.models.registry import GPTConfig, build
+    from gptrain.models.registry import build
+    from gptrain.models.shapes import GPTConfig
 
     torch.manual_seed(0)
     model = build(GPTConfig(vocab_size=vocab, n_layer=1, n_head=2, n_embd=16, block_size=8))

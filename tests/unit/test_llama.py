@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
 from gptrain.errors import UserError
-from gptrain.models.registry import LlamaConfig
+from gptrain.models.shapes import LlamaConfig
 from gptrain.models.hf import config_from_hf, export_hf, load_hf
 from gptrain.models.llama import Llama
 
@@ -93,7 +93,8 @@ def test_each_architecture_has_its_own_config():
     from dataclasses import fields
 
     from gptrain.config import ModelConfig
-    from gptrain.models.registry import GPTConfig, build_model_config, config_from_dict
+    from gptrain.models.registry import build_model_config, config_from_dict
+    from gptrain.models.shapes import GPTConfig
 
     assert not {"n_kv_head", "intermediate_size", "rope_theta"} & {f.name for f in fields(GPTConfig)}
     llama = LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=32, intermediate_size=64)

@@ -1,7 +1,8 @@
-"""Qwen2/2.5, Qwen3 and Mistral, Llama's kin in models/registry.py, against transformers' own modules
-(Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, saved by transformers with random weights): logits, loss and
-gradients, the export loading back into the same class, a Mistral sliding window refused past its
-length and exact within it, and a Qwen2 trained from its HF folder by `gptrain train`."""
+"""Qwen2/2.5, Qwen3, Mistral, Phi-3 and OLMo 2, Llama's kin in models/registry.py, against
+transformers' own modules (Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Phi3ForCausalLM,
+Olmo2ForCausalLM, saved by transformers with random weights): logits, loss and gradients, the export
+loading back into the same class, a Mistral sliding window refused past its length and exact within
+it, and a Qwen2, a Phi-3 and an OLMo 2 trained from their HF folders by `gptrain train` (LoRA too)."""
 
 import json
 
@@ -22,7 +23,10 @@ KINDS = {  # name -> (transformers config class, model class, its extra settings
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(rope_theta=1000000.0, head_dim=16, tie_word_embeddings=False)),
     "mistral": ("MistralConfig", "MistralForCausalLM", dict(rope_theta=10000.0, sliding_window=16,
                                                             tie_word_embeddings=False)),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(rope_theta=10000.0, pad_token_id=0, tie_word_embeddings=False)),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(rope_theta=500000.0, pad_token_id=0, tie_word_embeddings=False)),
 }
+ATTENTION_INPUT = {"phi3": "qkv_proj"}  # the Linear whose gradients are compared (k_proj elsewhere)
 
 
 def save_hf(kind, out):
@@ -51,8 +55,10 @@ def test_logits_loss_gradients_and_export_match_transformers(kind, tmp_path):
     arch = kind.split("-")[0]
     assert model.config.arch == arch
     assert (model.lm_head.weight is model.transformer.wte.weight) == kind.endswith("tied")
-    assert (model.transformer.h["0"].self_attn.q_proj.bias is not None) == (arch == "qwen2")
-    assert hasattr(model.transformer.h["0"].self_attn, "q_norm") == (arch == "qwen3")
+    attn = model.transformer.h["0"].self_attn
+    assert ((getattr(attn, "q_proj", None) or attn.qkv_proj).bias is not None) == (arch == "qwen2")
+    assert hasattr(model.transformer.h["0"].self_attn, "q_norm") == (arch in ("qwen3", "olmo2"))
+    assert hasattr(model.transformer.h["0"], "input_layernorm") == (arch != "olmo2")  # (OLMo 2: norms after)
     assert model.config.head_dim == (16 if arch == "qwen3" else 8)
     ids = _ids()
     with torch.no_grad():
@@ -63,7 +69,8 @@ def test_logits_loss_gradients_and_export_match_transformers(kind, tmp_path):
     _, loss = model.train()(ids[:, :-1], ids[:, 1:])
     loss.backward()
     torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
-    ours, theirs = model.transformer.h["1"].self_attn.k_proj, ref.model.layers[1].self_attn.k_proj
+    which = ATTENTION_INPUT.get(arch, "k_proj")
+    ours, theirs = (getattr(m.self_attn, which) for m in (model.transformer.h["1"], ref.model.layers[1]))
     torch.testing.assert_close(ours.weight.grad, theirs.weight.grad, atol=1e-6, rtol=1e-4)
     if arch == "qwen2":
         torch.testing.assert_close(ours.bias.grad, theirs.bias.grad, atol=1e-6, rtol=1e-4)
@@ -94,23 +101,37 @@ def test_what_the_family_does_not_compute_is_refused():
     assert config_from_hf({**base, "model_type": "mistral", "head_dim": 16}).head_dim == 16  # (Mistral-Nemo's kind)
     with pytest.raises(UserError, match="model_type 'gemma2' is not supported"):
         config_from_hf({**base, "model_type": "gemma2"})
+    with pytest.raises(UserError, match="partial_rotary_factor 0.75 is not supported"):  # (Phi-4-mini's)
+        config_from_hf({**base, "model_type": "phi3", "partial_rotary_factor": 0.75})
+    with pytest.raises(UserError, match="rope scaling 'longrope'"):  # (Phi-3's 128k context)
+        config_from_hf({**base, "model_type": "phi3", "rope_scaling": {"type": "longrope"}})
 
 
-def test_a_qwen2_trains_from_its_hugging_face_folder_with_and_without_lora_and_generates(data, tmp_path):
-    path, _ = save_hf("qwen2", tmp_path / "qwen2")
-    out = tmp_path / "run"
+@pytest.mark.parametrize("kind", ["qwen2", "phi3", "olmo2"])
+def test_lora_on_it_trains_from_its_hugging_face_folder_generates_and_exports_what_peft_computes(kind, data, tmp_path):
+    """Adapters on the spec's targets (qwen2: the biased q_proj and v_proj; phi3: the fused
+    qkv_proj); the peft export, applied by peft on the HF base, computes the merged export."""
+    from peft import PeftModel
+
+    path, _ = save_hf(kind, tmp_path / kind)
+    lora = tmp_path / "lora"
     shape = [a for a in TINY if not a.startswith("--model.")]
-    r = train(f"--data.path={data}", f"--train.output_dir={out}", f"--model_name_or_path={path}",
-              "--train.max_steps=2", "--train.batch_size=2", "--train.do_eval=false", "--model.block_size=16",
-              *shape)
-    assert "completed at step 2" in r.stdout, r.stdout[-2000:]
-    g = run_cli("generate", str(out), "--prompt", "th", "--max-new-tokens", "4", "--seed", "0")
-    assert g.returncode == 0 and g.stdout.startswith("th"), g.stderr[-2000:]
-    lora = tmp_path / "lora"  # adapters on the biased q_proj and v_proj (peft's defaults for qwen2)
     r = train(f"--data.path={data}", f"--train.output_dir={lora}", f"--model_name_or_path={path}",
-              "--train.max_steps=2", "--train.batch_size=2", "--train.do_eval=false", "--model.block_size=16",
-              "--lora.r=4", *shape)
-    assert "LoRA r=4" in r.stdout and "completed at step 2" in r.stdout, r.stdout[-2000:]
+              "--train.max_steps=3", "--train.batch_size=2", "--train.do_eval=false", "--model.block_size=16",
+              "--lora.r=4", *shape, "--train.lr=2e-2", "--train.warmup_steps=0", "--train.precision=fp32")
+    assert "LoRA r=4" in r.stdout and "completed at step 3" in r.stdout, r.stdout[-2000:]
+    g = run_cli("generate", str(lora), "--prompt", "th", "--max-new-tokens", "4", "--seed", "0")
+    assert g.returncode == 0 and g.stdout.startswith("th"), g.stderr[-2000:]
+    for fmt, where in (("hf", "merged"), ("peft", "adapter")):
+        r = run_cli("export", str(lora), "--format", fmt, "--out", str(tmp_path / where))
+        assert r.returncode == 0, r.stderr[-2000:]
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged").eval()
+    adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(path).eval(), tmp_path / "adapter").eval()
+    with torch.no_grad():
+        ids = _ids()
+        diff = (merged(ids).logits - adapted(ids).logits).abs().max().item()
+        plain = (merged(ids).logits - AutoModelForCausalLM.from_pretrained(path).eval()(ids).logits).abs().max().item()
+    assert diff < 1e-4 < plain, (diff, plain)  # the adapters matter, and peft applies them as gptrain does
 
 
 def test_a_qwen3_from_its_preset_starts_with_unit_norms_and_refuses_tensor_parallel():
@@ -125,4 +146,9 @@ def test_a_qwen3_from_its_preset_starts_with_unit_norms_and_refuses_tensor_paral
     assert torch.equal(attn.q_norm.weight, torch.ones(32)) and attn.q_proj.out_features == 4 * 32
     with pytest.raises(UserError, match="tensor parallel of a qwen3 model"):
         check_layout(cfg, ParallelDims(dp_replicate=1, dp_shard=1, tp=2, pp=1, world=2))
+    for preset, why in (("phi3-tiny", "its fused projections"), ("olmo2-tiny", "its query/key norms")):
+        shape = dict(PRESETS[preset])
+        cfg = spec_of(shape.pop("arch")).config_class(vocab_size=300, **shape)
+        with pytest.raises(UserError, match=f"tensor parallel of a {cfg.arch} model \\({why}\\)"):
+            check_layout(cfg, ParallelDims(dp_replicate=1, dp_shard=1, tp=2, pp=1, world=2))
 

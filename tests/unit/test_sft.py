@@ -112,7 +112,8 @@ def sft_data(tmp_path):
 
 
 def test_the_loss_is_a_cross_entropy_over_completion_tokens_only(sft_data):
-    from gptrain.models.registry import GPTConfig, build
+    from gptrain.models.registry import build
+    from gptrain.models.shapes import GPTConfig
 
     tokens = open_split(sft_data, "train")
     loader = BlockLoader(tokens, 32, 4, examples=open_examples(sft_data, "train", len(tokens)))
@@ -133,7 +134,8 @@ def test_the_loss_is_a_cross_entropy_over_completion_tokens_only(sft_data):
 
 
 def test_each_example_is_alone_in_its_row(sft_data):
-    from gptrain.models.registry import GPTConfig, build
+    from gptrain.models.registry import build
+    from gptrain.models.shapes import GPTConfig
 
     tokens = open_split(sft_data, "train")
     loader = BlockLoader(tokens, 32, 1, examples=open_examples(sft_data, "train", len(tokens)))

@@ -16,7 +16,7 @@ from gptrain.data.prepare import prepare
 from gptrain.data.remote_shards import open_tokens
 from gptrain.models.gpt2 import GPT
 from gptrain.models.llama import Llama
-from gptrain.models.registry import GPTConfig, LlamaConfig
+from gptrain.models.shapes import GPTConfig, LlamaConfig
 from tests.conftest import run_cli
 from tests.helpers import TINY, train
 

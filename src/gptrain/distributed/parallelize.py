@@ -21,9 +21,11 @@ def check_layout(model_cfg, dims) -> None:
             raise UserError(f"the (padded) vocabulary {model_cfg.padded_vocab_size} and the context "
                             f"{model_cfg.block_size} must be divisible by parallel.tp={dims.tp}; "
                             "set model.pad_vocab_multiple to a multiple of tp")
-    if dims.tp > 1 and getattr(model_cfg, "qk_norm", False):
-        raise UserError(f"tensor parallel of a {model_cfg.arch} model (its per-head query/key norms) is not "
-                        "supported yet; shard it with parallel.dp_shard (FSDP2) instead")
+    why = ("its query/key norms" if getattr(model_cfg, "qk_norm", False) else
+           "its fused projections" if getattr(model_cfg, "fused_projections", False) else "")
+    if dims.tp > 1 and why:
+        raise UserError(f"tensor parallel of a {model_cfg.arch} model ({why}) is not supported yet; "
+                        "shard it with parallel.dp_shard (FSDP2) instead")
     if dims.pp > 1 and dims.pp > model_cfg.n_layer:
         raise UserError(f"parallel.pp={dims.pp} stages but the model has only {model_cfg.n_layer} "
                         "layers; use at most one stage per layer")

@@ -23,7 +23,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from gptrain.models.registry import ALLOW_LARGE
+from gptrain.models.shapes import ALLOW_LARGE
 from gptrain.home import home
 from gptrain.jobs.folder import (SUBMITTED_CONFIG, checkpoints_dir, code_dir, logs_dir,
                                  output_dir)

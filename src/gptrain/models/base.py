@@ -21,7 +21,7 @@ from gptrain.errors import UserError
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the shape (models/registry.py, torch-free): a type here, never an import
-    from gptrain.models.registry import GPTConfig
+    from gptrain.models.shapes import GPTConfig
 
 
 CAUSAL = "causal"

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 from gptrain.models.base import CAUSAL, CausalLM, attention
 
-if TYPE_CHECKING:  # a type only (models/registry.py)
-    from gptrain.models.registry import GPTConfig
+if TYPE_CHECKING:  # a type only (models/shapes.py)
+    from gptrain.models.shapes import GPTConfig
 
 
 class CausalSelfAttention(nn.Module):

@@ -1,4 +1,4 @@
-"""Hugging Face interop (GPT-2 and Llama): load a HF model directory or hub id, export to one.
+"""Hugging Face interop (GPT-2 and the Llama family): load a HF model directory or hub id, export to one.
 
 Each architecture's spec (models/registry.py) says how its HF names map onto ours, read in
 both directions: GPT-2 keeps the projections in Conv1D modules, whose weights are the transpose
@@ -69,14 +69,18 @@ def config_from_hf(hf: dict, **overrides):
 
 
 def llama_config_from_hf(hf: dict, spec):
-    """The config of a Llama-family config.json (llama, qwen2, mistral: models/registry.py); what
-    gptrain's module does not compute the same way is one clear line."""
+    """The config of a Llama-family config.json (llama, qwen2, qwen3, mistral, phi3, olmo2:
+    models/registry.py); what gptrain's module does not compute the same way is one clear line."""
     name = spec.display
     rope = hf.get("rope_parameters") or {}  # transformers 5 keeps rope_theta in here
     scaling = hf.get("rope_scaling") or ({} if rope.get("rope_type", "default") == "default" else rope)
     if scaling:
         raise UserError(f"rope scaling {scaling.get('rope_type') or scaling.get('type')!r} is not "
                         f"supported: gptrain's {name} uses plain rotary embeddings")
+    partial = hf.get("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0))
+    if partial not in (None, 1, 1.0):
+        raise UserError(f"partial_rotary_factor {partial} is not supported: gptrain's {name} rotates "
+                        "each head's whole width")
     if hf.get("hidden_act", "silu") != "silu":
         raise UserError(f"activation {hf['hidden_act']!r} is not supported ({name} uses silu)")
     if hf.get("attention_bias") or hf.get("mlp_bias"):
@@ -84,7 +88,7 @@ def llama_config_from_hf(hf: dict, spec):
     heads, width = hf["num_attention_heads"], hf["hidden_size"]
     head_size = hf.get("head_dim")
     # Qwen2 keeps a window only with use_sliding_window (and then only above max_window_layers)
-    window = hf.get("sliding_window") if hf.get("use_sliding_window", spec.arch == "mistral") else None
+    window = hf.get("sliding_window") if hf.get("use_sliding_window", spec.arch not in ("qwen2", "qwen3")) else None
     return spec.config_class(block_size=hf["max_position_embeddings"], vocab_size=hf["vocab_size"],
                              n_layer=hf["num_hidden_layers"], n_head=heads,
                              n_kv_head=hf.get("num_key_value_heads") or heads, n_embd=width,
@@ -97,7 +101,7 @@ def llama_config_from_hf(hf: dict, spec):
 
 
 def gpt2_config_from_hf(hf: dict):
-    from gptrain.models.registry import GPTConfig
+    from gptrain.models.shapes import GPTConfig
 
     act = hf.get("activation_function", "gelu_new")
     if act not in ("gelu_new", "gelu_pytorch_tanh", "gelu"):
@@ -111,7 +115,8 @@ def gpt2_config_from_hf(hf: dict):
 
 
 def config_to_hf(cfg) -> dict:
-    from gptrain.models.registry import GELUS, spec_of
+    from gptrain.models.registry import spec_of
+    from gptrain.models.shapes import GELUS
 
     spec = spec_of(cfg.arch)
     kind = {"architectures": [spec.hf_architecture], "model_type": spec.hf_model_type}
@@ -120,7 +125,9 @@ def config_to_hf(cfg) -> dict:
                "qwen2": {"use_sliding_window": cfg.sliding_window is not None, "sliding_window": cfg.sliding_window},
                "qwen3": {"attention_bias": False, "use_sliding_window": cfg.sliding_window is not None,
                          "sliding_window": cfg.sliding_window},
-               "mistral": {"sliding_window": cfg.sliding_window}}[cfg.arch]
+               "mistral": {"sliding_window": cfg.sliding_window},
+               "phi3": {"sliding_window": cfg.sliding_window, "pad_token_id": None},  # (HF's 32000 may be past the vocabulary)
+               "olmo2": {"attention_bias": False}}[cfg.arch]
         return {
             **kind, **own,
             "vocab_size": cfg.vocab_size, "max_position_embeddings": cfg.block_size,
@@ -270,7 +277,8 @@ def load_hf(name_or_path: str, **overrides):
     FSDP and tensor parallel need.
     """
     from gptrain.files import read_json, reading
-    from gptrain.models.registry import build, check_loadable
+    from gptrain.models.registry import build
+    from gptrain.models.shapes import check_loadable
 
     model_dir = resolve(name_or_path)
     checksums.verify(model_dir, what="model")  # one gptrain exported: its bytes as written

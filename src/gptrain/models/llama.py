@@ -1,6 +1,7 @@
 """Llama (Llama-2, TinyLlama and their kin: Qwen2/2.5 with its query/key/value biases, Qwen3 with
-its per-head query/key norms, Mistral with its sliding window): RMSNorm, rotary positions, grouped-query attention, SwiGLU MLP, and an
-output head of its own unless tie_embeddings.
+its per-head query/key norms, Mistral with its sliding window, Phi-3 with its fused projections,
+OLMo 2 with its norms after each sub-layer): RMSNorm, rotary positions, grouped-query attention,
+SwiGLU MLP, and an output head of its own unless tie_embeddings.
 
 It fills the same shell as GPT-2 (models/base.py: transformer.wte / transformer.h /
 transformer.ln_f / lm_head, one forward), so the trainer, the parallelism plans, checkpoints and
@@ -20,8 +21,8 @@ import torch.nn.functional as F
 from gptrain.errors import UserError
 from gptrain.models.base import CAUSAL, CausalLM, attention
 
-if TYPE_CHECKING:  # a type only (models/registry.py)
-    from gptrain.models.registry import GPTConfig
+if TYPE_CHECKING:  # a type only (models/shapes.py)
+    from gptrain.models.shapes import GPTConfig
 
 
 def rotary(q, k, start_pos: int, theta: float, positions=None):
@@ -49,23 +50,34 @@ class LlamaAttention(nn.Module):
         super().__init__()
         d = cfg.head_dim
         qkv_bias = cfg.bias or cfg.qkv_bias
-        self.q_proj = nn.Linear(cfg.n_embd, cfg.n_head * d, bias=qkv_bias)
-        self.k_proj = nn.Linear(cfg.n_embd, cfg.kv_heads * d, bias=qkv_bias)
-        self.v_proj = nn.Linear(cfg.n_embd, cfg.kv_heads * d, bias=qkv_bias)
-        self.o_proj = nn.Linear(cfg.n_head * d, cfg.n_embd, bias=cfg.bias)
+        q_width, kv_width = cfg.n_head * d, cfg.kv_heads * d
+        if cfg.fused_projections:  # (Phi-3's one qkv_proj: the query, key and value rows in turn)
+            self.qkv_proj = nn.Linear(cfg.n_embd, q_width + 2 * kv_width, bias=qkv_bias)
+            self.widths = (q_width, kv_width, kv_width)
+        else:
+            self.q_proj = nn.Linear(cfg.n_embd, q_width, bias=qkv_bias)
+            self.k_proj = nn.Linear(cfg.n_embd, kv_width, bias=qkv_bias)
+            self.v_proj = nn.Linear(cfg.n_embd, kv_width, bias=qkv_bias)
+        self.o_proj = nn.Linear(q_width, cfg.n_embd, bias=cfg.bias)
         self.head_dim, self.theta = d, cfg.rope_theta
         self.impl, self.dropout = cfg.attn_implementation, cfg.dropout
         self.window = cfg.sliding_window
-        if cfg.qk_norm:  # (HF's names: self_attn.q_norm, self_attn.k_norm)
-            self.q_norm = nn.RMSNorm(d, eps=cfg.layer_norm_eps)
-            self.k_norm = nn.RMSNorm(d, eps=cfg.layer_norm_eps)
+        self.norm_per_head = cfg.qk_norm_per_head
+        if cfg.qk_norm:  # (HF's names: self_attn.q_norm, self_attn.k_norm): each head's, or OLMo 2's over all
+            self.q_norm = nn.RMSNorm(d if self.norm_per_head else q_width, eps=cfg.layer_norm_eps)
+            self.k_norm = nn.RMSNorm(d if self.norm_per_head else kv_width, eps=cfg.layer_norm_eps)
 
     def forward(self, x, cache=None, packed=None):
         B, T, _ = x.shape
+        if hasattr(self, "qkv_proj"):
+            q, k, v = self.qkv_proj(x).split(self.widths, dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if hasattr(self, "q_norm") and not self.norm_per_head:  # the query (key) heads normalized together
+            q, k = self.q_norm(q), self.k_norm(k)
         # -1 heads: under tensor parallel this rank holds only its share of the heads.
-        q, k, v = (proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
-                   for proj in (self.q_proj, self.k_proj, self.v_proj))
-        if hasattr(self, "q_norm"):  # each head's query and key normalized, then rotated
+        q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        if hasattr(self, "q_norm") and self.norm_per_head:  # each head's query and key normalized, then rotated
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotary(q, k, cache.pos if cache is not None else 0, self.theta,
                       packed.positions if packed is not None else None)
@@ -86,23 +98,40 @@ class LlamaAttention(nn.Module):
 class LlamaMLP(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.n_embd, cfg.ffn_size, bias=cfg.bias)
-        self.up_proj = nn.Linear(cfg.n_embd, cfg.ffn_size, bias=cfg.bias)
+        if cfg.fused_projections:  # (Phi-3's one gate_up_proj: the gate rows, then the up rows)
+            self.gate_up_proj = nn.Linear(cfg.n_embd, 2 * cfg.ffn_size, bias=cfg.bias)
+        else:
+            self.gate_proj = nn.Linear(cfg.n_embd, cfg.ffn_size, bias=cfg.bias)
+            self.up_proj = nn.Linear(cfg.n_embd, cfg.ffn_size, bias=cfg.bias)
         self.down_proj = nn.Linear(cfg.ffn_size, cfg.n_embd, bias=cfg.bias)
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if hasattr(self, "gate_up_proj"):
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class LlamaBlock(nn.Module):
+    """A norm before each sub-layer (Llama's); with cfg.post_norm (OLMo 2's) each sub-layer's
+    output is normalized instead, before it joins the residual (post_feedforward_layernorm)."""
+
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.input_layernorm = nn.RMSNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self.post_norm = cfg.post_norm
+        if not self.post_norm:
+            self.input_layernorm = nn.RMSNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
         self.self_attn = LlamaAttention(cfg)
         self.post_attention_layernorm = nn.RMSNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
         self.mlp = LlamaMLP(cfg)
+        if self.post_norm:
+            self.post_feedforward_layernorm = nn.RMSNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
 
     def forward(self, x, cache=None, packed=None):
+        if self.post_norm:
+            x = x + self.post_attention_layernorm(self.self_attn(x, cache=cache, packed=packed))
+            return x + self.post_feedforward_layernorm(self.mlp(x))
         x = x + self.self_attn(self.input_layernorm(x), cache=cache, packed=packed)
         return x + self.mlp(self.post_attention_layernorm(x))
 

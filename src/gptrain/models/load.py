@@ -108,7 +108,8 @@ def load_for_inference(path, device="cpu", **overrides):
     """(GPT in eval mode, tokenizer) from a checkpoint directory or training output directory."""
     from gptrain import tokenizers
     from gptrain.files import reading
-    from gptrain.models.registry import build, check_loadable, config_from_dict
+    from gptrain.models.registry import build, config_from_dict
+    from gptrain.models.shapes import check_loadable
     from gptrain.weights.dcp import load_tensors
     from gptrain.weights.layout import STATE_FILE, read_state, resolve
 

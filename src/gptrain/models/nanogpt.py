@@ -33,7 +33,7 @@ def read_checkpoint(path) -> dict:
 
 def config_of(model_args: dict, source, **overrides):
     """Our GPT-2 config from nanoGPT's model_args."""
-    from gptrain.models.registry import GPTConfig, check_loadable
+    from gptrain.models.shapes import GPTConfig, check_loadable
 
     try:
         vocab = int(model_args["vocab_size"])
