@@ -144,3 +144,16 @@ def test_a_real_measurement_on_a_loaded_machine_decides_and_records_why(isolated
     rec = cpu.profile()  # kept, or measured again: either way both rates and the verdict
     assert rec["per_core"]["fp32"] > 0 and rec["per_core"]["bf16"] > 0
     assert rec["kept"] == (rec["doubt"] is None)
+
+
+def test_fp16_on_a_cpu_that_runs_it_far_slower_says_what_it_costs(fake_cpu, isolated_home, monkeypatch):
+    """#49: fp16 on a CPU ran 10-25x slower than bf16 without a word, though gptrain measures both."""
+    fake_cpu += [(141 * G, 79 * G), (141 * G, 79 * G)]  # (fp16: a tenth of fp32, as without fp16 units)
+    precision, why = plan.resolve_precision("fp16", "cpu")
+    assert precision == "fp16" and why == (
+        "as set; warning: fp16 matmuls run 10x slower than fp32's on this CPU (14.1 vs 141 GFLOP/s per core, "
+        "measured); --train.precision=auto takes the fastest"), why
+    assert plan.resolve_precision("bf16", "cpu") == ("bf16", "as set")  # (what was asked, no measuring)
+    monkeypatch.setattr(cpu, "profile", lambda precisions: {"per_core": {"fp32": 100 * G, "bf16": 120 * G,
+                                                                         "fp16": 90 * G}})
+    assert plan.resolve_precision("fp16", "cpu") == ("fp16", "as set")  # fp16 units: nothing to say

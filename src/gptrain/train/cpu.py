@@ -251,6 +251,23 @@ def fastest_precision() -> tuple[str, str]:
                     f"{kind.describe()}; bf16 needs {BF16_MARGIN}x ({where})")
 
 
+SLOW_RATIO = 3.0  # a precision whose matmuls run this many times slower than the fastest's is said so
+
+
+def slow_precision_note(precision: str) -> str | None:
+    """The cost of `precision` on this CPU where its matmuls measured SLOW_RATIO times slower than
+    the fastest precision's (fp16 without fp16 units: 57x slower than fp32 on an AVX2 EPYC), in
+    one line with the measured rates and what `auto` would take; None where it is not slow."""
+    rec = profile(tuple(dict.fromkeys((precision, "fp32", "bf16"))))
+    rates = rec["per_core"]
+    best = max(rates, key=rates.get)
+    if rates[precision] * SLOW_RATIO > rates[best]:
+        return None
+    return (f"warning: {precision} matmuls run {rates[best] / rates[precision]:.0f}x slower than {best}'s on "
+            f"this CPU ({rates[precision] / 1e9:.1f} vs {rates[best] / 1e9:.0f} GFLOP/s per core, measured); "
+            f"--train.precision=auto takes the fastest")
+
+
 def peak(precision: str) -> tuple[float, str]:
     """This process's peak FLOP/s for a run in `precision` and the basis it rests on: the faster
     of its dtype's and fp32's measured matmuls (a CPU without bf16 units runs a bf16 run's large

@@ -43,6 +43,11 @@ class Plan:
 def resolve_precision(setting: str, device_type: str) -> tuple[str, str]:
     """(precision, why). auto: bf16 on GPUs that support it; on a CPU the dtype its matmuls run
     fastest in, measured once per CPU kind (train/cpu.py); every rank takes rank 0's choice."""
+    if setting == "fp16" and device_type == "cpu":  # (the one a CPU runs 10-25x slower: its cost said)
+        from gptrain.train.cpu import slow_precision_note
+
+        note = _decided_on_rank0(lambda: slow_precision_note(setting))
+        return setting, f"as set; {note}" if note else "as set"
     if setting != "auto":
         return setting, "as set"
     if device_type == "cuda":

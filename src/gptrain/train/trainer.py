@@ -334,6 +334,8 @@ class Trainer(Checkpointing, Evaluating):
         self.log_main(f"training {self.n_params / 1e6:.2f}M parameters{lora} on {env.world} x {env.device.type} "
                       f"in {self.plan.precision}: {self.total_steps:,} steps of {tokens_per_step:,} tokens "
                       f"(how and why: {info})" + (DIALECT_NOTE if self.cfg.train.dialect == "hf" else ""))
+        if "warning: " in self.plan.precision_why:  # (a precision this CPU runs far slower: its cost)
+            self.log_main(self.plan.precision_why.split("; ", 1)[1])
         if env.is_main:  # the details a user looks up (`gptrain inspect`), not a header to read
             write_text_atomic(info, json.dumps({
                 "parameters": self.n_params, "trained_parameters": self.n_trained, "processes": env.world,
