@@ -5,7 +5,7 @@ with B * dp rows (the loader deals each global batch out to the ranks), so the l
 to floating-point reduction order. Tolerance: 1e-4 absolute on losses around 3-4. The final
 weights (the checkpoint every run writes at its end) agree within 1e-4 too, whatever layout
 wrote them. The Llama rows run the same checks on the llama-tiny preset (RMSNorm, rotary
-positions, grouped-query attention, untied head), the Phi-3 and OLMo 2 rows on theirs.
+positions, grouped-query attention, untied head), the Phi-3, OLMo 2 and Gemma 3 rows on theirs.
 
 Every row pins its precision (fp32 through TINY): `auto` means bf16 on CPUs with native bf16
 (AVX512-BF16/AMX), and these checks must mean the same on every CPU. The bf16 rows compare with a
@@ -80,9 +80,10 @@ def reference(data, tmp_path_factory):
                               "--parallel.dp_shard=1"]),
     ("phi3-fsdp", 2, 4, 2, ["--parallel.dp_shard=2"]),  # (fused projections: no TP yet)
     ("olmo2-fsdp", 2, 4, 2, ["--parallel.dp_shard=2"]),  # (norms after each sub-layer)
+    ("gemma3-fsdp", 2, 4, 2, ["--parallel.dp_shard=2"]),  # (windowed layers, norms by 1 + weight)
 ])
 def test_loss_and_weights_match_single_process(data, reference, tmp_path, name, nproc, rows, n_layer, layout):
-    preset = f"{name.split('-')[0]}-tiny" if name.startswith(("llama", "phi3", "olmo2")) else "gpt2-tiny"
+    preset = f"{name.split('-')[0]}-tiny" if name.startswith(("llama", "phi3", "olmo2", "gemma3")) else "gpt2-tiny"
     ref_dir = reference(preset, n_layer, "fp32")
     train(*_args(data, tmp_path, rows, n_layer, preset), *layout, nproc=nproc)
     assert_same_losses(tmp_path, ref_dir, TOL, name)

@@ -1,8 +1,9 @@
-"""Qwen2/2.5, Qwen3, Mistral, Phi-3 and OLMo 2, Llama's kin in models/registry.py, against
-transformers' own modules (Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Phi3ForCausalLM,
-Olmo2ForCausalLM, saved by transformers with random weights): logits, loss and gradients, the export
-loading back into the same class, a Mistral sliding window refused past its length and exact within
-it, and a Qwen2, a Phi-3 and an OLMo 2 trained from their HF folders by `gptrain train` (LoRA too)."""
+"""Qwen2/2.5, Qwen3, Mistral, Phi-3, OLMo 2, Gemma 2 and Gemma 3, Llama's kin in models/registry.py
+(Gemma's module is models/gemma.py), against transformers' own modules (Qwen2ForCausalLM, ...,
+Gemma3ForCausalLM, saved by transformers with random weights): logits, loss and gradients, the export
+loading back into the same class, a Mistral sliding window exact within and past its length (Gemma's
+windowed layers and soft caps, set low enough to matter, in the logits), and a Qwen2, a Phi-3, an
+OLMo 2 and a Gemma 2 fine-tuned with LoRA from their HF folders by `gptrain train`."""
 
 import json
 
@@ -25,6 +26,14 @@ KINDS = {  # name -> (transformers config class, model class, its extra settings
                                                             tie_word_embeddings=False)),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(rope_theta=10000.0, pad_token_id=0, tie_word_embeddings=False)),
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(rope_theta=500000.0, pad_token_id=0, tie_word_embeddings=False)),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(  # caps low enough to matter, a window of 8 of 12
+        head_dim=16, query_pre_attn_scalar=12, sliding_window=8, attn_logit_softcapping=2.0,
+        final_logit_softcapping=1.5, tie_word_embeddings=True)),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
+        head_dim=16, query_pre_attn_scalar=12, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+        tie_word_embeddings=True)),
 }
 ATTENTION_INPUT = {"phi3": "qkv_proj"}  # the Linear whose gradients are compared (k_proj elsewhere)
 
@@ -54,12 +63,12 @@ def test_logits_loss_gradients_and_export_match_transformers(kind, tmp_path):
     model, _ = load_hf(str(path))
     arch = kind.split("-")[0]
     assert model.config.arch == arch
-    assert (model.lm_head.weight is model.transformer.wte.weight) == kind.endswith("tied")
+    assert (model.lm_head.weight is model.transformer.wte.weight) == (kind.endswith("tied") or arch.startswith("gemma"))
     attn = model.transformer.h["0"].self_attn
     assert ((getattr(attn, "q_proj", None) or attn.qkv_proj).bias is not None) == (arch == "qwen2")
-    assert hasattr(model.transformer.h["0"].self_attn, "q_norm") == (arch in ("qwen3", "olmo2"))
+    assert hasattr(model.transformer.h["0"].self_attn, "q_norm") == (arch in ("qwen3", "olmo2", "gemma3"))
     assert hasattr(model.transformer.h["0"], "input_layernorm") == (arch != "olmo2")  # (OLMo 2: norms after)
-    assert model.config.head_dim == (16 if arch == "qwen3" else 8)
+    assert model.config.head_dim == (16 if arch in ("qwen3", "gemma2", "gemma3") else 8)
     ids = _ids()
     with torch.no_grad():
         torch.testing.assert_close(model.eval()(ids), ref(ids).logits, atol=1e-5, rtol=1e-5)
@@ -84,13 +93,30 @@ def test_logits_loss_gradients_and_export_match_transformers(kind, tmp_path):
         assert json.loads((tmp_path / "exported" / "config.json").read_text())["sliding_window"] == 16
 
 
-def test_a_mistral_sliding_window_is_exact_within_it_and_refused_past_it(tmp_path):
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_a_mistral_sliding_window_is_exact_within_it_and_past_it(tmp_path, impl):
+    """A window of 16 over 40 tokens: each sees the 15 before it (HF's mask), in training's
+    forward, packed rows, and generation's cache, prefill and one token at a time (the window
+    was refused past its length before)."""
+    from gptrain.models.generate import KVCache
+
     path, ref = save_hf("mistral", tmp_path / "mistral")
-    model, _ = load_hf(str(path))
+    model, _ = load_hf(str(path), attn_implementation=impl)
+    ids = _ids(t=40)
     with torch.no_grad():
-        torch.testing.assert_close(model.eval()(_ids(t=16)), ref(_ids(t=16)).logits, atol=1e-5, rtol=1e-5)
-        with pytest.raises(UserError, match="sliding window"):
-            model(_ids(t=17))
+        expected = ref(ids).logits
+        torch.testing.assert_close(model.eval()(ids), expected, atol=1e-5, rtol=1e-5)
+        assert (ref(ids[:, 1:]).logits[:, -1] - expected[:, -1]).abs().max() < 1e-5  # (the window: 1st unseen)
+        assert (ref(ids[:, 24:]).logits[:, -1] - expected[:, -1]).abs().max() > 1e-3  # (and the 16th seen)
+        packed = model(ids, segments=torch.zeros_like(ids))  # one example a row: the same as unpacked
+        torch.testing.assert_close(packed, expected, atol=1e-5, rtol=1e-5)
+        cache = KVCache(2, 40, torch.float32, "cpu")
+        steps = [model(ids[:, :30], cache=cache)]
+        cache.pos = 30
+        for t in range(30, 40):
+            steps.append(model(ids[:, t:t + 1], cache=cache, start_pos=t))
+            cache.pos = t + 1
+        torch.testing.assert_close(torch.cat(steps, dim=1), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_what_the_family_does_not_compute_is_refused():
@@ -99,15 +125,22 @@ def test_what_the_family_does_not_compute_is_refused():
     with pytest.raises(UserError, match="Qwen2 models with attention_bias or mlp_bias"):
         config_from_hf({**base, "mlp_bias": True})
     assert config_from_hf({**base, "model_type": "mistral", "head_dim": 16}).head_dim == 16  # (Mistral-Nemo's kind)
-    with pytest.raises(UserError, match="model_type 'gemma2' is not supported"):
-        config_from_hf({**base, "model_type": "gemma2"})
+    with pytest.raises(UserError, match="model_type 'gpt_neox' is not supported"):
+        config_from_hf({**base, "model_type": "gpt_neox"})
+    gemma = {**base, "model_type": "gemma3_text", "head_dim": 16}
+    assert config_from_hf({**gemma, "layer_types": ["sliding_attention", "full_attention"]}).sliding_pattern == 2
+    with pytest.raises(UserError, match="not a repeating pattern"):  # (a global layer first, then windowed)
+        config_from_hf({**gemma, "layer_types": ["full_attention", "sliding_attention"]})
+    with pytest.raises(UserError, match="rope scaling 'linear'"):  # (Gemma 3 4B's global layers)
+        config_from_hf({**gemma, "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0},
+                                                     "sliding_attention": {"rope_type": "default"}}})
     with pytest.raises(UserError, match="partial_rotary_factor 0.75 is not supported"):  # (Phi-4-mini's)
         config_from_hf({**base, "model_type": "phi3", "partial_rotary_factor": 0.75})
     with pytest.raises(UserError, match="rope scaling 'longrope'"):  # (Phi-3's 128k context)
         config_from_hf({**base, "model_type": "phi3", "rope_scaling": {"type": "longrope"}})
 
 
-@pytest.mark.parametrize("kind", ["qwen2", "phi3", "olmo2"])
+@pytest.mark.parametrize("kind", ["qwen2", "phi3", "olmo2", "gemma2"])
 def test_lora_on_it_trains_from_its_hugging_face_folder_generates_and_exports_what_peft_computes(kind, data, tmp_path):
     """Adapters on the spec's targets (qwen2: the biased q_proj and v_proj; phi3: the fused
     qkv_proj); the peft export, applied by peft on the HF base, computes the merged export."""
@@ -146,7 +179,8 @@ def test_a_qwen3_from_its_preset_starts_with_unit_norms_and_refuses_tensor_paral
     assert torch.equal(attn.q_norm.weight, torch.ones(32)) and attn.q_proj.out_features == 4 * 32
     with pytest.raises(UserError, match="tensor parallel of a qwen3 model"):
         check_layout(cfg, ParallelDims(dp_replicate=1, dp_shard=1, tp=2, pp=1, world=2))
-    for preset, why in (("phi3-tiny", "its fused projections"), ("olmo2-tiny", "its query/key norms")):
+    for preset, why in (("phi3-tiny", "its fused projections"), ("olmo2-tiny", "its query/key norms"),
+                        ("gemma2-tiny", "its norms after each sub-layer")):
         shape = dict(PRESETS[preset])
         cfg = spec_of(shape.pop("arch")).config_class(vocab_size=300, **shape)
         with pytest.raises(UserError, match=f"tensor parallel of a {cfg.arch} model \\({why}\\)"):

@@ -21,8 +21,7 @@ def check_layout(model_cfg, dims) -> None:
             raise UserError(f"the (padded) vocabulary {model_cfg.padded_vocab_size} and the context "
                             f"{model_cfg.block_size} must be divisible by parallel.tp={dims.tp}; "
                             "set model.pad_vocab_multiple to a multiple of tp")
-    why = ("its query/key norms" if getattr(model_cfg, "qk_norm", False) else
-           "its fused projections" if getattr(model_cfg, "fused_projections", False) else "")
+    why = model_cfg.not_tensor_parallel()
     if dims.tp > 1 and why:
         raise UserError(f"tensor parallel of a {model_cfg.arch} model ({why}) is not supported yet; "
                         "shard it with parallel.dp_shard (FSDP2) instead")

@@ -43,19 +43,25 @@ class Packed:
         self.mask = ((segments[:, :, None] == segments[:, None, :]) & causal)[:, None]  # (B, 1, T, T)
 
 
-def attention(q, k, v, impl: str, dropout_p: float, mask=CAUSAL):
-    """softmax(q k^T / sqrt(d)) v over (B, heads, T, head_dim) tensors.
+def attention(q, k, v, impl: str, dropout_p: float, mask=CAUSAL, scale: float | None = None,
+              softcap: float | None = None):
+    """softmax(q k^T * scale) v over (B, heads, T, head_dim) tensors; scale 1/sqrt(d) unless
+    given; with `softcap` the scores are capped softly first, softcap * tanh(scores / softcap)
+    (Gemma 2's; computed as `eager` does, which no fused kernel here takes).
 
     mask: CAUSAL for a square block (training, prefill), None when every query sees every key
     (one-token decode), or a boolean tensor broadcast to (B, heads, T, S) (a cache's (T, S), a
-    packed batch's (B, 1, T, T)). `eager` is the reference that the fast kernels are tested against.
+    packed batch's (B, 1, T, T), a sliding window's). `eager` is the reference that the fast
+    kernels are tested against.
     """
     causal = isinstance(mask, str)
-    if impl == "sdpa":
+    if impl == "sdpa" and softcap is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=None if causal else mask,
-                                              dropout_p=dropout_p, is_causal=causal)
-    if impl == "eager":
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
+                                              dropout_p=dropout_p, is_causal=causal, scale=scale)
+    if impl in ("eager", "sdpa"):
+        att = (q @ k.transpose(-2, -1)) * (scale or 1.0 / math.sqrt(q.size(-1)))
+        if softcap is not None:
+            att = torch.tanh(att / softcap) * softcap
         if causal:
             mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
         if mask is not None:
@@ -66,10 +72,28 @@ def attention(q, k, v, impl: str, dropout_p: float, mask=CAUSAL):
         from gptrain.models.flash import flash_attention
 
         if mask is not None and not causal:  # (config_check refuses data.packing with it)
-            raise UserError("flash_attention_2 takes no attention mask (packed rows): use sdpa")
+            raise UserError("flash_attention_2 takes no attention mask (packed rows, a sliding window "
+                            "shorter than the context): use sdpa")
+        if scale is not None or softcap is not None:
+            raise UserError("flash_attention_2 does not compute this model's attention scale or "
+                            "soft-capping here: use sdpa")
 
         return flash_attention(q, k, v, dropout_p, causal=mask is not None)
     raise UserError(f"unknown attention implementation {impl!r}: use sdpa, eager or flash_attention_2")
+
+
+def within_window(mask, T: int, S: int, window: int | None, device):
+    """`mask` (as attention takes it) for the last T of S positions, narrowed to a sliding window:
+    a query sees a key at most window - 1 positions before it (Hugging Face's sliding-window mask).
+    A window no shorter than S changes nothing."""
+    if window is None or S <= window:
+        return mask
+    q = torch.arange(S - T, S, device=device)[:, None]
+    k = torch.arange(S, device=device)[None, :]
+    near = (q - k) < window  # (T, S)
+    if mask is None:
+        return near
+    return near & (k <= q) if isinstance(mask, str) else mask & near
 
 
 class CausalLM(nn.Module):
@@ -77,6 +101,7 @@ class CausalLM(nn.Module):
     lm_head, tied to wte when config.tie_embeddings."""
 
     RESIDUAL_PROJECTIONS: tuple[str, ...] = ()  # output projections scaled down at init
+    NORM_WEIGHT_INIT = 1.0  # a norm's weight at init (Gemma's norms scale by 1 + weight: 0)
 
     def __init__(self, cfg: GPTConfig, modules: dict):
         super().__init__()
@@ -89,6 +114,7 @@ class CausalLM(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.transformer.wte.weight
         self.fused_loss = True  # False: the reference logits -> cross-entropy path
+        self.softcap = getattr(cfg, "final_softcap", None)  # Gemma 2's logits, capped softly
         self.loss_fn = cross_entropy  # that path's loss (compiled by parallelize when asked)
         self.init_weights()  # (adapters: models/lora.py attaches them to a built model)
 
@@ -106,7 +132,7 @@ class CausalLM(nn.Module):
             elif p.dim() >= 2:
                 _normal(p, 0.02, gen)
             elif "ln_" in name or "norm" in name:  # (ln_1, input_layernorm, q_norm...)
-                nn.init.ones_(p) if name.endswith("weight") else nn.init.zeros_(p)
+                nn.init.constant_(p, self.NORM_WEIGHT_INIT) if name.endswith("weight") else nn.init.zeros_(p)
             else:
                 nn.init.zeros_(p)
 
@@ -144,7 +170,7 @@ class CausalLM(nn.Module):
         if tr["ln_f"] is None:
             return x
         if targets is not None:
-            if self.fused_loss and _plain(x, self.lm_head.weight):
+            if self.fused_loss and self.softcap is None and _plain(x, self.lm_head.weight):
                 # the loss without materializing the logits (models/fused_ce.py); logits are None
                 from gptrain.models.fused_ce import linear_cross_entropy
 
@@ -154,7 +180,7 @@ class CausalLM(nn.Module):
         x = tr.ln_f(x)
         if last_only:  # generation needs the next-token logits only
             x = x[:, -1:]
-        logits = self.lm_head(x)
+        logits = self.capped(self.lm_head(x))
         if logits.size(-1) != self.config.vocab_size:
             logits = logits[..., : self.config.vocab_size]  # padded rows are never predicted
         return logits.contiguous()
@@ -163,8 +189,12 @@ class CausalLM(nn.Module):
         """(padded logits, loss) of the last hidden states: ln_f, lm_head and the loss, the
         region distributed/parallelize.py compiles as one (the weight's cast, the norm and the
         softmax fuse)."""
-        logits = self.lm_head(self.transformer.ln_f(x))
+        logits = self.capped(self.lm_head(self.transformer.ln_f(x)))
         return logits, self.loss_fn(logits, targets, self.config.vocab_size)
+
+    def capped(self, logits):
+        """The logits, soft-capped where the architecture caps them: softcap * tanh(logits / softcap)."""
+        return logits if self.softcap is None else torch.tanh(logits / self.softcap) * self.softcap
 
 
 def _plain(*tensors) -> bool:

@@ -61,7 +61,8 @@ def config_from_hf(hf: dict, **overrides):
     from gptrain.models.registry import spec_of_hf
 
     spec = spec_of_hf(hf.get("model_type"))
-    cfg = gpt2_config_from_hf(hf) if spec.arch == "gpt2" else llama_config_from_hf(hf, spec)
+    read = {"gpt2": gpt2_config_from_hf, "gemma2": gemma_config_from_hf, "gemma3": gemma_config_from_hf}
+    cfg = read[spec.arch](hf, spec) if spec.arch in read else llama_config_from_hf(hf, spec)
     for key, value in overrides.items():
         setattr(cfg, key, value)
     cfg.validate()
@@ -100,7 +101,45 @@ def llama_config_from_hf(hf: dict, spec):
                              head_size=head_size if head_size not in (None, width // heads) else None)
 
 
-def gpt2_config_from_hf(hf: dict):
+def gemma_config_from_hf(hf: dict, spec):
+    """The config of a Gemma 2 or Gemma 3 (text) config.json: the rotary bases of its global and
+    windowed layers (HF 5's rope_parameters per layer type, or rope_theta and
+    rope_local_base_freq), which layers attend to all (layer_types, or the pattern), its caps."""
+    name, n_layer = spec.display, hf["num_hidden_layers"]
+    rope = hf.get("rope_parameters") or {}
+    per_type = rope if "full_attention" in rope else {"full_attention": rope, "sliding_attention": rope}
+    for kind, params in per_type.items():
+        if (params or {}).get("rope_type", "default") != "default" or hf.get("rope_scaling"):
+            raise UserError(f"rope scaling {(params or {}).get('rope_type') or hf['rope_scaling']!r} is not "
+                            f"supported: gptrain's {name} uses plain rotary embeddings")
+    default_theta = 10000.0 if spec.arch == "gemma2" else 1000000.0
+    theta = float((per_type["full_attention"] or {}).get("rope_theta") or hf.get("rope_theta") or default_theta)
+    local = float((per_type["sliding_attention"] or {}).get("rope_theta") or hf.get("rope_local_base_freq")
+                  or (theta if spec.arch == "gemma2" else 10000.0))
+    pattern = int(hf.get("sliding_window_pattern") or (2 if spec.arch == "gemma2" else 6))
+    types = hf.get("layer_types")
+    if types:  # gptrain computes a pattern: every pattern-th layer global, the rest windowed
+        full = [i for i, t in enumerate(types) if t == "full_attention"]
+        pattern = full[0] + 1 if full else n_layer + 1
+        if len(types) != n_layer or any((t == "full_attention") != ((i + 1) % pattern == 0) for i, t in enumerate(types)):
+            raise UserError(f"layer_types {types} is not a repeating pattern of windowed layers and one global "
+                            f"layer, the only arrangement gptrain's {name} computes")
+    if hf.get("hidden_activation", hf.get("hidden_act", "gelu_pytorch_tanh")) not in ("gelu_pytorch_tanh", "gelu_new"):
+        raise UserError(f"activation {hf.get('hidden_activation')!r} is not supported ({name} uses gelu_pytorch_tanh)")
+    if hf.get("attention_bias") or hf.get("use_bidirectional_attention"):
+        raise UserError(f"{name} models with attention_bias or bidirectional attention are not supported")
+    heads, width = hf["num_attention_heads"], hf["hidden_size"]
+    return spec.config_class(
+        block_size=hf["max_position_embeddings"], vocab_size=hf["vocab_size"], n_layer=n_layer, n_head=heads,
+        n_kv_head=hf.get("num_key_value_heads") or heads, n_embd=width, intermediate_size=hf["intermediate_size"],
+        head_size=hf.get("head_dim") if hf.get("head_dim") not in (None, width // heads) else None,
+        rope_theta=theta, local_rope_theta=local if local != theta else None, sliding_pattern=pattern,
+        sliding_window=hf.get("sliding_window") or None, layer_norm_eps=hf.get("rms_norm_eps", 1e-6), bias=False,
+        tie_embeddings=bool(hf.get("tie_word_embeddings", True)), query_scale=hf.get("query_pre_attn_scalar"),
+        attn_softcap=hf.get("attn_logit_softcapping"), final_softcap=hf.get("final_logit_softcapping"))
+
+
+def gpt2_config_from_hf(hf: dict, spec=None):
     from gptrain.models.shapes import GPTConfig
 
     act = hf.get("activation_function", "gelu_new")
@@ -120,6 +159,8 @@ def config_to_hf(cfg) -> dict:
 
     spec = spec_of(cfg.arch)
     kind = {"architectures": [spec.hf_architecture], "model_type": spec.hf_model_type}
+    if cfg.arch in ("gemma2", "gemma3"):
+        return {**kind, **_gemma_to_hf(cfg)}
     if cfg.arch != "gpt2":  # the Llama family
         own = {"llama": {"attention_bias": False, "mlp_bias": False},
                "qwen2": {"use_sliding_window": cfg.sliding_window is not None, "sliding_window": cfg.sliding_window},
@@ -147,6 +188,25 @@ def config_to_hf(cfg) -> dict:
         "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": cfg.dropout,
         "initializer_range": 0.02, "bos_token_id": 50256, "eos_token_id": 50256,
         "tie_word_embeddings": True, "torch_dtype": "float32",
+    }
+
+
+def _gemma_to_hf(cfg) -> dict:
+    """A Gemma 2 / Gemma 3 config.json's fields (config_to_hf)."""
+    local = cfg.local_rope_theta or cfg.rope_theta
+    return {
+        "vocab_size": cfg.vocab_size, "max_position_embeddings": cfg.block_size, "hidden_size": cfg.n_embd,
+        "intermediate_size": cfg.ffn_size, "num_hidden_layers": cfg.n_layer, "num_attention_heads": cfg.n_head,
+        "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "rms_norm_eps": cfg.layer_norm_eps,
+        "hidden_activation": "gelu_pytorch_tanh" if cfg.gelu == "tanh" else "gelu", "attention_bias": False,
+        "attention_dropout": cfg.dropout, "query_pre_attn_scalar": cfg.query_scale or cfg.head_dim,
+        "sliding_window": cfg.sliding_window, "attn_logit_softcapping": cfg.attn_softcap,
+        "final_logit_softcapping": cfg.final_softcap, "tie_word_embeddings": cfg.tie_embeddings,
+        "layer_types": ["full_attention" if cfg.attends_to_all(i) else "sliding_attention" for i in range(cfg.n_layer)],
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta} if cfg.arch == "gemma2" else
+        {"full_attention": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+         "sliding_attention": {"rope_type": "default", "rope_theta": local}},
+        "initializer_range": 0.02, "torch_dtype": "float32",
     }
 
 

@@ -18,8 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gptrain.errors import UserError
-from gptrain.models.base import CAUSAL, CausalLM, attention
+from gptrain.models.base import CAUSAL, CausalLM, attention, within_window
 
 if TYPE_CHECKING:  # a type only (models/shapes.py)
     from gptrain.models.shapes import GPTConfig
@@ -84,10 +83,7 @@ class LlamaAttention(nn.Module):
         mask = CAUSAL if packed is None else packed.mask
         if cache is not None:
             k, v, mask = cache.update(self, k, v)
-        if self.window is not None and k.size(2) > self.window:  # within the window it is plain causal
-            raise UserError(f"this model attends to the {self.window} tokens before each one (its sliding "
-                            f"window); {k.size(2)} are more than gptrain computes that way: use a context "
-                            f"of at most {self.window} (--model.block_size, or a shorter generation)")
+        mask = within_window(mask, q.size(2), k.size(2), self.window, q.device)
         group = q.size(1) // k.size(1)
         if group > 1:  # each key/value head serves `group` query heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gptrain.errors import UserError, closest
-from gptrain.models.shapes import (_SHARED_ONCE, GPTConfig, LlamaConfig, MistralConfig, Olmo2Config, Phi3Config,
-                                   Qwen2Config, Qwen3Config)
+from gptrain.models.shapes import (_SHARED_ONCE, Gemma2Config, Gemma3Config, GPTConfig, LlamaConfig, MistralConfig,
+                                   Olmo2Config, Phi3Config, Qwen2Config, Qwen3Config)
 
 
 def config_from_dict(d: dict, overrides: dict | None = None) -> GPTConfig:
@@ -158,7 +158,27 @@ OLMO2 = dataclasses.replace(
         "olmo2-tiny": dict(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, intermediate_size=176, block_size=64),
     })
 
-SPECS = {spec.arch: spec for spec in (GPT2, LLAMA, QWEN2, QWEN3, MISTRAL, PHI3, OLMO2)}
+GEMMA_SUBLAYERS = (("input_layernorm", "self_attn", ("q_proj", "k_proj", "v_proj"), "o_proj"),  # (LoRA's names;
+                   ("pre_feedforward_layernorm", "mlp", ("gate_proj", "up_proj"), "down_proj"))  # no TP yet)
+GEMMA2 = dataclasses.replace(
+    LLAMA, arch="gemma2", model_class="gptrain.models.gemma:Gemma", config_class=Gemma2Config,
+    hf_model_type="gemma2", hf_architecture="Gemma2ForCausalLM", display="Gemma 2", tp_sublayers=GEMMA_SUBLAYERS,
+    presets={
+        "gemma2-2b": dict(n_layer=26, n_head=8, n_kv_head=4, n_embd=2304, head_size=256, intermediate_size=9216,
+                          block_size=8192),
+        "gemma2-tiny": dict(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, head_size=32, intermediate_size=176,
+                            block_size=64, sliding_window=32, query_scale=32.0),
+    })
+GEMMA3 = dataclasses.replace(
+    GEMMA2, arch="gemma3", config_class=Gemma3Config, hf_model_type="gemma3_text",
+    hf_architecture="Gemma3ForCausalLM", display="Gemma 3", presets={
+        "gemma3-1b": dict(n_layer=26, n_head=4, n_kv_head=1, n_embd=1152, head_size=256, intermediate_size=6912,
+                          block_size=32768, sliding_window=512),
+        "gemma3-tiny": dict(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, head_size=32, intermediate_size=176,
+                            block_size=64, sliding_window=32, sliding_pattern=2, query_scale=32.0),
+    })
+
+SPECS = {spec.arch: spec for spec in (GPT2, LLAMA, QWEN2, QWEN3, MISTRAL, PHI3, OLMO2, GEMMA2, GEMMA3)}
 PRESETS: dict[str, dict] = {name: dict(shape, arch=spec.arch) for spec in SPECS.values()
                             for name, shape in spec.presets.items()}
 

@@ -108,6 +108,10 @@ class GPTConfig:
         positions = self.block_size * d if self.learned_positions else 0
         return self.n_layer * (attention + self.mlp_matrices * d * self.ffn_size) + embeddings + positions
 
+    def not_tensor_parallel(self) -> str:
+        """Why this shape is not split by tensor parallel yet ("": it is)."""
+        return ""
+
     def validate(self) -> None:
         if self.n_embd % self.n_head:
             raise UserError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
@@ -154,6 +158,10 @@ class LlamaConfig(GPTConfig):
     @property
     def ffn_size(self) -> int:
         return self.intermediate_size or 4 * self.n_embd
+
+    def not_tensor_parallel(self) -> str:
+        return ("its query/key norms" if self.qk_norm else
+                "its fused projections" if self.fused_projections else "")
 
     def validate(self) -> None:
         super().validate()
@@ -207,6 +215,51 @@ class Olmo2Config(LlamaConfig):
     qk_norm: bool = True
     rope_theta: float = 500000.0
     layer_norm_eps: float = 1e-6
+
+
+@dataclass
+class Gemma2Config(LlamaConfig):
+    """Gemma 2: Llama's attention and gated MLP (gelu, tanh approximation) with four norms a block
+    (before and after each sub-layer), norms that scale by 1 + weight, embeddings scaled by
+    sqrt(n_embd), queries scaled by query_scale^-1/2, scores and logits soft-capped, and every
+    sliding_pattern-th layer attending to the whole context, the others within sliding_window."""
+    arch: ClassVar[str] = "gemma2"
+    tie_embeddings: bool = True
+    layer_norm_eps: float = 1e-6
+    sliding_window: int | None = 4096
+    sliding_pattern: int = 2  # layer i attends to all where (i + 1) % sliding_pattern == 0
+    local_rope_theta: float | None = None  # the windowed layers' rotary base (Gemma 3's); None: rope_theta
+    query_scale: float | None = 256.0  # HF's query_pre_attn_scalar; None: head_dim
+    attn_softcap: float | None = 50.0  # HF's attn_logit_softcapping
+    final_softcap: float | None = 30.0  # HF's final_logit_softcapping
+
+    def not_tensor_parallel(self) -> str:
+        return "its norms after each sub-layer"
+
+    def validate(self) -> None:
+        super().validate()
+        if self.sliding_pattern < 1:
+            raise UserError(f"sliding_pattern must be >= 1, got {self.sliding_pattern}")
+        for name in ("query_scale", "attn_softcap", "final_softcap", "local_rope_theta"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise UserError(f"{name} must be > 0 (or unset), got {value}")
+
+    def attends_to_all(self, layer: int) -> bool:
+        return (layer + 1) % self.sliding_pattern == 0
+
+
+@dataclass
+class Gemma3Config(Gemma2Config):
+    """Gemma 3 (text): Gemma 2's shape without soft-capping, with a norm over each query and key
+    head, five windowed layers to one global one, and a rotary base of their own for the windowed."""
+    arch: ClassVar[str] = "gemma3"
+    qk_norm: bool = True
+    sliding_pattern: int = 6
+    rope_theta: float = 1000000.0
+    local_rope_theta: float | None = 10000.0
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
 
 
 # Fields every model_config carried before the configs were split per architecture, with the
