@@ -31,9 +31,12 @@ def opt(default, doc: str, choices: tuple | None = None, *, ge=None, gt=None, lt
 @dataclass
 class ModelConfig:
     preset: str = opt("gpt2-tiny", "Architecture preset: gpt2, gpt2-medium, gpt2-large, gpt2-xl, "
-                      "gpt2-mini, gpt2-tiny (GPT-2); tinyllama-1.1b, llama2-7b, llama-tiny (Llama). "
+                      "gpt2-mini (GPT-2); tinyllama-1.1b, llama2-7b (Llama); qwen2.5-0.5b, qwen3-0.6b, "
+                      "mistral-7b, phi3-mini, olmo2-1b, gemma2-2b, gemma3-1b; and a tiny one of each "
+                      "family (gpt2-tiny, llama-tiny, qwen2-tiny, ... gemma3-tiny). "
                       "Ignored when init_from gives weights with their own shape.")
-    init_from: str = opt("", "Start from these weights: a Hugging Face GPT-2 or Llama directory "
+    init_from: str = opt("", "Start from these weights: a Hugging Face GPT-2, Llama, Qwen2, Qwen3, "
+                         "Mistral, Phi-3, OLMo 2, Gemma 2 or Gemma 3 directory "
                          "(a Trainer checkpoint-N too) or hub id, a gptrain checkpoint directory, "
                          "a nanoGPT ckpt.pt, a checkpoint ID or a job name. Empty: random init.")
     n_layer: int | None = opt(None, "Override the preset's number of transformer blocks.", ge=1, le=4096)
