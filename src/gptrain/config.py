@@ -47,7 +47,9 @@ class ModelConfig:
     block_size: int | None = opt(None, "Context length in tokens (default: the preset's, capped "
                                  "by what the weights support).", ge=1, le=1 << 21)
     vocab_size: int | None = opt(None, "Vocabulary size (default: the dataset's tokenizer).", ge=1, le=1 << 24)
-    dropout: float = opt(0.0, "Dropout probability (0 for pre-training, 0.1 helps fine-tuning).", ge=0, lt=1)
+    dropout: float | None = opt(None, "Dropout probability (0 for pre-training, 0.1 helps fine-tuning); unset: "
+                                "0, or with the HF Trainer's flags (train.dialect=hf) the starting model's "
+                                "own, as the Trainer trains it (GPT-2's resid_pdrop, 0.1).", ge=0, lt=1)
     bias: bool | None = opt(None, "Use biases in Linear and norm layers (default: the preset's; "
                             "GPT-2 has them, Llama does not).")
     attn_implementation: str = opt("sdpa", "Attention kernel: sdpa (PyTorch fused/flash), eager "
@@ -118,7 +120,8 @@ class TrainConfig:
     seed: int = opt(42, "Seed for init, data order and dropout (0 to 2^32-1, as numpy takes it).", ge=0, le=2**32 - 1)
     dialect: str = opt("gptrain", "Whose defaults fill the settings no flag or config gives: gptrain's, or the HF "
                        "Trainer's (lr 5e-5 linear to 0, no weight decay, AdamW betas 0.9/0.999, fp32 unless "
-                       "--bf16/--fp16), taken by a run given in the HF Trainer's flags.", ("gptrain", "hf"))
+                       "--bf16/--fp16, the starting model's own dropout), taken by a run given in the HF Trainer's flags.",
+                       ("gptrain", "hf"))
     precision: str = opt("auto", "Compute precision; auto: bf16 on GPUs that support it; on a CPU the dtype its "
                          "matmuls run fastest in, measured once per CPU kind and kept with its numbers "
                          "(bf16 needs 1.3x fp32's rate); the choice and why are printed at start.",

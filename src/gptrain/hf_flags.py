@@ -253,7 +253,7 @@ def table(aliases: dict, deepspeed_flags=()) -> str:
              "A command in the Trainer's own flags (`--per_device_train_batch_size`, `--num_train_epochs`, "
              "`--lr_scheduler_type`, `--logging_steps`, ...: config_aliases.HF_MARKERS) takes the Trainer's "
              "defaults for what it does not say (`train.dialect = \"hf\"`: lr 5e-5, linear decay to 0, no weight "
-             "decay, AdamW betas 0.9/0.999, fp32 unless `--bf16`/`--fp16`; the run's header says so); logging, "
+             "decay, AdamW betas 0.9/0.999, fp32 unless `--bf16`/`--fp16`, the starting model's own dropout; the run's header says so); logging, "
              "saving and evaluation keep gptrain's cadence unless their flags are given; `--train.dialect=gptrain` "
              "keeps gptrain's defaults. "
              "Generated from `TrainingArguments` itself by "

@@ -216,3 +216,18 @@ def test_hf_trainer_flags_take_the_trainers_defaults_for_what_they_leave_out(tmp
     assert (ours.dialect, ours.lr, ours.lr_schedule, ours.precision) == ("gptrain", 6e-4, "cosine", "auto")
     mixed = parse_train_args(["--per_device_train_batch_size", "2", "--train.dialect=gptrain"]).train
     assert (mixed.dialect, mixed.lr) == ("gptrain", 6e-4)
+
+
+def test_hf_trainer_flags_train_with_the_models_own_dropout_as_the_trainer_does(tiny_hf_gpt2):
+    """#49 row 2: a GPT-2 the Trainer fine-tunes keeps its config's dropout (resid_pdrop 0.1 in
+    transformers' GPT2Config); gptrain trained it at 0 under the same flags. gptrain's own flags
+    keep 0, and --dropout (either dialect) wins."""
+    from gptrain.train.model_init import build_model
+
+    def dropout(*argv):
+        model = build_model(parse_train_args(["--train.output_dir=/nonexistent", *argv]), 300)
+        return model.config.dropout, model.transformer.drop.p
+
+    assert dropout("--model_name_or_path", str(tiny_hf_gpt2)) == (0.1, 0.1)  # (the HF dialect: its marker)
+    assert dropout(f"--model.init_from={tiny_hf_gpt2}") == (0.0, 0.0)
+    assert dropout("--model_name_or_path", str(tiny_hf_gpt2), "--dropout", "0.05") == (0.05, 0.05)

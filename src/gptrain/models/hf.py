@@ -97,6 +97,7 @@ def llama_config_from_hf(hf: dict, spec):
                              rope_theta=float(hf.get("rope_theta") or rope.get("rope_theta", 10000.0)),
                              layer_norm_eps=hf.get("rms_norm_eps", 1e-6), bias=False,
                              tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+                             dropout=float(hf.get("attention_dropout") or 0.0),
                              sliding_window=window if window else None,
                              head_size=head_size if head_size not in (None, width // heads) else None)
 
@@ -136,7 +137,8 @@ def gemma_config_from_hf(hf: dict, spec):
         rope_theta=theta, local_rope_theta=local if local != theta else None, sliding_pattern=pattern,
         sliding_window=hf.get("sliding_window") or None, layer_norm_eps=hf.get("rms_norm_eps", 1e-6), bias=False,
         tie_embeddings=bool(hf.get("tie_word_embeddings", True)), query_scale=hf.get("query_pre_attn_scalar"),
-        attn_softcap=hf.get("attn_logit_softcapping"), final_softcap=hf.get("final_logit_softcapping"))
+        attn_softcap=hf.get("attn_logit_softcapping"), final_softcap=hf.get("final_logit_softcapping"),
+        dropout=float(hf.get("attention_dropout") or 0.0))
 
 
 def gpt2_config_from_hf(hf: dict, spec=None):
@@ -149,6 +151,7 @@ def gpt2_config_from_hf(hf: dict, spec=None):
         raise UserError("n_inner other than 4 * n_embd is not supported")
     return GPTConfig(block_size=hf["n_positions"], vocab_size=hf["vocab_size"],
                      n_layer=hf["n_layer"], n_head=hf["n_head"], n_embd=hf["n_embd"],
+                     dropout=float(hf.get("resid_pdrop", 0.1)),  # (GPT2Config's default; one rate for all three)
                      layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5),
                      gelu="exact" if act == "gelu" else "tanh")
 

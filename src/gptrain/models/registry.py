@@ -211,7 +211,7 @@ def build_model_config(model_cfg, vocab_size: int | None = None):
                                 f"{cls.arch} model")
             shape[key] = getattr(model_cfg, key)
     vocab = model_cfg.vocab_size or vocab_size or 50257
-    cfg = cls(vocab_size=vocab, dropout=model_cfg.dropout, attn_implementation=model_cfg.attn_implementation,
+    cfg = cls(vocab_size=vocab, dropout=model_cfg.dropout or 0.0, attn_implementation=model_cfg.attn_implementation,
               pad_vocab_multiple=model_cfg.pad_vocab_multiple, **shape)
     cfg.validate()
     return cfg

@@ -112,8 +112,11 @@ def build_model(cfg: Config, vocab_size: int, compute_dtype: torch.dtype | None 
     else:
         from gptrain.models.load import load_base
 
+        # dropout unset: 0, or the weights' own under the HF Trainer's flags (what its Trainer trains with)
+        dropout = mc.dropout if mc.dropout is not None else None if cfg.train.dialect == "hf" else 0.0
         model = load_base(mc.init_from, mc.block_size, pad_vocab_multiple=mc.pad_vocab_multiple,
-                          attn_implementation=mc.attn_implementation, dropout=mc.dropout)
+                          attn_implementation=mc.attn_implementation,
+                          **({} if dropout is None else {"dropout": dropout}))
         if vocab_size > model.config.vocab_size:
             raise UserError(f"the dataset's vocabulary ({vocab_size}) is larger than the model's "
                             f"({model.config.vocab_size}); prepare the data with the model's tokenizer")

@@ -52,7 +52,7 @@ from gptrain.weights import checksums
 
 # the header's words when HF Trainer flags set the defaults (config_aliases.HF_DEFAULTS)
 DIALECT_NOTE = ("\nthe HF Trainer's defaults fill what its flags leave out: lr 5e-5, linear decay to 0, no weight "
-                "decay, AdamW betas (0.9, 0.999), fp32 unless --bf16/--fp16 (train.dialect=hf)")
+                "decay, AdamW betas (0.9, 0.999), fp32 unless --bf16/--fp16, the model's own dropout (train.dialect=hf)")
 
 
 def train(cfg: Config) -> dict:
