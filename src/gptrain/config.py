@@ -107,7 +107,13 @@ class TrainConfig:
     decay_steps: int | None = opt(None, "Steps the decay spans from the start (nanoGPT's lr_decay_iters); "
                                   "past them the learning rate stays at its final value. Default: to the "
                                   "last step.", ge=1)
-    lr_schedule: str = opt("cosine", "Decay after warmup.", ("cosine", "linear", "constant"))
+    lr_schedule: str = opt("cosine", "Decay after warmup: gptrain's cosine, linear (to the floor) or constant, or "
+                           "one of transformers' schedules with --lr_scheduler_kwargs (train/schedules.py).",
+                           ("cosine", "linear", "constant", "cosine_with_restarts", "polynomial", "inverse_sqrt",
+                            "cosine_with_min_lr", "warmup_stable_decay"))
+    lr_schedule_kwargs: str = opt("", "The schedule's own arguments as a JSON object, as transformers' "
+                                  "--lr_scheduler_kwargs takes them: '{\"num_cycles\": 3}' (cosine_with_restarts), "
+                                  "'{\"num_decay_steps\": 200}' (warmup_stable_decay), ...")
     warmup_steps: int = opt(0, "Linear warmup steps.", ge=0)
     warmup_ratio: float = opt(0.0, "Linear warmup over this fraction of the steps, where warmup_steps is 0 "
                               "(HF's warmup_ratio).", ge=0, le=1)

@@ -21,6 +21,7 @@ ALIASES: dict[str, tuple[str, dict | None]] = {
     "max_steps": ("train.max_steps", None),
     "warmup_steps": ("train.warmup_steps", None),
     "lr_scheduler_type": ("train.lr_schedule", {"constant_with_warmup": "constant"}),
+    "lr_scheduler_kwargs": ("train.lr_schedule_kwargs", None),
     "logging_steps": ("metrics.log_every", None),
     "save_steps": ("checkpoint.every", None),
     "save_total_limit": ("checkpoint.keep_last", None),

@@ -77,7 +77,6 @@ ACCEPTED: dict[str, str] = {
 REFUSED: dict[str, str] = {
     "push_to_hub": _HUB,
     "hub_model_id": _HUB,
-    "lr_scheduler_kwargs": "gptrain's schedules take --train.warmup_steps and --train.min_lr_ratio only",
     "optim_args": "gptrain trains with AdamW; optimizer arguments beyond its betas are not offered",
     "optim_target_modules": "GaLore and APOLLO are not offered (for fewer trained parameters: --lora_r)",
     "adam_epsilon": "AdamW's epsilon is fixed at 1e-8 (as HF's default)",
@@ -128,10 +127,10 @@ BY_VALUE: dict[str, dict] = {
                       "*": "checkpoints are saved every --save_steps steps (or never: no); per epoch or best not offered"},
     "logging_strategy": {"steps": None,
                          "*": "progress is logged every --logging_steps steps; per epoch or never is not offered"},
-    "lr_scheduler_type": {"*": "gptrain's schedules are cosine, linear and constant (constant_with_warmup), each "
-                               "with --warmup_steps; given as this flag, cosine and linear decay to 0 as "
-                               "transformers' own schedulers do (--train.min_lr_ratio after it sets a floor); "
-                               "this one is not offered"},
+    "lr_scheduler_type": {"*": "each is transformers' own schedule, with --warmup_steps and --lr_scheduler_kwargs "
+                               "(given as this flag, cosine and linear decay to 0 as transformers' do; "
+                               "--train.min_lr_ratio after it sets a floor); reduce_lr_on_plateau follows an "
+                               "evaluation metric and greedy an outside signal, not the step: not offered"},
     "metric_for_best_model": {"loss": None, "eval_loss": None,
                               "*": "the best checkpoint (--load_best_model_at_end) is the one with the lowest "
                                    "eval loss; another metric is not offered"},
@@ -152,7 +151,8 @@ BY_VALUE: dict[str, dict] = {
                  "*": "--pretrain true (FMEngine: random weights, --init_ckpt's not loaded) is not a flag here: "
                       "give the model's shape (--model.preset, --model.n_layer, ...) and no --init_ckpt"},
 }
-SCHEDULES = ("cosine", "linear", "constant", "constant_with_warmup")
+SCHEDULES = ("cosine", "linear", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial",
+             "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay")
 NANOGPT_HUB = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
 
 # nanoGPT's train.py (github.com/karpathy/nanoGPT, vendored in tests/third_party/nanogpt): the

@@ -45,7 +45,7 @@ def test_the_flags_a_new_user_met_work_or_say_why_not():
                              "50", "--save_steps", "100", "--save_total_limit", "2"]).checkpoint
     assert (best.keep_best, best.keep_last, best.every) == (True, 2, 100)
     assert lr_at(0, tc, 100) == pytest.approx(tc.lr / 10) and lr_at(9, tc, 100) == pytest.approx(tc.lr)
-    for argv, says in ((["--lr_scheduler_type", "cosine_with_restarts"], "schedules are cosine, linear and constant"),
+    for argv, says in ((["--lr_scheduler_type", "reduce_lr_on_plateau"], "follows an evaluation metric"),
                        (["--metric_for_best_model", "accuracy"], "lowest eval loss; another metric"),
                        (["--load_best_model_at_end", "--greater_is_better", "true"], "greater is not better"),
                        (["--load_best_model_at_end", "--eval_steps", "3", "--save_steps", "5"],
@@ -136,19 +136,32 @@ def test_nanogpts_learning_rate_schedule_past_its_warmup_is_its_own():
     assert lr_at(warmup - 1, tc, steps) == pytest.approx(lr)  # (nanoGPT's: lr * 10/11, one step later)
 
 
-@pytest.mark.parametrize("kind", ["cosine", "linear", "constant_with_warmup"])
-def test_lr_scheduler_type_shapes_the_schedule_as_transformers_own_scheduler(kind):
-    """--lr_scheduler_type with --warmup_steps against transformers.get_scheduler driving a real
-    optimizer: the same rate at every step past the warmup (both decay to 0); in the warmup
-    gptrain's step s takes the rate HF's scheduler gives step s + 1 (HF's first step runs at lr 0)."""
+@pytest.mark.parametrize("kind, kwargs", [
+    ("cosine", {}), ("linear", {}), ("constant_with_warmup", {}), ("cosine", {"num_cycles": 1.5}),
+    ("cosine_with_restarts", {}), ("cosine_with_restarts", {"num_cycles": 3}), ("polynomial", {}),
+    ("polynomial", {"lr_end": 1e-5, "power": 2.0}), ("inverse_sqrt", {}), ("inverse_sqrt", {"timescale": 20}),
+    ("cosine_with_min_lr", {"min_lr": 1e-4}), ("cosine_with_min_lr", {"min_lr_rate": 0.2, "num_cycles": 1.0}),
+    ("warmup_stable_decay", {"num_decay_steps": 15}),
+    ("warmup_stable_decay", {"num_decay_steps": 10, "num_stable_steps": 20, "warmup_type": "cosine",
+                             "decay_type": "1-sqrt", "min_lr_ratio": 0.1}),
+])
+def test_lr_scheduler_type_shapes_the_schedule_as_transformers_own_scheduler(kind, kwargs):
+    """--lr_scheduler_type (and --lr_scheduler_kwargs, as transformers takes them) with
+    --warmup_steps against transformers.get_scheduler driving a real optimizer: the same rate at
+    every step past the warmup; in the warmup gptrain's step s takes the rate HF's scheduler gives
+    step s + 1 (HF's first step runs at lr 0). #51: every SchedulerType a step-driven run can use
+    (cosine_with_restarts and the rest were refused)."""
+    import json
+
     import torch
     from transformers import get_scheduler
 
     lr, warmup, steps = 1e-3, 5, 50
     tc = parse_train_args(["--learning_rate", str(lr), "--warmup_steps", str(warmup), "--lr_scheduler_type", kind,
-                           "--max_steps", str(steps)]).train
+                           "--max_steps", str(steps), *(["--lr_scheduler_kwargs", json.dumps(kwargs)] if kwargs else [])]).train
     opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=lr)
-    sched = get_scheduler(kind, opt, num_warmup_steps=warmup, num_training_steps=steps)
+    sched = get_scheduler(kind, opt, num_warmup_steps=warmup, num_training_steps=steps,
+                          scheduler_specific_kwargs=kwargs)
     hf = []
     for _ in range(steps + 1):
         hf.append(opt.param_groups[0]["lr"])
@@ -156,6 +169,22 @@ def test_lr_scheduler_type_shapes_the_schedule_as_transformers_own_scheduler(kin
         sched.step()
     for s in range(steps):
         assert lr_at(s, tc, steps) == pytest.approx(hf[s if s >= warmup else s + 1], rel=1e-12, abs=1e-18), (kind, s)
+    assert len({round(lr_at(s, tc, steps), 15) for s in range(warmup, steps)}) > (1 if kind != "constant_with_warmup" else 0)
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--lr_scheduler_type", "reduce_lr_on_plateau"], "reduce_lr_on_plateau follows an evaluation metric"),
+    (["--lr_scheduler_type", "warmup_stable_decay"], "needs --lr_scheduler_kwargs '{\"num_decay_steps\": N}'"),
+    (["--lr_scheduler_type", "cosine_with_restarts", "--lr_scheduler_kwargs", '{"cycles": 3}'],
+     "'cycles' is not an argument of the cosine_with_restarts schedule (it takes: num_cycles)"),
+    (["--lr_scheduler_type", "cosine_with_restarts", "--lr_scheduler_kwargs", '{"num_cycles": 2.5}'],
+     "num_cycles must be a number >= 0 (whole), got 2.5"),
+    (["--lr_scheduler_type", "linear", "--lr_scheduler_kwargs", "num_cycles=3"], "must be a JSON object"),
+    (["--lr_scheduler_type", "cosine_with_min_lr"], "needs one of min_lr and min_lr_rate"),
+])
+def test_a_schedule_that_cannot_run_is_one_line(argv, said):
+    with pytest.raises(UserError, match=re.escape(said)):
+        parse_train_args(argv)
 
 
 def test_max_grad_norm_clips_the_global_norm_and_reports_it_before():
