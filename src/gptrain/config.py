@@ -108,7 +108,7 @@ class TrainConfig:
                                   "past them the learning rate stays at its final value. Default: to the "
                                   "last step.", ge=1)
     lr_schedule: str = opt("cosine", "Decay after warmup: gptrain's cosine, linear (to the floor) or constant, or "
-                           "one of transformers' schedules with --lr_scheduler_kwargs (train/schedules.py).",
+                           "one of transformers' schedules with --lr_scheduler_kwargs (lr_schedules.py).",
                            ("cosine", "linear", "constant", "cosine_with_restarts", "polynomial", "inverse_sqrt",
                             "cosine_with_min_lr", "warmup_stable_decay"))
     lr_schedule_kwargs: str = opt("", "The schedule's own arguments as a JSON object, as transformers' "

@@ -34,7 +34,7 @@ def check(cfg):
         raise UserError("--lora.quantize_base (QLoRA) quantizes the frozen base of a LoRA run from weights: "
                         "set --lora_r and --model.init_from")
     _check_keep_best(cfg)
-    from gptrain.train.schedules import parse_kwargs
+    from gptrain.lr_schedules import parse_kwargs
 
     parse_kwargs(cfg.train.lr_schedule, cfg.train.lr_schedule_kwargs)
     _check_samples(cfg.metrics, cfg.parallel)

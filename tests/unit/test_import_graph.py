@@ -20,7 +20,7 @@ LAYERS = [
     {"locations"},
     {"errors", "gptrain"},
     {"atomic", "files", "stop", "config_aliases"},
-    {"home", "tokenizers", "deepspeed_config", "run_layout", "hf_flags"},
+    {"home", "tokenizers", "deepspeed_config", "run_layout", "hf_flags", "lr_schedules"},
     {"weights", "db"},
     {"data"},
     {"models"},

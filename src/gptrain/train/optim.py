@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from gptrain.train.schedules import OWN, factor, parse_kwargs
+from gptrain.lr_schedules import OWN, factor, parse_kwargs
 
 
 def build_optimizer(model, tc, device) -> torch.optim.AdamW:
@@ -28,10 +28,10 @@ def build_optimizer(model, tc, device) -> torch.optim.AdamW:
 def lr_at(step: int, tc, total_steps: int) -> float:
     """Linear warmup to lr (warmup_steps, else warmup_ratio of the steps), then cosine/linear
     decay to min_lr (else lr * min_lr_ratio) by decay_steps (else the last step), or constant;
-    transformers' other schedules (or one given --lr_scheduler_kwargs) as train/schedules.py
+    transformers' other schedules (or one given --lr_scheduler_kwargs) as lr_schedules.py
     computes them."""
     warmup = tc.warmup_steps or math.ceil(tc.warmup_ratio * total_steps)  # HF's rounding
-    if tc.lr_schedule not in OWN or tc.lr_schedule_kwargs:  # transformers' own (train/schedules.py)
+    if tc.lr_schedule not in OWN or tc.lr_schedule_kwargs:  # transformers' own (lr_schedules.py)
         kwargs = parse_kwargs(tc.lr_schedule, tc.lr_schedule_kwargs)
         return tc.lr * factor(tc.lr_schedule, step + 1 if step < warmup else step, warmup, total_steps, tc.lr, kwargs)
     if warmup and step < warmup:
