@@ -17,8 +17,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gptrain.models.base import CAUSAL, CausalLM, attention, within_window
-from gptrain.models.llama import rotary
+from gptrain.models.base import CausalLM
+from gptrain.models.llama import rotary_attention
 
 if TYPE_CHECKING:  # a type only (models/shapes.py)
     from gptrain.models.shapes import Gemma2Config
@@ -61,17 +61,7 @@ class GemmaAttention(nn.Module):
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rotary(q, k, cache.pos if cache is not None else 0, self.theta,
-                      packed.positions if packed is not None else None)
-        mask = CAUSAL if packed is None else packed.mask
-        if cache is not None:
-            k, v, mask = cache.update(self, k, v)
-        mask = within_window(mask, q.size(2), k.size(2), self.window, q.device)
-        group = q.size(1) // k.size(1)
-        if group > 1:  # each key/value head serves `group` query heads
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        y = attention(q, k, v, self.impl, self.dropout if self.training else 0.0, mask,
-                      scale=self.scale, softcap=self.softcap)
+        y = rotary_attention(self, q, k, v, cache, packed, scale=self.scale, softcap=self.softcap)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 

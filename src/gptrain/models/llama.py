@@ -44,6 +44,22 @@ def rotary(q, k, start_pos: int, theta: float, positions=None):
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
+def rotary_attention(attn, q, k, v, cache=None, packed=None, scale=None, softcap=None):
+    """(B, heads, T, d) queries, keys and values after their projections: rotated by their
+    positions (attn.theta), through the generation cache, within attn.window, each key/value head
+    serving its group of query heads; the attention's output. Llama's kin and Gemma share it."""
+    q, k = rotary(q, k, cache.pos if cache is not None else 0, attn.theta,
+                  packed.positions if packed is not None else None)
+    mask = CAUSAL if packed is None else packed.mask
+    if cache is not None:
+        k, v, mask = cache.update(attn, k, v)
+    mask = within_window(mask, q.size(2), k.size(2), attn.window, q.device)
+    group = q.size(1) // k.size(1)
+    if group > 1:  # each key/value head serves `group` query heads
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return attention(q, k, v, attn.impl, attn.dropout if attn.training else 0.0, mask, scale=scale, softcap=softcap)
+
+
 class LlamaAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -78,16 +94,7 @@ class LlamaAttention(nn.Module):
         q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))
         if hasattr(self, "q_norm") and self.norm_per_head:  # each head's query and key normalized, then rotated
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rotary(q, k, cache.pos if cache is not None else 0, self.theta,
-                      packed.positions if packed is not None else None)
-        mask = CAUSAL if packed is None else packed.mask
-        if cache is not None:
-            k, v, mask = cache.update(self, k, v)
-        mask = within_window(mask, q.size(2), k.size(2), self.window, q.device)
-        group = q.size(1) // k.size(1)
-        if group > 1:  # each key/value head serves `group` query heads
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        y = attention(q, k, v, self.impl, self.dropout if self.training else 0.0, mask)
+        y = rotary_attention(self, q, k, v, cache, packed)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
