@@ -112,6 +112,26 @@ def tiny_run(data, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory):
+    """serve(make, **server_kw) -> (root, server): a new folder filled by make(root), served over
+    HTTP (tests/byte_counting.ByteCountingServer: bytes counted per client) until the module ends;
+    the one owner of the tests' dataset servers (each module's `served` says what it holds)."""
+    from tests.byte_counting import ByteCountingServer
+
+    servers = []
+
+    def start(make, **server_kw):
+        root = tmp_path_factory.mktemp("served")
+        make(root)
+        servers.append(ByteCountingServer(root, **server_kw))
+        return root, servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
 @pytest.fixture
 def slots(isolated_home, monkeypatch):
     """Two local CPU slots, one thread each, for real jobs; no supervisor left behind."""

@@ -24,15 +24,20 @@ process only reads the shared folder.
 
 import json
 import re
+import shlex
+import sys
 import time
 
 import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
 
 from gptrain.jobs import folder
 from gptrain.jobs.logs import rank_log
 from tests.helpers import TINY, step_dir, steps_lost
 from tests.conftest import ROOT
-from tests.hosts.conftest import final_eval_loss, gptrain_on_h1, job_home
+from tests.browser.conftest import browser, wait_until  # noqa: F401 (browser: the console tests' fixture)
+from tests.hosts.conftest import final_eval_loss, gptrain_on_h1, job_home, node_env
 
 pytestmark = pytest.mark.slow
 STEPS, EVERY = 120, 30
@@ -89,6 +94,45 @@ def test_two_hosts_one_slurm_job(slurm_hosts, home):
     ckpts = json.loads(gptrain(cluster, home, "checkpoints", "two", "--json"))
     assert ckpts[-1]["step"] == STEPS, ckpts
     FINAL["two"] = final_eval_loss(jdir, STEPS)
+
+
+def test_the_consoles_launch_form_runs_a_two_node_slurm_job(slurm_hosts, home, browser):
+    """The console served from h1 (the login node), opened in a real browser on this machine at
+    h1's bridge address: its New run form (scheduler slurm, 2 nodes of 1 process) submits a job
+    that sbatch spreads over h1 and h2, and the job page shows it succeed."""
+    cluster, hosts = slurm_hosts, slurm_hosts.hosts
+    ip, port, said, pid = hosts.ips[0], 8766, home / "ui-h1.log", home / "ui-h1.pid"
+    env = {**node_env(), "GPTRAIN_HOME": str(home), "SLURM_CONF": str(cluster.conf)}
+    serve = [sys.executable, "-m", "gptrain", "ui", "--host", ip, "--port", str(port)]
+    hosts.exec(0, ["sh", "-c", f"echo $$ > {shlex.quote(str(pid))}; exec {shlex.join(serve)} > "
+                               f"{shlex.quote(str(said))} 2>&1"], env=env, detach=True)
+    try:
+        token = wait_until(lambda: re.search(r"\?token=([\w-]+)", said.read_text()), 60,
+                           "gptrain ui on h1 printed no URL").group(1)
+        browser.get(f"http://{ip}:{port}/?token={token}")
+        browser.find_element(By.CSS_SELECTOR, "#new-run summary").click()
+        wait_until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#launch-dataset option")) > 1, 30,
+                   "no datasets offered")
+        Select(browser.find_element(By.ID, "launch-dataset")).select_by_value("tiny")
+        browser.find_element(By.ID, "launch-name").send_keys("form")
+        browser.execute_script("arguments[0].value = arguments[1]", browser.find_element(By.ID, "launch-args"),
+                               " ".join([*TINY, "--train.max_steps=20", "--train.batch_size=4"]))
+        Select(browser.find_element(By.ID, "launch-scheduler")).select_by_value("slurm")
+        browser.find_element(By.ID, "launch-nodes").send_keys("2")
+        browser.find_element(By.ID, "launch-accels").send_keys("1")
+        browser.find_element(By.ID, "launch-submit").click()
+        wait_until(lambda: browser.current_url.endswith("/jobs/form"), 30, "not taken to the new job")
+        report, _ = until(cluster, home, "form")
+        logs = folder.logs_dir(home / "jobs" / "form")
+        assert report["job"]["state"] == "succeeded", report["events"]
+        assert (report["job"]["scheduler"], report["job"]["nodes"]) == ("slurm", 2), report["job"]
+        heads = [rank_log(logs, r).read_text().splitlines()[0] for r in (0, 1)]
+        assert {h.split(", host ")[1].split(",")[0] for h in heads} == {"h1", "h2"}, heads
+        wait_until(lambda: browser.find_element(By.ID, "state").get_attribute("data-state")
+                   == "succeeded", 60, "the job page never showed it succeeded")
+    finally:
+        if pid.exists():
+            hosts.exec(0, ["kill", pid.read_text().strip()], check=False)
 
 
 def test_host_killed_the_job_is_requeued_and_succeeds_when_the_host_returns(slurm_hosts, home):

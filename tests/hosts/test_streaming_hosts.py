@@ -23,7 +23,6 @@ import pytest
 
 from gptrain.jobs import folder
 from gptrain.jobs.logs import rank_log
-from tests.byte_counting import ByteCountingServer
 from tests.helpers import TINY, losses, streaming_dataset
 from tests.hosts.conftest import gptrain_on_h1, started_hosts
 
@@ -52,16 +51,14 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def served(cluster, tmp_path_factory):
+def served(cluster, serve):
     """(URL of a dataset of ~260 train shards (tests/helpers.streaming_dataset), its train
     split's blocks, the server), served on the hosts' gateway: what each host fetched is
     by_client[its address]."""
-    root = tmp_path_factory.mktemp("served")
-    tokens = streaming_dataset(root / "ds")
+    made = {}
     gateway = cluster.hosts.ips[0].rsplit(".", 1)[0] + ".1"
-    server = ByteCountingServer(root, host=gateway)
-    yield f"{server.url}/ds", tokens // T, server
-    server.close()
+    _, server = serve(lambda root: made.update(tokens=streaming_dataset(root / "ds")), host=gateway)
+    return f"{server.url}/ds", made["tokens"] // T, server
 
 
 @pytest.fixture(scope="module")

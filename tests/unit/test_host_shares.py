@@ -10,21 +10,17 @@ from gptrain.data.formats import open_split, read_meta
 from gptrain.data.host_shares import Partitions
 from gptrain.data.loader import ShardedLoader, ShardOrder
 from gptrain.data.remote_shards import open_remote, open_remote_split
-from tests.byte_counting import ByteCountingServer
 from tests.helpers import char_shards
 
 T, B = 32, 4
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(serve):
     """(folder served, URL of its dataset, the train split's bytes, the server): 128 small train shards."""
-    root = tmp_path_factory.mktemp("served")
-    char_shards(root / "ds", 48, 6000, 2100)
-    server = ByteCountingServer(root)
+    root, server = serve(lambda root: char_shards(root / "ds", 48, 6000, 2100))
     files = read_meta(root / "ds")["splits"]["train"]["files"]
-    yield root, f"{server.url}/ds", sum(f["tokens"] for f in files) * 2, server
-    server.close()
+    return root, f"{server.url}/ds", sum(f["tokens"] for f in files) * 2, server
 
 
 def host_loaders(url, tmp_path, host: int, hosts: int, per_host: int, batch: int = B, **kw):

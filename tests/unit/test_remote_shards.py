@@ -22,16 +22,16 @@ T, B = 32, 4
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(serve):
     """(root folder served, base URL); root/ds is a char dataset of 7 train shards, 3 val ones."""
     from gptrain.data.prepare import prepare
 
-    root = tmp_path_factory.mktemp("served")
-    texts = [str(write_corpus(root / f"corpus-{i}.txt", 6000, seed=i)) for i in range(10)]
-    prepare(texts, str(root / "ds"), tokenizer="char", val_fraction=0.2, shard_tokens=7000, quiet=True)
-    server = ByteCountingServer(root)
-    yield root, server.url
-    server.close()
+    def make(root):
+        texts = [str(write_corpus(root / f"corpus-{i}.txt", 6000, seed=i)) for i in range(10)]
+        prepare(texts, str(root / "ds"), tokenizer="char", val_fraction=0.2, shard_tokens=7000, quiet=True)
+
+    root, server = serve(make)
+    return root, server.url
 
 
 def shard_bytes(root: Path) -> int:

@@ -12,17 +12,13 @@ import pytest
 from gptrain.data.formats import open_split
 from gptrain.data.loader import ShardedLoader
 from gptrain.data.remote_shards import open_remote, open_remote_split
-from tests.byte_counting import ByteCountingServer
 from tests.helpers import char_shards
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    root = tmp_path_factory.mktemp("served")
-    char_shards(root / "ds", 8, 3000, 1500, val_fraction=0.1)
-    server = ByteCountingServer(root)
-    yield root / "ds", f"{server.url}/ds"
-    server.close()
+def served(serve):
+    root, server = serve(lambda root: char_shards(root / "ds", 8, 3000, 1500, val_fraction=0.1))
+    return root / "ds", f"{server.url}/ds"
 
 
 def remote(url, tmp_path, split="train"):
