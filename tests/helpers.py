@@ -90,13 +90,13 @@ def env(**extra) -> dict:
     return e
 
 
-def train(*args, nproc: int = 1, timeout: int = 600, check: bool = True):
-    """`gptrain train ARGS` in a process of its own, or `nproc` ranks as torchrun starts them (both
-    forked from a server that imported torch once: tests/cli_process.py)."""
+def train(*args, nproc: int = 1, timeout: int = 600, check: bool = True, cwd=None):
+    """`gptrain train ARGS` in a process of its own (in `cwd`), or `nproc` ranks as torchrun starts
+    them (both forked from a server that imported torch once: tests/cli_process.py)."""
     from tests import cli_process
 
     if nproc == 1:
-        r = cli_process.run(["train", *args], env(), timeout=timeout)
+        r = cli_process.run(["train", *args], env(), cwd=cwd, timeout=timeout)
     else:
         r = cli_process.run_ranks(["train", *args], env(), nproc, timeout=timeout)
     if check and r.returncode != 0:
@@ -235,3 +235,26 @@ def trainer_checkpoint(path, step, state=True):
     (path / "model.safetensors").write_bytes(b"x")
     if state:  # a Trainer writes trainer_state.json last
         (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+
+
+def shakespeare_char(folder, text):
+    """What nanoGPT's data/shakespeare_char/prepare.py writes (its code, on `text`)."""
+    import pickle
+
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "input.txt").write_text(text)
+    (folder / "prepare.py").write_text("# nanoGPT's prepare script\n")
+    data = (folder / "input.txt").read_text()
+    chars = sorted(list(set(data)))
+    stoi = {ch: i for i, ch in enumerate(chars)}
+    itos = {i: ch for i, ch in enumerate(chars)}
+    n = len(data)
+    train_ids = np.array([stoi[c] for c in data[:int(n * 0.9)]], dtype=np.uint16)
+    val_ids = np.array([stoi[c] for c in data[int(n * 0.9):]], dtype=np.uint16)
+    train_ids.tofile(os.path.join(folder, "train.bin"))
+    val_ids.tofile(os.path.join(folder, "val.bin"))
+    with open(os.path.join(folder, "meta.pkl"), "wb") as f:
+        pickle.dump({"vocab_size": len(chars), "itos": itos, "stoi": stoi}, f)
+    return folder

@@ -124,10 +124,12 @@ class TrainConfig:
     max_steps: int = opt(-1, "Optimizer steps to run; -1: as many as num epochs need.", ge=1, special=-1)
     epochs: float = opt(1.0, "Passes over the training data when max_steps is -1.", gt=0)
     seed: int = opt(42, "Seed for init, data order and dropout (0 to 2^32-1, as numpy takes it).", ge=0, le=2**32 - 1)
-    dialect: str = opt("gptrain", "Whose defaults fill the settings no flag or config gives: gptrain's, or the HF "
+    dialect: str = opt("gptrain", "Whose defaults fill the settings no flag or config gives: gptrain's; the HF "
                        "Trainer's (lr 5e-5 linear to 0, no weight decay, AdamW betas 0.9/0.999, fp32 unless "
-                       "--bf16/--fp16, the starting model's own dropout), taken by a run given in the HF Trainer's flags.",
-                       ("gptrain", "hf"))
+                       "--bf16/--fp16, the starting model's own dropout), taken by a run given in the HF Trainer's "
+                       "flags; or nanoGPT train.py's (GPT-2 124M, 600000 iterations, warmup 2000, batch 12 x 40 "
+                       "accumulated, eval and save every 2000), taken by a run given in nanoGPT's keys or config file.",
+                       ("gptrain", "hf", "nanogpt"))
     precision: str = opt("auto", "Compute precision; auto: bf16 on GPUs that support it; on a CPU the dtype its "
                          "matmuls run fastest in, measured once per CPU kind and kept with its numbers "
                          "(bf16 needs 1.3x fp32's rate); the choice and why are printed at start.",

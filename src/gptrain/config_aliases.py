@@ -111,6 +111,31 @@ HF_DEFAULTS = {  # TrainingArguments' defaults, as gptrain settings
     "train.lr": 5e-5, "train.lr_schedule": "linear", "train.min_lr_ratio": 0.0, "train.weight_decay": 0.0,
     "train.beta1": 0.9, "train.beta2": 0.999, "train.precision": "fp32",
 }
+# A run given in nanoGPT's own config keys (any of NANOGPT_MARKERS, or a nanoGPT config file:
+# nanogpt_config.py) takes the defaults of nanoGPT's train.py for what it does not give
+# (train.dialect = "nanogpt"), and saves a checkpoint at each evaluation as nanoGPT does
+# (checkpoint.every follows eval_interval unless given). Not among the markers: the keys gptrain's
+# own users type as short forms too (--batch_size, --n_layer, --dropout, --device, --compile, ...).
+NANOGPT_MARKERS = frozenset({
+    "out_dir", "eval_interval", "log_interval", "eval_iters", "eval_only", "always_save_checkpoint", "init_from",
+    "wandb_log", "wandb_run_name", "max_iters", "decay_lr", "warmup_iters", "lr_decay_iters", "min_lr", "backend",
+    "dtype",
+})
+NANOGPT_DEFAULTS = {  # nanoGPT train.py's defaults, as gptrain settings (its model: GPT-2 124M, no biases)
+    "model.preset": "gpt2", "model.bias": False, "model.dropout": 0.0, "train.lr": 6e-4, "train.min_lr": 6e-5,
+    "train.max_steps": 600000, "train.warmup_steps": 2000, "train.decay_steps": 600000, "train.weight_decay": 0.1,
+    "train.beta1": 0.9, "train.beta2": 0.95, "train.grad_clip": 1.0, "train.lr_schedule": "cosine",
+    "train.eval_every": 2000, "train.eval_iters": 200, "train.batch_size": 12, "train.grad_accum_steps": 40,
+    "train.seed": 1337, "metrics.log_every": 1,
+}
+DIALECTS = {"hf": (HF_MARKERS, HF_DEFAULTS), "nanogpt": (NANOGPT_MARKERS, NANOGPT_DEFAULTS)}
+# the header's words when another tool's flags set the defaults (config_aliases.DIALECTS)
+DIALECT_NOTES = {
+    "hf": "\nthe HF Trainer's defaults fill what its flags leave out: lr 5e-5, linear decay to 0, no weight "
+          "decay, AdamW betas (0.9, 0.999), fp32 unless --bf16/--fp16, the model's own dropout (train.dialect=hf)",
+    "nanogpt": "\nnanoGPT train.py's defaults fill what its keys leave out: GPT-2 124M, 600000 iterations, warmup "
+               "2000, cosine to 6e-5 over 600000, batch 12 x 40 accumulated, eval and save every 2000 "
+               "(train.dialect=nanogpt)"}
 
 # Options that read a DeepSpeed JSON config into the settings gptrain has (deepspeed_config.py).
 DEEPSPEED_FLAGS = ("deepspeed_config", "deepspeed")

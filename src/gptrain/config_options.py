@@ -10,46 +10,61 @@ from __future__ import annotations
 
 import typing
 
-from gptrain import hf_flags
+from gptrain import hf_flags, nanogpt_config
 from gptrain.config import BOOL_WORDS, Config, all_keys, base_type, field_info, load_toml, set_key
-from gptrain.config_aliases import ALIASES, DEEPSPEED_FLAGS, MEANT
+from gptrain.config_aliases import ALIASES, DEEPSPEED_FLAGS, DIALECTS, MEANT
 from gptrain.config_check import check
 from gptrain.errors import UserError, closest
 
 
 def parse_train_args(argv: list[str], cfg: Config | None = None) -> Config:
-    """Parse `[CONFIG.toml] [--section.key=value | --section.key value | --hf_flag value]...`."""
+    """Parse `[CONFIG.toml | NANOGPT_CONFIG.py] [--section.key=value | --section.key value | --hf_flag value]...`."""
     cfg = cfg or Config()
     args = list(argv)
+    from_file = []
     if args and not args[0].startswith("-"):
-        load_toml(args.pop(0), cfg)
+        if nanogpt_config.is_nanogpt_config(args[0]):  # its keys apply as flags, before the ones after it
+            from_file = [(name, value, [f"--{name}={value}"]) for name, value in nanogpt_config.read(args.pop(0))]
+        else:
+            load_toml(args.pop(0), cfg)
     default, set_by = Config(), {}
-    options = list(split_options(args))
+    options = from_file + list(split_options(args))
     _take_dialect(cfg, default, [(name, value) for name, value, _ in options])
     for name, value, _ in options:
         before = {key: _setting(cfg, key) for key in EXCLUSIVE}
         apply_option(cfg, name, value)
         if name not in DEEPSPEED_FLAGS:  # a config file, as a TOML: the flags after it override it
             _refuse_conflicts(name, before, cfg, default, set_by)
+    given = {canonical_key(name) for name, _, _ in options}
+    if cfg.train.dialect == "nanogpt" and "checkpoint.every" not in given and \
+            cfg.checkpoint.every == default.checkpoint.every:
+        cfg.checkpoint.every = cfg.train.eval_every  # nanoGPT saves at each evaluation
     return check(cfg)
 
 
 def _take_dialect(cfg: Config, default: Config, options: list) -> None:
     """train.dialect from the flags (`--train.dialect`, else "hf" when an HF Trainer flag is
-    given: config_aliases.HF_MARKERS), and its defaults (HF_DEFAULTS) for each setting a config
-    file has not set (still gptrain's default); the flags are applied after, over them."""
-    from gptrain.config_aliases import HF_DEFAULTS, HF_MARKERS
-
+    given, "nanogpt" when a nanoGPT key is: config_aliases.DIALECTS), and its defaults for each
+    setting a config file has not set (still gptrain's default); the flags are applied after,
+    over them. Flags of both tools, with no --train.dialect, are one line: whose defaults fill
+    the rest would be a guess."""
     named = [value for name, value in options if canonical_key(name) == "train.dialect"]
     if named:
         cfg.train.dialect = named[-1]
-    elif any(name in HF_MARKERS for name, _ in options):
-        cfg.train.dialect = "hf"
-    if cfg.train.dialect != "hf":
+    else:
+        marked = {dialect: next((name for name, _ in options if name in markers), None)
+                  for dialect, (markers, _) in DIALECTS.items()}
+        found = {dialect: name for dialect, name in marked.items() if name}
+        if len(found) > 1:
+            raise UserError(f"--{found['hf']} is the HF Trainer's flag and --{found['nanogpt']} nanoGPT's: say "
+                            "whose defaults fill what the flags leave out with --train.dialect=hf, nanogpt or gptrain")
+        if found:
+            cfg.train.dialect = next(iter(found))
+    if cfg.train.dialect not in DIALECTS:
         return
-    for key, value in HF_DEFAULTS.items():
-        section, field = key.split(".")
+    for key, value in DIALECTS[cfg.train.dialect][1].items():
         if _setting(cfg, key) == _setting(default, key):
+            section, field = key.split(".")
             setattr(getattr(cfg, section), field, value)
 
 
@@ -168,6 +183,8 @@ def apply_option(cfg: Config, name: str, value) -> None:
             value = vmap.get(lookup, value)
         if value is None:
             value = "true"
+        if name == "dataset":  # nanoGPT's key: data/DATASET
+            value = nanogpt_config.data_dir(value)
         set_key(cfg, key, value)
         return
     if "." not in name:

@@ -144,9 +144,10 @@ BY_VALUE: dict[str, dict] = {
                   "*": "eval_only takes True or False"},
     "wandb_log": {"false": None, "true": ("metrics.report_to", "wandb"), "*": "wandb_log takes True or False"},
     "decay_lr": {"true": None, "false": ("train.lr_schedule", "constant"), "*": "decay_lr takes True or False"},
-    "always_save_checkpoint": {"true": None,
-                               "*": "gptrain saves every --checkpoint.every steps whatever the eval loss; to keep "
-                                    "the best by eval loss use --load_best_model_at_end (--checkpoint.keep_best)"},
+    # nanoGPT's False saves only a checkpoint that improves on the eval loss: gptrain keeps that best
+    # one (through keep_last) besides its newest
+    "always_save_checkpoint": {"true": None, "false": ("checkpoint.keep_best", "true"),
+                               "*": "always_save_checkpoint takes True or False"},
     "pretrain": {"false": None,
                  "*": "--pretrain true (FMEngine: random weights, --init_ckpt's not loaded) is not a flag here: "
                       "give the model's shape (--model.preset, --model.n_layer, ...) and no --init_ckpt"},
@@ -255,7 +256,14 @@ def table(aliases: dict, deepspeed_flags=()) -> str:
              "defaults for what it does not say (`train.dialect = \"hf\"`: lr 5e-5, linear decay to 0, no weight "
              "decay, AdamW betas 0.9/0.999, fp32 unless `--bf16`/`--fp16`, the starting model's own dropout; the run's header says so); logging, "
              "saving and evaluation keep gptrain's cadence unless their flags are given; `--train.dialect=gptrain` "
-             "keeps gptrain's defaults. "
+             "keeps gptrain's defaults. A command in nanoGPT's own keys (`--max_iters`, `--eval_interval`, "
+             "`--warmup_iters`, ...: config_aliases.NANOGPT_MARKERS) or with a nanoGPT config file first "
+             "(`gptrain train config/train_shakespeare_char.py --device=cpu ...`: its `NAME = value` lines are "
+             "read, never run) takes nanoGPT train.py's defaults (`train.dialect = \"nanogpt\"`: GPT-2 124M "
+             "without biases, 600000 iterations, warmup 2000, decay to 6e-5 over 600000, batch 12 with 40 "
+             "micro-steps accumulated per process, eval and save every 2000 over 200 batches, log every step, "
+             "seed 1337), its `dataset` naming `data/DATASET` where that folder holds nanoGPT's `train.bin`, "
+             "and `always_save_checkpoint=False` keeping the best checkpoint by eval loss. "
              "Generated from `TrainingArguments` itself by "
              "`python -m gptrain.hf_flags > docs/hf-trainer-flags.md`; tests/unit/test_hf_flags.py fails when "
              "a field is missing or this file is stale."]

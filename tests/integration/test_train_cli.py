@@ -2,11 +2,14 @@
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 from gptrain import run_layout
-from tests.helpers import TINY, make_dataset, save_as_hf_blocks, step_dir, train
+from tests.helpers import TINY, make_dataset, save_as_hf_blocks, shakespeare_char, step_dir, train, write_corpus
+
+NANOGPT = Path(__file__).resolve().parents[1] / "third_party" / "nanogpt"
 
 
 @pytest.fixture(scope="module")
@@ -193,14 +196,21 @@ def test_a_terminal_gets_a_progress_bar_and_a_pipe_does_not(tmp_path):
 
 
 def test_nanogpts_readme_line_trains_as_typed(tmp_path):
-    """nanoGPT's README ("I only have a macbook"), its flags as typed to `gptrain train` (fewer
-    iterations; --dataset and --out_dir as nanoGPT's keys name them), on a prepared dataset."""
-    data = make_dataset(tmp_path)
-    out = tmp_path / "out-shakespeare-char"
-    r = train("--device=cpu", "--compile=False", "--eval_iters=2", "--log_interval=1", "--block_size=64",
-              "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128", "--max_iters=3", "--lr_decay_iters=3",
-              "--dropout=0.0", f"--dataset={data}", f"--out_dir={out}", "--eval_interval=3", "--min_lr=1e-4")
-    assert "training 0.8" in r.stdout and "3 steps of 768 tokens" in r.stdout, r.stdout
+    """nanoGPT's README ("I only have a macbook") typed in a nanoGPT checkout: its config file first
+    (config/train_shakespeare_char.py, read, never run), data/shakespeare_char as its prepare.py
+    writes it, the flags as typed but for fewer iterations; nanoGPT's defaults fill the rest."""
+    import shutil
+
+    shutil.copytree(NANOGPT / "config", tmp_path / "config")
+    shakespeare_char(tmp_path / "data" / "shakespeare_char", write_corpus(tmp_path / "in.txt", 20000).read_text())
+    r = train("config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=2",
+              "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128",
+              "--max_iters=3", "--lr_decay_iters=3", "--dropout=0.0", cwd=tmp_path)
+    assert "training 0.8" in r.stdout and "3 steps of 768 tokens" in r.stdout, r.stdout  # (the file's accumulation: 1)
+    assert "nanoGPT train.py's defaults fill what its keys leave out" in r.stdout, r.stdout
+    out = tmp_path / "out-shakespeare-char"  # the file's out_dir, in the checkout
     rows = [json.loads(line) for line in run_layout.metrics_file(out).read_text().splitlines()]
     assert [row["step"] for row in rows if "train/loss" in row] == [1, 2, 3]
+    lr = [row["train/lr"] for row in rows if "train/lr" in row]
+    assert lr == pytest.approx([1e-3 * i / 100 for i in (1, 2, 3)]), lr  # the file's warmup_iters=100
     assert any("eval/loss" in row for row in rows) and step_dir(out, 3).is_dir()

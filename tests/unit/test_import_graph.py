@@ -25,7 +25,7 @@ LAYERS = [
     {"data"},
     {"models"},
     {"distributed"},
-    {"config_check", "config"},
+    {"config_check", "config", "nanogpt_config"},
     {"config_options"},
     {"train"},
     {"jobs"},

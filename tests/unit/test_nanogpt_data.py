@@ -11,26 +11,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_cli
-from tests.helpers import TINY, make_dataset, save_as_hf_blocks, train, write_corpus
-
-
-def shakespeare_char(folder, text):
-    """What nanoGPT's data/shakespeare_char/prepare.py writes (its code, on `text`)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "input.txt").write_text(text)
-    (folder / "prepare.py").write_text("# nanoGPT's prepare script\n")
-    data = (folder / "input.txt").read_text()
-    chars = sorted(list(set(data)))
-    stoi = {ch: i for i, ch in enumerate(chars)}
-    itos = {i: ch for i, ch in enumerate(chars)}
-    n = len(data)
-    train_ids = np.array([stoi[c] for c in data[:int(n * 0.9)]], dtype=np.uint16)
-    val_ids = np.array([stoi[c] for c in data[int(n * 0.9):]], dtype=np.uint16)
-    train_ids.tofile(os.path.join(folder, "train.bin"))
-    val_ids.tofile(os.path.join(folder, "val.bin"))
-    with open(os.path.join(folder, "meta.pkl"), "wb") as f:
-        pickle.dump({"vocab_size": len(chars), "itos": itos, "stoi": stoi}, f)
-    return folder
+from tests.helpers import TINY, make_dataset, save_as_hf_blocks, shakespeare_char, train, write_corpus
 
 
 def shakespeare_gpt2(folder, text):

@@ -40,8 +40,12 @@ def help_text() -> str:
     from gptrain import config, config_check
     from gptrain.config_aliases import ALIASES, DEEPSPEED_FLAGS
 
-    out = ["usage: gptrain train [CONFIG.toml] [--section.key=value ...] [HF-Trainer-style flags]",
-           "", "Train a GPT model in the foreground (alone or under torchrun).", ""]
+    out = ["usage: gptrain train [CONFIG.toml | NANOGPT_CONFIG.py] [--section.key=value ...] "
+           "[HF Trainer flags | nanoGPT --key=value]",
+           "", "Train a GPT model in the foreground (alone or under torchrun). A nanoGPT config file "
+           "(config/train_shakespeare_char.py) is read as its NAME = value lines, never run; a command in "
+           "the HF Trainer's flags or nanoGPT's keys takes that tool's defaults for what it leaves out "
+           "(train.dialect).", ""]
     for section, cls in config.SECTIONS.items():
         out.append(f"[{section}]")
         hints = typing.get_type_hints(cls)

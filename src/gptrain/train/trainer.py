@@ -49,10 +49,8 @@ from gptrain.train.data_check import DataCheck
 from gptrain.train.samples import Sampler
 from gptrain.train.step_reader import StepReader
 from gptrain.weights import checksums
+from gptrain.config_aliases import DIALECT_NOTES
 
-# the header's words when HF Trainer flags set the defaults (config_aliases.HF_DEFAULTS)
-DIALECT_NOTE = ("\nthe HF Trainer's defaults fill what its flags leave out: lr 5e-5, linear decay to 0, no weight "
-                "decay, AdamW betas (0.9, 0.999), fp32 unless --bf16/--fp16, the model's own dropout (train.dialect=hf)")
 
 
 def train(cfg: Config) -> dict:
@@ -333,7 +331,7 @@ class Trainer(Checkpointing, Evaluating):
         info = run_layout.run_info_file(self.out)
         self.log_main(f"training {self.n_params / 1e6:.2f}M parameters{lora} on {env.world} x {env.device.type} "
                       f"in {self.plan.precision}: {self.total_steps:,} steps of {tokens_per_step:,} tokens "
-                      f"(how and why: {info})" + (DIALECT_NOTE if self.cfg.train.dialect == "hf" else ""))
+                      f"(how and why: {info})" + DIALECT_NOTES.get(self.cfg.train.dialect, ""))
         if "warning: " in self.plan.precision_why:  # (a precision this CPU runs far slower: its cost)
             self.log_main(self.plan.precision_why.split("; ", 1)[1])
         if env.is_main:  # the details a user looks up (`gptrain inspect`), not a header to read
