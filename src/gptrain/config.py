@@ -92,7 +92,8 @@ class DataConfig:
 class TrainConfig:
     output_dir: str = opt("out", "Directory for checkpoints, metrics and the resolved config.")
     do_train: bool = opt(True, "Run training.")
-    do_eval: bool = opt(True, "Evaluate on the validation split (every eval_every steps and at the end).")
+    do_eval: bool = opt(True, "Evaluate on the validation split at the end, and during training as "
+                        "eval_strategy says.")
     batch_size: int = opt(8, "Sequences per device per micro-step.", ge=1, le=1 << 20)
     eval_batch_size: int = opt(8, "Sequences per device per evaluation step.", ge=1, le=1 << 20)
     grad_accum_steps: int = opt(1, "Micro-steps accumulated into one optimizer step.", ge=1, le=1 << 20)
@@ -126,9 +127,10 @@ class TrainConfig:
     seed: int = opt(42, "Seed for init, data order and dropout (0 to 2^32-1, as numpy takes it).", ge=0, le=2**32 - 1)
     dialect: str = opt("gptrain", "Whose defaults fill the settings no flag or config gives: gptrain's; the HF "
                        "Trainer's (lr 5e-5 linear to 0, no weight decay, AdamW betas 0.9/0.999, fp32 unless "
-                       "--bf16/--fp16, the starting model's own dropout), taken by a run given in the HF Trainer's "
-                       "flags; or nanoGPT train.py's (GPT-2 124M, 600000 iterations, warmup 2000, batch 12 x 40 "
-                       "accumulated, eval and save every 2000), taken by a run given in nanoGPT's keys or config file.",
+                       "--bf16/--fp16, the starting model's own dropout, logging every 500 steps, evaluating only "
+                       "when asked), taken by a run given in the HF Trainer's flags; or nanoGPT train.py's (GPT-2 "
+                       "124M, 600000 iterations, warmup 2000, batch 12 x 40 accumulated, eval and save every 2000), "
+                       "taken by a run given in nanoGPT's keys or config file.",
                        ("gptrain", "hf", "nanogpt"))
     precision: str = opt("auto", "Compute precision; auto: bf16 on GPUs that support it; on a CPU the dtype its "
                          "matmuls run fastest in, measured once per CPU kind and kept with its numbers "
@@ -141,7 +143,8 @@ class TrainConfig:
     loss_scale_hysteresis: int = opt(1, "fp16 dynamic loss scaling: overflows (each step skipped) "
                                      "before the scale is halved.", ge=1)
     loss_scale_min: float = opt(1.0, "fp16 dynamic loss scaling: the scale never drops below this.", gt=0)
-    eval_strategy: str = opt("steps", "When to evaluate: every eval_every steps, each epoch, or never.",
+    eval_strategy: str = opt("steps", "When to evaluate during training: every eval_every steps, each epoch, or "
+                             "no (then only at the end, when do_eval, as run_clm.py's --do_eval does).",
                              ("steps", "epoch", "no"))
     eval_every: int = opt(500, "Evaluate every this many steps (eval_strategy=steps).", ge=1)
     eval_iters: int | None = opt(None, "Batches of eval_batch_size per evaluation, at most (nanoGPT's "

@@ -98,8 +98,7 @@ ALIASES: dict[str, tuple[str, dict | None]] = {
 }
 # A run given in the HF Trainer's own flags (any of HF_MARKERS: TrainingArguments fields no other
 # tool's flags spell) takes TrainingArguments' defaults for the settings its flags do not give
-# (train.dialect = "hf"); gptrain's own flags and config keep gptrain's. Logging, saving and
-# evaluation keep gptrain's cadence (their flags set them: --logging_steps, --save_steps).
+# (train.dialect = "hf"); gptrain's own flags and config keep gptrain's.
 HF_MARKERS = frozenset({  # (not those gptrain's users type as short forms, --report_to, --bf16, nor
     # those FMEngine's scripts share: --output_dir, --save_steps)
     "per_device_train_batch_size", "per_device_eval_batch_size", "num_train_epochs", "lr_scheduler_type",
@@ -110,6 +109,9 @@ HF_MARKERS = frozenset({  # (not those gptrain's users type as short forms, --re
 HF_DEFAULTS = {  # TrainingArguments' defaults, as gptrain settings
     "train.lr": 5e-5, "train.lr_schedule": "linear", "train.min_lr_ratio": 0.0, "train.weight_decay": 0.0,
     "train.beta1": 0.9, "train.beta2": 0.999, "train.precision": "fp32",
+    # its cadence: log every 500 steps; evaluate only when asked (--do_eval: at the end; an
+    # --eval_strategy: during training too, as TrainingArguments turns do_eval on for it)
+    "metrics.log_every": 500, "train.do_eval": False, "train.eval_strategy": "no",
 }
 # A run given in nanoGPT's own config keys (any of NANOGPT_MARKERS, or a nanoGPT config file:
 # nanogpt_config.py) takes the defaults of nanoGPT's train.py for what it does not give
@@ -132,7 +134,8 @@ DIALECTS = {"hf": (HF_MARKERS, HF_DEFAULTS), "nanogpt": (NANOGPT_MARKERS, NANOGP
 # the header's words when another tool's flags set the defaults (config_aliases.DIALECTS)
 DIALECT_NOTES = {
     "hf": "\nthe HF Trainer's defaults fill what its flags leave out: lr 5e-5, linear decay to 0, no weight "
-          "decay, AdamW betas (0.9, 0.999), fp32 unless --bf16/--fp16, the model's own dropout (train.dialect=hf)",
+          "decay, AdamW betas (0.9, 0.999), fp32 unless --bf16/--fp16, the model's own dropout, logging every "
+          "500 steps, evaluating only with --do_eval or an --eval_strategy (train.dialect=hf)",
     "nanogpt": "\nnanoGPT train.py's defaults fill what its keys leave out: GPT-2 124M, 600000 iterations, warmup "
                "2000, cosine to 6e-5 over 600000, batch 12 x 40 accumulated, eval and save every 2000 "
                "(train.dialect=nanogpt)"}

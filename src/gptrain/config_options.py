@@ -36,6 +36,8 @@ def parse_train_args(argv: list[str], cfg: Config | None = None) -> Config:
         if name not in DEEPSPEED_FLAGS:  # a config file, as a TOML: the flags after it override it
             _refuse_conflicts(name, before, cfg, default, set_by)
     given = {canonical_key(name) for name, _, _ in options}
+    if cfg.train.dialect == "hf" and cfg.train.eval_strategy != "no":
+        cfg.train.do_eval = True  # as TrainingArguments.__post_init__ does
     if cfg.train.dialect == "nanogpt" and "checkpoint.every" not in given and \
             cfg.checkpoint.every == default.checkpoint.every:
         cfg.checkpoint.every = cfg.train.eval_every  # nanoGPT saves at each evaluation

@@ -73,7 +73,7 @@ def test_tensorboard_events_are_readable(tmp_path):
     data = make_dataset(tmp_path)
     out = tmp_path / "out"
     r = train(f"--data.path={data}", f"--train.output_dir={out}", "--train.max_steps=4", "--logging_steps=1",
-              "--train.eval_every=2", *TINY, "--report_to=tensorboard", "--max_grad_norm=0.001")
+              "--train.eval_every=2", "--eval_strategy=steps", *TINY, "--report_to=tensorboard", "--max_grad_norm=0.001")
     acc = EventAccumulator(str(out / "tensorboard"))
     acc.Reload()
     tags = acc.Tags()["scalars"]
@@ -194,6 +194,22 @@ def test_a_terminal_gets_a_progress_bar_and_a_pipe_does_not(tmp_path):
     piped = train(*args[4:], f"--train.output_dir={tmp_path / 'pipe'}")
     assert "%|" not in piped.stdout and "%|" not in piped.stderr and "step      4/4 | loss" in piped.stdout
 
+
+def test_hf_flags_evaluate_when_the_trainer_would(gpt2_data, tiny_hf_gpt2, tmp_path):
+    """#49 row 2: the HF Trainer's cadence. run_clm.py's --do_eval without an --eval_strategy
+    evaluates once, at the end; without --do_eval nothing is evaluated (gptrain evaluated every
+    500 steps and at the end either way)."""
+    def evals(*flags):
+        out = tmp_path / f"out{len(flags)}"
+        cmd = tutorial_cmd(gpt2_data, tiny_hf_gpt2, out)
+        cut = cmd.index("--eval_steps")
+        cmd = [f for f in cmd[:cut] + cmd[cut + 4:] if f != "--do_eval"]  # no --eval_steps/--eval_strategy
+        train(*cmd, *flags)
+        rows = [json.loads(line) for line in run_layout.metrics_file(out).read_text().splitlines()]
+        return [row["step"] for row in rows if "eval/loss" in row]
+
+    assert evals("--do_eval") == [3]
+    assert evals() == []
 
 def test_nanogpts_readme_line_trains_as_typed(tmp_path):
     """nanoGPT's README ("I only have a macbook") typed in a nanoGPT checkout: its config file first

@@ -41,9 +41,11 @@ def test_the_flags_a_new_user_met_work_or_say_why_not():
     tc = cfg.train
     assert (tc.grad_clip, tc.warmup_ratio, tc.beta2, tc.compile, tc.lr_schedule) == (0.5, 0.1, 0.95, True, "linear")
     assert cfg.checkpoint.every == 0
-    best = parse_train_args(["--load_best_model_at_end", "--metric_for_best_model", "eval_loss", "--eval_steps",
-                             "50", "--save_steps", "100", "--save_total_limit", "2"]).checkpoint
+    best = parse_train_args(["--load_best_model_at_end", "--metric_for_best_model", "eval_loss", "--eval_strategy",
+                             "steps", "--eval_steps", "50", "--save_steps", "100", "--save_total_limit", "2"]).checkpoint
     assert (best.keep_best, best.keep_last, best.every) == (True, 2, 100)
+    with pytest.raises(UserError, match="set --do_eval and an --eval_strategy"):  # as the Trainer refuses it
+        parse_train_args(["--load_best_model_at_end", "--eval_steps", "50", "--save_total_limit", "2"])
     assert lr_at(0, tc, 100) == pytest.approx(tc.lr / 10) and lr_at(9, tc, 100) == pytest.approx(tc.lr)
     for argv, says in ((["--lr_scheduler_type", "reduce_lr_on_plateau"], "follows an evaluation metric"),
                        (["--metric_for_best_model", "accuracy"], "lowest eval loss; another metric"),
@@ -241,6 +243,16 @@ def test_hf_trainer_flags_take_the_trainers_defaults_for_what_they_leave_out(tmp
         assert lr_at(s, tc, steps) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-12, abs=1e-18), s
         opt.step()
         sched.step()
+    # its cadence: logging every logging_steps, saving every save_steps, evaluating only when asked
+    cfg = parse_train_args(["--per_device_train_batch_size", "2"])
+    assert (cfg.metrics.log_every, cfg.checkpoint.every) == (hf.logging_steps, hf.save_steps)
+    assert (cfg.train.do_eval, cfg.train.eval_strategy) == (hf.do_eval, str(hf.eval_strategy.value)) == (False, "no")
+    asked = TrainingArguments(output_dir=str(tmp_path / "hf"), do_eval=True)  # run_clm's --do_eval: at the end
+    cfg = parse_train_args(["--per_device_train_batch_size", "2", "--do_eval"])
+    assert (cfg.train.do_eval, cfg.train.eval_strategy) == (asked.do_eval, str(asked.eval_strategy.value))
+    during = TrainingArguments(output_dir=str(tmp_path / "hf"), eval_strategy="steps", eval_steps=7)
+    cfg = parse_train_args(["--per_device_train_batch_size", "2", "--eval_strategy", "steps", "--eval_steps", "7"])
+    assert (cfg.train.do_eval, cfg.train.eval_strategy, cfg.train.eval_every) == (during.do_eval, "steps", 7)
     assert parse_train_args(["--per_device_train_batch_size", "2", "--bf16", "--learning_rate", "1e-3"]).train.lr == 1e-3
     assert parse_train_args(["--per_device_train_batch_size", "2", "--bf16"]).train.precision == "bf16"
     ours = parse_train_args(["--train.batch_size=2", "--train.max_steps=20"]).train

@@ -25,12 +25,12 @@ class Evaluating:
         have = count_blocks(tokens, T, limit, examples)
         need = self.dims.dp * (tc.eval_batch_size if self.dims.pp > 1 else 1)  # a pipeline needs full batches
         if have >= need:
-            if tc.do_eval and tc.eval_strategy != "no" and limit is not None and \
+            if tc.do_eval and limit is not None and \
                     (whole := count_blocks(tokens, T, None, examples)) > have:
                 self.log_main(f"note: each evaluation reads the first {have:,} of the {whole:,} validation "
                               f"blocks of {path} (set --train.eval_iters=0 to read the whole split)")
             return open_tokens(path, "val"), examples
-        if tc.do_eval and tc.eval_strategy != "no":
+        if tc.do_eval:
             self.log_main(f"note: no evaluation{' of it' if self.cfg.data.mix else ''}: the validation split of "
                           f"{path} has {tokens} tokens, {have} block(s) of {T}, and this layout needs {need}; "
                           "prepare the data with a larger --val-fraction (or a smaller train.eval_batch_size)")

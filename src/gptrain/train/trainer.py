@@ -392,7 +392,7 @@ class Trainer(Checkpointing, Evaluating):
                 if stopping:
                     status = "stopped"
                     break
-            if tc.do_eval and tc.eval_strategy != "no" and status != "stopped":  # (a stop's grace is short)
+            if tc.do_eval and status != "stopped":  # (a stop's grace is short)
                 self._eval()
             if tc.do_train and self.step > 0:
                 self.save(final=True)
