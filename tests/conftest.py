@@ -81,6 +81,19 @@ def save_tiny_hf_llama(out, n_layer=2):
     return out
 
 
+def save_tiny_hf_neox(out, n_layer=2):
+    """A tiny random GPTNeoXForCausalLM (a family gptrain has no spec for: the generic path),
+    saved by transformers itself; its vocabulary holds the char datasets' ids."""
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    torch.manual_seed(0)
+    cfg = GPTNeoXConfig(vocab_size=96, hidden_size=32, num_hidden_layers=n_layer, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0)
+    GPTNeoXForCausalLM(cfg).eval().save_pretrained(out)
+    return out
+
+
 @pytest.fixture(scope="session")
 def tiny_hf_gpt2(tmp_path_factory):
     return save_tiny_hf_gpt2(tmp_path_factory.mktemp("hf") / "tiny-gpt2")
@@ -89,6 +102,11 @@ def tiny_hf_gpt2(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_hf_llama(tmp_path_factory):
     return save_tiny_hf_llama(tmp_path_factory.mktemp("hf") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_neox(tmp_path_factory):
+    return save_tiny_hf_neox(tmp_path_factory.mktemp("hf") / "tiny-neox")
 
 
 @pytest.fixture(scope="session")

@@ -35,10 +35,11 @@ class ModelConfig:
                       "mistral-7b, phi3-mini, olmo2-1b, gemma2-2b, gemma3-1b; and a tiny one of each "
                       "family (gpt2-tiny, llama-tiny, qwen2-tiny, ... gemma3-tiny). "
                       "Ignored when init_from gives weights with their own shape.")
-    init_from: str = opt("", "Start from these weights: a Hugging Face GPT-2, Llama, Qwen2, Qwen3, "
-                         "Mistral, Phi-3, OLMo 2, Gemma 2 or Gemma 3 directory "
-                         "(a Trainer checkpoint-N too) or hub id, a gptrain checkpoint directory, "
-                         "a nanoGPT ckpt.pt, a checkpoint ID or a job name. Empty: random init.")
+    init_from: str = opt("", "Start from these weights: a Hugging Face directory (a Trainer checkpoint-N too) "
+                         "or hub id of GPT-2, Llama, Qwen2, Qwen3, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 or any "
+                         "other causal LM transformers implements (GPT-NeoX, Falcon, ...: trained as transformers' "
+                         "own module), a gptrain checkpoint directory, a nanoGPT ckpt.pt, a checkpoint ID or a job "
+                         "name. Empty: random init.")
     n_layer: int | None = opt(None, "Override the preset's number of transformer blocks.", ge=1, le=4096)
     n_head: int | None = opt(None, "Override the preset's number of attention heads.", ge=1, le=4096)
     n_kv_head: int | None = opt(None, "Override the preset's key/value heads (Llama grouped-query "

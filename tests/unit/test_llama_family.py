@@ -125,8 +125,9 @@ def test_what_the_family_does_not_compute_is_refused():
     with pytest.raises(UserError, match="Qwen2 models with attention_bias or mlp_bias"):
         config_from_hf({**base, "mlp_bias": True})
     assert config_from_hf({**base, "model_type": "mistral", "head_dim": 16}).head_dim == 16  # (Mistral-Nemo's kind)
-    with pytest.raises(UserError, match="model_type 'gpt_neox' is not supported"):
-        config_from_hf({**base, "model_type": "gpt_neox"})
+    with pytest.raises(UserError, match="model_type 'no_such_type' is not supported"):
+        config_from_hf({**base, "model_type": "no_such_type"})
+    assert config_from_hf({**base, "model_type": "gpt_neox"}).arch == "hf_generic"  # (no spec: transformers' own)
     gemma = {**base, "model_type": "gemma3_text", "head_dim": 16}
     assert config_from_hf({**gemma, "layer_types": ["sliding_attention", "full_attention"]}).sliding_pattern == 2
     with pytest.raises(UserError, match="not a repeating pattern"):  # (a global layer first, then windowed)

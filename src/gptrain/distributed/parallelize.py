@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 from gptrain.errors import UserError
+from gptrain.models.shapes import ARCH_GENERIC, WHY_GENERIC
 
 
 def check_layout(model_cfg, dims) -> None:
@@ -25,6 +26,9 @@ def check_layout(model_cfg, dims) -> None:
     if dims.tp > 1 and why:
         raise UserError(f"tensor parallel of a {model_cfg.arch} model ({why}) is not supported yet; "
                         "shard it with parallel.dp_shard (FSDP2) instead")
+    if dims.pp > 1 and model_cfg.arch == ARCH_GENERIC:
+        raise UserError(f"pipeline parallel of {WHY_GENERIC} is not supported; shard it with parallel.dp_shard "
+                        "(FSDP2) instead")
     if dims.pp > 1 and dims.pp > model_cfg.n_layer:
         raise UserError(f"parallel.pp={dims.pp} stages but the model has only {model_cfg.n_layer} "
                         "layers; use at most one stage per layer")
@@ -73,9 +77,9 @@ def apply_ac(model, mode: str) -> None:
     """Recompute block activations in backward: every block (full) or every other (selective)."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    for i, (name, block) in enumerate(list(model.transformer.h.items())):
+    for i, (container, key) in enumerate(model.block_slots()):
         if mode == "full" or (mode == "selective" and i % 2 == 0):
-            model.transformer.h[name] = checkpoint_wrapper(block, preserve_rng_state=True)
+            container[key] = checkpoint_wrapper(container[key], preserve_rng_state=True)
 
 
 def apply_compile(model) -> None:
@@ -83,11 +87,12 @@ def apply_compile(model) -> None:
     the unfused loss path: ln_f, lm_head and the loss as one region (models/base.py head_loss),
     so the norm, the weight's cast, the padded columns' mask and the softmax fuse. Under tensor
     parallel the head's modules carry DTensor hooks: only the loss is compiled there."""
-    for block in model.transformer.h.values():
-        block.compile()
+    for container, key in model.block_slots():
+        container[key].compile()
     from gptrain.models.base import cross_entropy
 
-    if model.transformer["ln_f"] is None:  # a pipeline stage without the head
+    if getattr(model, "transformer", None) is None or model.transformer["ln_f"] is None:
+        return  # transformers' own module (the generic path), or a pipeline stage without the head
         return
     if _sharded(model.lm_head.weight):
         model.loss_fn = torch.compile(cross_entropy)
@@ -110,7 +115,7 @@ def apply_fsdp(model, dp_mesh, param_dtype, reduce_dtype) -> None:
     # GPT returns logits sliced to the real vocabulary (a view); nothing modifies them in place.
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
-    blocks = list(model.transformer.h.values())
+    blocks = [container[key] for container, key in model.block_slots()]
     for i, block in enumerate(blocks):
         # the last block's parameters are needed again at once by backward: keep them gathered
         fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=i < len(blocks) - 1)

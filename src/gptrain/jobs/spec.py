@@ -217,7 +217,7 @@ class JobSpec:
 
                 check_file_kind(cfg.data.path)  # (a .csv was refused by every worker, after the record)
             if (hub := hub_id(cfg.model.init_from, base)) is not None:
-                from gptrain.models.hf import check_fetchable
+                from gptrain.models.hub import check_fetchable
 
                 check_fetchable(hub)
             if cfg.model.attn_implementation == "flash_attention_2":

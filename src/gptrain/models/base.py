@@ -118,6 +118,11 @@ class CausalLM(nn.Module):
         self.loss_fn = cross_entropy  # that path's loss (compiled by parallelize when asked)
         self.init_weights()  # (adapters: models/lora.py attaches them to a built model)
 
+    def block_slots(self) -> list:
+        """(container, key) of each transformer block: what FSDP shards, activation checkpointing
+        wraps and compile compiles one by one (models/generic.py has its own)."""
+        return [(self.transformer.h, name) for name in self.transformer.h]
+
     def embed(self, idx, start_pos: int, positions=None):
         """The first hidden states of tokens at positions start_pos.., or at `positions` (B, T)."""
         raise NotImplementedError

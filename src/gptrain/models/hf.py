@@ -15,52 +15,19 @@ from pathlib import Path
 import torch
 
 from gptrain.errors import UserError
+from gptrain.models.shapes import ARCH_GENERIC
 from gptrain.weights import checksums
-from gptrain.weights.hf import is_hf_dir  # noqa: F401  (the one test of a HF model directory)
-
-
-def resolve(name_or_path: str) -> Path:
-    """A local HF model directory, downloading a hub id (when online) into the HF cache."""
-    p = Path(name_or_path).expanduser()
-    if p.exists():
-        if not is_hf_dir(p):
-            raise UserError(f"{p} is not a Hugging Face model directory (needs config.json and "
-                            "model.safetensors or pytorch_model.bin)")
-        return p
-    if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
-        raise UserError(f"model path {name_or_path} does not exist")
-    return _from_hub(name_or_path, ["config.json", "generation_config.json", "model.safetensors*", "*.json",
-                                    "merges.txt", "vocab.json", "tokenizer.model"])
-
-
-def check_fetchable(hub_id: str) -> None:
-    """At submit, a hub id ("owner/name") the job's workers would fetch: in this machine's HF
-    cache, or else its config.json fetched now (the hub's own answer: no such repository, no
-    network, offline), so a name that cannot be had is one line before anything is recorded."""
-    try:
-        _from_hub(hub_id, ["config.json"], local_files_only=True)
-    except UserError:
-        _from_hub(hub_id, ["config.json"])
-
-
-def _from_hub(name: str, patterns: list[str], **kw) -> Path:
-    """snapshot_download of `patterns` of a hub model, its failures one line."""
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        raise UserError(f"{name!r} is not a local directory, and downloading from the "
-                        "Hugging Face Hub needs: pip install 'gptrain[hf]'") from None
-    try:
-        return Path(snapshot_download(name, allow_patterns=patterns, **kw))
-    except Exception as e:  # the hub client raises many types: offline, 404, auth
-        raise UserError(f"cannot get {name!r} from the Hugging Face Hub ({type(e).__name__}); check "
-                        "the name and the network, or pass a local model directory") from None
+from gptrain.models.hub import resolve
 
 
 def config_from_hf(hf: dict, **overrides):
     from gptrain.models.registry import spec_of_hf
 
     spec = spec_of_hf(hf.get("model_type"))
+    if spec.arch == ARCH_GENERIC:
+        from gptrain.models import generic
+
+        return generic.config_from_hf(hf, **overrides)
     read = {"gpt2": gpt2_config_from_hf, "gemma2": gemma_config_from_hf, "gemma3": gemma_config_from_hf}
     cfg = read[spec.arch](hf, spec) if spec.arch in read else llama_config_from_hf(hf, spec)
     for key, value in overrides.items():
@@ -349,6 +316,10 @@ def load_hf(name_or_path: str, **overrides):
     with reading(config_file, "model config"):  # a missing or mistyped field names the file
         cfg = config_from_hf(read_json(config_file, "model config"), **overrides)
     check_loadable(cfg, str(config_file))
+    if cfg.arch == ARCH_GENERIC:  # transformers' own module, read by transformers
+        from gptrain.models.generic import GenericCausalLM
+
+        return GenericCausalLM(cfg, model_dir), model_dir
     with torch.device("meta"):
         model = build(cfg)
     model.to_empty(device="cpu")
@@ -387,9 +358,16 @@ def export_hf(model, tokenizer, out_dir) -> Path:
         model = merged(model)
     cfg = model.config
     with new_directory(out_dir, "--out directory") as tmp:
-        save_file(to_hf_state_dict(model.state_dict(), cfg), tmp / "model.safetensors",
-                  metadata={"format": "pt"})
-        hf_cfg = config_to_hf(cfg)
+        if cfg.arch == ARCH_GENERIC:  # transformers' own module: its own save_pretrained
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+            model.model.save_pretrained(tmp, safe_serialization=True)
+            hf_cfg = json.loads((tmp / "config.json").read_text())
+        else:
+            save_file(to_hf_state_dict(model.state_dict(), cfg), tmp / "model.safetensors",
+                      metadata={"format": "pt"})
+            hf_cfg = config_to_hf(cfg)
         eos = getattr(tokenizer, "eos_id", None)
         hf_cfg["bos_token_id"] = hf_cfg["eos_token_id"] = eos
         hf_cfg[checksums.EXPORT_KEY] = checksums.ALGORITHM  # sealed with a list: a load refuses one without

@@ -97,7 +97,7 @@ def load_base(init_from: str, block_size: int | None = None, pad_vocab_multiple:
         if block_size > model.config.block_size:
             raise UserError(f"model.block_size={block_size} exceeds the {model.config.block_size} "
                             f"positions of {init_from}")
-        if "wpe" in model.transformer:  # learned positions beyond the context are dropped
+        if "wpe" in getattr(model, "transformer", {}):  # learned positions beyond the context are dropped
             wpe = model.transformer.wpe
             wpe.weight = torch.nn.Parameter(wpe.weight[: block_size].clone())
         model.config.block_size = block_size

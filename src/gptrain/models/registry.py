@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gptrain.errors import UserError, closest
-from gptrain.models.shapes import (_SHARED_ONCE, Gemma2Config, Gemma3Config, GPTConfig, LlamaConfig, MistralConfig,
-                                   Olmo2Config, Phi3Config, Qwen2Config, Qwen3Config)
+from gptrain.models.shapes import (_SHARED_ONCE, ARCH_GENERIC, WHY_GENERIC, Gemma2Config, Gemma3Config, GenericConfig,
+                                   GPTConfig, LlamaConfig, MistralConfig, Olmo2Config, Phi3Config, Qwen2Config,
+                                   Qwen3Config, causal_lm_types)
 
 
 def config_from_dict(d: dict, overrides: dict | None = None) -> GPTConfig:
@@ -183,18 +184,31 @@ PRESETS: dict[str, dict] = {name: dict(shape, arch=spec.arch) for spec in SPECS.
                             for name, shape in spec.presets.items()}
 
 
+# Any other decoder-only model transformers implements: its own module (models/generic.py)
+GENERIC = ArchSpec(arch=ARCH_GENERIC, model_class="gptrain.models.generic:GenericCausalLM", config_class=GenericConfig,
+                   hf_model_type="", hf_architecture="", display="transformers' own module")
+
+
 def spec_of(arch: str) -> ArchSpec:
+    if arch == ARCH_GENERIC:
+        return GENERIC
     if arch not in SPECS:
         raise UserError(f"unknown model arch {arch!r}: use one of {', '.join(SPECS)}")
     return SPECS[arch]
 
 
 def spec_of_hf(model_type) -> ArchSpec:
+    """The spec of a config.json's model_type: gptrain's own, else the generic path for any
+    causal LM transformers implements."""
     for spec in SPECS.values():
         if spec.hf_model_type == model_type:
             return spec
+    if isinstance(model_type, str) and model_type in causal_lm_types():
+        return GENERIC
     raise UserError(f"model_type {model_type!r} is not supported: gptrain loads "
-                    f"{' and '.join(f'{s.hf_model_type} ({s.hf_architecture})' for s in SPECS.values())} models")
+                    f"{', '.join(f'{s.hf_model_type} ({s.hf_architecture})' for s in SPECS.values())} models with "
+                    "its own modules, and any other causal LM the installed transformers implements as "
+                    "transformers' own module")
 
 
 def build_model_config(model_cfg, vocab_size: int | None = None):
@@ -241,6 +255,9 @@ def check_lora_targets(model_cfg, targets: list[str]) -> None:
     """LoRA targets that name no Linear of the model's architecture, refused before anything
     runs (the architecture from the preset, or from the weights' own config when they are local)."""
     arch = weights_arch(model_cfg.init_from) if model_cfg.init_from else PRESETS.get(model_cfg.preset, {}).get("arch")
+    if arch == ARCH_GENERIC:
+        raise UserError(f"LoRA on {WHY_GENERIC} is not supported yet: fine-tune all its weights (no --lora_r), "
+                        "sharded with parallel.dp_shard if it is large")
     if arch not in SPECS:
         return  # (hub ids: checked when the model is built)
     names = SPECS[arch].block_linears

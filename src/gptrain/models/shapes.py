@@ -262,6 +262,39 @@ class Gemma3Config(Gemma2Config):
     final_softcap: float | None = None
 
 
+# The generic path (models/generic.py): transformers' own module of a model type no spec covers
+ARCH_GENERIC = "hf_generic"
+WHY_GENERIC = "transformers' own module, trained through the generic path"
+
+
+def causal_lm_types() -> dict:
+    """model_type -> transformers' causal LM class name, for every type transformers maps."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return dict(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+@dataclass
+class GenericConfig(GPTConfig):
+    """The shape fields gptrain reads (layers, heads, width, context, vocabulary: FLOPs, memory,
+    the context check), taken from `hf_config`, the model's own config.json, which builds it."""
+    arch: ClassVar[str] = ARCH_GENERIC
+    hf_config: dict = field(default_factory=dict)
+    pad_vocab_multiple: int = 0  # the module's own vocabulary, as its embeddings have it
+    tie_embeddings: bool = False  # (a tied module ties its own weights; its checkpoint keeps both names)
+
+    def not_tensor_parallel(self) -> str:
+        return WHY_GENERIC
+
+    def validate(self) -> None:
+        super().validate()
+        if not isinstance(self.hf_config, dict) or self.hf_config.get("model_type") not in causal_lm_types():
+            raise UserError("hf_config must be a Hugging Face config.json of a causal LM transformers knows")
+        if self.lora_r:
+            raise UserError(f"LoRA on a {self.hf_config['model_type']} model ({WHY_GENERIC}) is not supported yet: "
+                            "fine-tune all its weights (no --lora_r), sharded with parallel.dp_shard if it is large")
+
+
 # Fields every model_config carried before the configs were split per architecture, with the
 # value a GPT-2 checkpoint holds in them: read and dropped (older checkpoints still load).
 _SHARED_ONCE = {"n_kv_head": None, "intermediate_size": None, "rope_theta": 10000.0}

@@ -82,7 +82,7 @@ def _model_tokenizer(init_from: str) -> str:
     if kind == "nanogpt":
         return "gpt2"  # a nanoGPT ckpt.pt: GPT-2's vocabulary (models/nanogpt.py)
     if init_from:
-        from gptrain.models.hf import resolve
+        from gptrain.models.hub import resolve
 
         if kind == "gptrain" or (kind is None and Path(init_from).expanduser().is_dir()):
             raise UserError("data.path is a raw file and model.init_from a gptrain checkpoint: "
