@@ -53,7 +53,15 @@ def register(sub) -> None:
                         "save_to_disk folder (kept as is; scripts load_from_disk($GPTRAIN_DATASET_DIR)) "
                         "or any files. The kind is recorded.")
     p.add_argument("name")
-    p.add_argument("dir")
+    p.add_argument("dir", nargs="?", default=None)
+    p.add_argument("--to", default=None, metavar="URL",
+                   help="keep a prepared dataset in object storage at this fsspec URL (s3://bucket/path, gs://, "
+                   "file:///path) instead of $GPTRAIN_HOME: files checked there, meta.json last; the same command "
+                   "resumes a push that stopped; default: [data] store in $GPTRAIN_HOME/config.toml + /NAME if set "
+                   "(`--to home` keeps it here)")
+    p.add_argument("--from", dest="from_url", default=None, metavar="URL",
+                   help="register the prepared dataset already at this URL (no local copy), once every token file "
+                   "there matches its meta.json")
     add_push_tokenizer(p)
     p.set_defaults(func=cmd_push)
 
@@ -118,7 +126,7 @@ def cmd_fetch(args, extra) -> int:
 def cmd_push(args, extra) -> int:
     from gptrain.data import api
 
-    kind, dest = api.push(args.name, args.dir, args.tokenizer)
+    kind, dest = api.push(args.name, args.dir, args.tokenizer, to=args.to, from_url=args.from_url)
     print(f"pushed dataset {args.name} ({kind}, {dest})")
     return 0
 
@@ -129,10 +137,11 @@ def cmd_list(args, extra) -> int:
     datasets = api.datasets()
     if render.as_json(args, datasets):
         return 0
-    rows = [("NAME", "KIND", "TOKENIZER", "TOKENS", "SIZE", "CREATED")]
+    rows = [("NAME", "KIND", "STATE", "TOKENIZER", "TOKENS", "SIZE", "CREATED", "WHERE")]
     for d in datasets:
-        rows.append((d["name"], d["kind"], d["tokenizer"], render.count(d["tokens"]) if d["kind"] == "prepared" else "-",
-                     render.size(d["bytes"]), render.when(d["created"])))
+        rows.append((d["name"], d["kind"], d["state"], d["tokenizer"],
+                     render.count(d["tokens"]) if d["kind"] == "prepared" else "-",
+                     render.size(d["bytes"]), render.when(d["created"]), d["path"]))
     render.table(rows)
     return 0
 
@@ -144,7 +153,9 @@ def cmd_inspect(args, extra) -> int:
     if render.as_json(args, info):
         return 0
     print(f"dataset  {args.name}  ({info['path']})")
-    if info["kind"] == "prepared":
+    if info.get("state", "available") != "available" or info.get("error"):
+        print(f"state    {info['state']}" + (f": {info['error']}" if info.get("error") else ""))
+    if info["kind"] == "prepared" and info["meta"] is not None:
         meta = info["meta"]
         print(f"         {_summary(meta)}")
         for name, split in meta["splits"].items():
@@ -158,7 +169,7 @@ def cmd_inspect(args, extra) -> int:
         if len(info["files"]) > 20:
             print(f"  ... and {len(info['files']) - 20} more")
     print(f"checksums: {'verified' if args.verify else 'sizes checked (--verify for sha256)'}")
-    if info["kind"] == "prepared":
+    if info["kind"] == "prepared" and info.get("sample") is not None:
         print(f"sample:  {info['sample']!r}")
     return 0
 

@@ -140,19 +140,41 @@ def fetch_corpus(corpus: str, out: str | None = None) -> str:
     return fetch(corpus, out or str(home() / "corpora" / corpus))
 
 
-def push(name: str, folder: str, tokenizer: str = "") -> tuple[str, str]:
-    """The folder stored as the named dataset `name`; (its kind, where it is kept)."""
+def push(name: str, folder: str | None, tokenizer: str = "", to: str | None = None,
+         from_url: str | None = None) -> tuple[str, str]:
+    """The folder stored as the named dataset `name`, in $GPTRAIN_HOME or (`to`, or the settings'
+    [data] store URL) in object storage; or (`from_url`) a prepared dataset already in a bucket
+    registered where it is. (its kind, where it is kept)."""
+    from gptrain.data import object_store
     from gptrain.data.store import kind_of, push as store_push
+    from gptrain.home import user_setting
 
+    if from_url is not None:
+        if folder is not None or to is not None:
+            raise UserError("--from registers a dataset already in a bucket: give no DIR and no --to")
+        return "prepared", object_store.sync_from(name, from_url)["url"]
+    if folder is None:
+        raise UserError("data push needs the folder to push: gptrain data push NAME DIR [--to URL]")
+    store = user_setting("data", "store")
+    if to is None and store is not None:  # the user's default store: $GPTRAIN_HOME/config.toml [data] store
+        if not isinstance(store, str):
+            raise UserError("[data] store in $GPTRAIN_HOME/config.toml must be a URL string")
+        to = f"{store.rstrip('/')}/{name}"
+    if to is not None and to != "home":
+        return "prepared", object_store.push_to(name, folder, to)["url"]
     dest = store_push(name, folder, tokenizer)
     return kind_of(dest), str(dest)
 
 
 def datasets() -> list[dict]:
-    """The named datasets: name, kind, tokenizer, tokens, bytes, created, path."""
+    """The named datasets: name, kind, tokenizer, tokens, bytes, created, path, state (uploading,
+    available, error: data/object_store.py), error, remote (kept at a URL)."""
     from gptrain.data.store import list_all
 
-    return [{**d, "kind": d.get("kind") or "prepared"} for d in list_all()]
+    from gptrain.locations import is_url
+
+    return [{**d, "kind": d.get("kind") or "prepared", "state": d.get("state") or "available",
+             "error": d.get("error") or "", "remote": is_url(d["path"])} for d in list_all()]
 
 
 def remove(name: str) -> None:
@@ -169,6 +191,11 @@ def inspect(ref: str, verify: bool = False) -> dict:
     from gptrain.data.formats import is_prepared_dir, read_meta, verify as check
     from gptrain.data.store import MANIFEST, resolve, verify_any
 
+    from gptrain.data.object_store import describe
+
+    remote = describe(ref, check=verify)
+    if remote is not None:
+        return {**remote, "sample": None}
     path = resolve(ref)
     if nanogpt_dir.is_nanogpt_dir(path):  # read as push, train and eval read it (a prepared copy, cached)
         path = nanogpt_dir.cached(path)

@@ -94,13 +94,17 @@ def check_config(data_cfg) -> None:
     if data_cfg.path:
         raise UserError("set either --data.path or --data.mix, not both (a mix names each of its datasets)")
     from gptrain.data.formats import is_prepared_dir, read_meta
-    from gptrain.data.store import resolve
+    from gptrain.data.store import is_path, resolve
 
     prepared, seen = [], {}
     for name, _ in parse_mix(data_cfg.mix):
         if is_url(name):
             refuse_credentials(name, "--data.mix")
             continue
+        from gptrain.data.object_store import url_of
+
+        if not is_path(name) and url_of(name):
+            continue  # a pushed dataset in object storage: read from its URL, as a URL
         p = resolve(name)  # an unknown name or missing path: one line
         where = p.resolve()
         if where in seen:

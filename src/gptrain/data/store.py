@@ -27,9 +27,10 @@ from pathlib import Path
 
 from gptrain import db
 from gptrain.data.formats import is_prepared_dir, read_meta, sha256_file, verify
-from gptrain.errors import UserError, disk_full
+from gptrain.errors import UserError, disk_full, redact
 from gptrain.files import shown, within
 from gptrain.home import check_name, home
+from gptrain.locations import is_url
 
 
 MANIFEST = ".gptrain-manifest.json"
@@ -41,15 +42,27 @@ def datasets_dir() -> Path:
 
 
 def path_of(name: str) -> Path:
+    """The folder of the dataset `name` on this machine's disk (one in object storage: one line)."""
     check_name(name, "dataset")
     db.recover_once("datasets", _recover)
     row = db.fetch_one("SELECT path FROM datasets WHERE name = ?", (name,))
     if row is None:
         raise UserError(f"no dataset named {name!r}; see `gptrain data list`")
+    if is_url(row["path"]):
+        raise UserError(f"dataset {name!r} is kept in object storage ({redact(row['path'])}), not in a folder here: "
+                        "jobs and --data.path stream it by its name")
     if not is_complete(row["path"]):
         raise UserError(f"dataset {name!r} is registered but its files in {row['path']} are gone; "
                         f"`gptrain data rm {name}` and push it again")
     return Path(row["path"])
+
+
+def location_of(name: str) -> str:
+    """Where the dataset `name` is: its folder here, or its URL in object storage once available
+    (data/object_store.py); what a job's GPTRAIN_DATASET_DIR and --data.path get."""
+    from gptrain.data.object_store import url_of
+
+    return url_of(name) or str(path_of(name))
 
 
 def is_path(ref: str) -> bool:
@@ -341,6 +354,14 @@ def list_all() -> list[dict]:
 
 
 def remove(name: str) -> None:
+    """Unregister `name` and delete its folder; a dataset in object storage is unregistered only
+    (its objects are left where they are: the store is the user's)."""
+    check_name(name, "dataset")
+    row = db.fetch_one("SELECT path FROM datasets WHERE name = ?", (name,))
+    if row is not None and is_url(row["path"]):
+        with db.transaction() as conn:
+            conn.execute("DELETE FROM datasets WHERE name = ?", (name,))
+        return
     p = path_of(name)
     with db.transaction() as conn:
         conn.execute("DELETE FROM datasets WHERE name = ?", (name,))

@@ -118,11 +118,11 @@ def dataset_var(name: str) -> str:
 
 def dataset_env(spec) -> dict:
     """GPTRAIN_DATASET_DIR (the first dataset) and GPTRAIN_DATASET_<NAME>_DIR for each."""
-    from gptrain.data.store import path_of
+    from gptrain.data.store import location_of
 
     env = {}
     for i, name in enumerate(spec.datasets):
-        path = str(path_of(name))
+        path = location_of(name)  # a folder here, or the URL of one in object storage
         if i == 0:
             env["GPTRAIN_DATASET_DIR"] = path
         env[dataset_var(name)] = path

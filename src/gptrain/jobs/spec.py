@@ -124,10 +124,10 @@ class JobSpec:
         from gptrain.jobs.secrets import check as check_secrets
 
         check_secrets(self.secrets)  # too short to mask: refused, the value never shown
-        from gptrain.data.store import path_of
+        from gptrain.data.store import location_of
 
         for ds in self.datasets:
-            path_of(ds)  # refuses unknown datasets
+            location_of(ds)  # refuses unknown datasets, and ones in object storage not available
         self.entry = self.entry or self.kind()
         if self.entry not in ENTRY_KINDS:
             raise UserError(f"unknown entrypoint kind {self.entry!r}: use {', '.join(ENTRY_KINDS)}")

@@ -26,6 +26,11 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "", cache_byte
     if not path:
         raise UserError("no training data: pass --data.path DIR|NAME|FILE (or --tokenized_dataset_load_dir)")
     refuse_credentials(path, "dataset")
+    from gptrain.data.object_store import url_of
+    from gptrain.data.store import is_path
+
+    if not is_url(path) and not is_path(path) and (remote := url_of(path)):
+        path = remote  # a pushed dataset kept in object storage: streamed from its URL
     if not is_url(path):
         p = resolve(path)  # a path, or a pushed dataset's name (data/store.py's one rule)
         if not p.is_file():

@@ -48,8 +48,8 @@ def forget(name: str) -> None:
 
 def datasets() -> list[dict]:
     """The named datasets (data/api.py), each prepared one with a decoded sample of its first tokens."""
-    return [{**{k: d.get(k) for k in ("name", "kind", "tokenizer", "tokens", "bytes", "created")},
-             "sample": sample(d["path"]) if d["kind"] == "prepared" else None}
+    return [{**{k: d.get(k) for k in ("name", "kind", "tokenizer", "tokens", "bytes", "created", "state")},
+             "sample": sample(d["path"]) if d["kind"] == "prepared" and not d["remote"] else None}
             for d in data_api.datasets()]
 
 

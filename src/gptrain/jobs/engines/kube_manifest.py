@@ -59,8 +59,11 @@ def check_options(spec) -> None:
         raise UserError("--requirements cannot be installed on a cluster: build the packages into the "
                         "--image instead")
     for ds in spec.datasets:
+        from gptrain.data.object_store import url_of
         from gptrain.data.store import path_of
 
+        if url_of(ds):
+            continue  # in object storage: the pods stream it from its URL
         if not path_of(ds).resolve().is_relative_to(home().resolve()):
             raise UserError(f"dataset {ds} is at {path_of(ds)}, outside $GPTRAIN_HOME ({home()}), which is "
                             "all the pods see: push it again with GPTRAIN_HOME set to the volume's path")
