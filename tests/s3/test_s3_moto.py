@@ -191,3 +191,34 @@ def test_a_job_with_a_wrong_key_fails_with_one_masked_line(bucket, home):
     assert state == "failed" and job["exit_code"] == 2, job  # the trainer's user error: no restarts
     assert "refused the credentials" in job["error"] and "\n" not in job["error"].strip(), job["error"]
     nowhere_but_secrets(home, "wrong-secret-4711")
+
+
+def test_a_dataset_pushed_to_s3_is_streamed_by_its_name_and_a_changed_shard_refused(bucket, home, tmp_path):
+    """`data push NAME DIR --to s3://...` through moto's S3 API (data/object_store.py): listed
+    available with its URL; a 2-process job given `--dataset NAME` streams it from the bucket;
+    a shard overwritten in the bucket afterwards fails `inspect --verify` and the next job, by sha256."""
+    ds, s3, _ = bucket
+    r = gptrain("data", "push", "pushed", ds, "--to", "s3://data/pushed/ds", env=s3)
+    assert r.returncode == 0 and "s3://data/pushed/ds" in r.stdout, r.stderr
+    listed = json.loads(gptrain("data", "list", "--json", env=s3).stdout)
+    assert [(d["name"], d["state"], d["path"]) for d in listed] == [("pushed", "available", "s3://data/pushed/ds")]
+    assert gptrain("data", "inspect", "pushed", "--verify", env=s3).returncode == 0
+    job = ["--accels", "2", "--dataset", "pushed", "--secret", "AWS_ACCESS_KEY_ID", "--secret", "AWS_SECRET_ACCESS_KEY",
+           "--env", f"FSSPEC_S3_ENDPOINT_URL={s3['FSSPEC_S3_ENDPOINT_URL']}", "--env", "AWS_DEFAULT_REGION=us-east-1",
+           "--", "--train.batch_size=4", *TINY, "--train.max_steps=3", "--train.do_eval=false"]
+    r = gptrain("run", "fromname", *job, env={**s3, "GPTRAIN_LOCAL_SLOTS": "2"})
+    assert r.returncode == 0, r.stderr
+    *_, state = states("fromname")
+    logs = gptrain("logs", "fromname", env=s3).stdout
+    assert state == "succeeded" and "completed at step 3" in logs, logs[-3000:]
+    code = ("import fsspec; fs = fsspec.filesystem('s3')\n"  # one byte of every train shard changed
+            "for p in fs.glob('data/pushed/ds/train-*.bin'):\n"
+            "    b = bytearray(fs.cat_file(p)); b[10] ^= 1; fs.pipe_file(p, bytes(b))")
+    flipped = subprocess.run([S3PY, "-c", code], capture_output=True, text=True, env={**os.environ, **s3}, timeout=120)
+    assert flipped.returncode == 0, flipped.stderr
+    r = gptrain("data", "inspect", "pushed", "--verify", env=s3)
+    assert r.returncode == 2 and "does not match meta.json's size and sha256" in r.stderr, r.stderr
+    r = gptrain("run", "tampered", *job, "--data.cache_dir=" + str(tmp_path / "fresh"), env={**s3, "GPTRAIN_LOCAL_SLOTS": "2"})
+    assert r.returncode == 0, r.stderr
+    *_, state = states("tampered")
+    assert state == "failed" and "fails its sha256 check" in gptrain("logs", "tampered", env=s3).stdout
