@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo test test-fast test-gpu browser podman ray s3 clean
+.PHONY: install demo test test-fast test-gpu browser podman bwrap ray s3 clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -40,6 +40,16 @@ podman:
 		echo "make: could not install podman: the Kubernetes pod test will skip"; \
 	else echo "make: not root on Debian: the Kubernetes pod test will skip (apt-get install podman runc catatonit)"; fi
 
+# Interactive sessions (gptrain session) mount /input and /output-checkpoint with bubblewrap:
+# installed here when missing on a Debian machine where we are root; elsewhere their tests skip.
+bwrap:
+	@if command -v bwrap >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ]; then \
+		apt-get install -y -qq bubblewrap >/dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; } || \
+		echo "make: could not install bubblewrap: the session tests will skip"; \
+	else echo "make: not root on Debian: the session tests will skip (apt-get install bubblewrap)"; fi
+
 # Ray (the gptrain[ray] extra) for tests/ray, which start a two-node Ray cluster on this
 # machine; `install` and `demo` stay without it. Where it cannot be installed they skip, saying why.
 ray: $(STAMP)
@@ -62,7 +72,7 @@ s3: $(S3VENV)/.installed-stamp
 # two cores, and OpenMP threads spin while they wait for a core.
 # It ends with the 30 slowest tests and its own wall time (GPTRAIN_TEST_TIMES=FILE: each test's
 # time as it finishes, tests/conftest.py).
-test: $(STAMP) browser podman ray s3
+test: $(STAMP) browser podman bwrap ray s3
 	@start=$$(date +%s); OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --durations=30 tests; \
 		code=$$?; echo "make test: the suite took $$(( $$(date +%s) - start )) s"; exit $$code
 

@@ -401,4 +401,4 @@ def test_a_capability_pointing_nowhere_is_found():
         "jobs on Slurm: no module jobs/slurm_engine.py", "jobs on Ray: no page docs/rays.md",
         "the web console: no README section 'Web console'"]
     few = "\n".join(line for line in doc.splitlines() if "jobs on" not in line)
-    assert capability_breaks(few, readme)[0] == "10 capabilities (12 at least)"
+    assert capability_breaks(few, readme)[0] == "11 capabilities (12 at least)"

@@ -28,6 +28,9 @@ from gptrain.jobs.engines.options import OPTIONS as ENGINE_OPTIONS  # noqa: F401
 from gptrain.jobs.engines.options import shown as engine_options_shown
 from gptrain.jobs.submission import Request  # noqa: F401 (for the faces)
 from gptrain.jobs.records import known  # noqa: F401 (a job named: its record, or one line)
+from gptrain.jobs.sessions import (  # noqa: F401 (`gptrain session`: a shell in a job's environment)
+    attach as attach_session, is_session, names as session_names, parse_duration, run as run_in_session,
+    start as start_session, wait_ready as wait_session)
 from gptrain.jobs.job_checkpoints import (  # noqa: F401 (a job's checkpoints, listed and copied out)
     CHECKPOINT_SHOWN, checkpoint, checkpoint_files, checkpoint_zip, checkpoints, export_checkpoint, zip_job)
 
@@ -38,7 +41,8 @@ __all__ = [  # what the faces (cli/, ui/) may use: tests/unit/test_api_surface.p
     "model_source", "parse_user_text", "PRIVATE", "read_job_file", "read_log", "refresh_all", "remove_dataset",
     "REFRESH_S", "remove", "remove_source", "report", "Request", "rerun", "resume", "rows",
     "ROWS_TTL_S", "SCHEDULERS", "shown", "sources", "stop", "STOP_TIMEOUT_S", "submit",
-    "SUPERVISOR_EXIT_S", "zip_job",
+    "SUPERVISOR_EXIT_S", "zip_job", "attach_session", "is_session", "parse_duration", "run_in_session",
+    "start_session", "wait_session", "session_names",
 ]
 
 REFRESH_S = 2.0  # the whole table is brought up to date at most this often (refresh_all)

@@ -1,0 +1,118 @@
+"""Interactive sessions on the local engine (jobs/sessions.py, jobs/programs/session_shell.py): a
+shell in a bubblewrap sandbox holding the tutorials' layout (the code, /input/NAME, and
+/output-checkpoint as the session's checkpoints), its accelerators held from the queue while it
+lives and freed when its shell exits, is killed, or sits idle; reached through a real pty."""
+
+import os
+import select
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.job_helpers import job, ok, refused, wait_for
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install bubblewrap")]
+TRAIN = ["--train.max_steps=3", "--model.n_layer=1", "--model.n_embd=32", "--model.n_head=2", "--model.block_size=32",
+         "--train.precision=fp32", "--metrics.peak_flops=1e11"]
+
+
+class Terminal:
+    """`gptrain session attach NAME` on a real pseudo-terminal, as a user's shell runs it."""
+
+    def __init__(self, name, cwd):
+        self.master, slave = os.openpty()
+        self.proc = subprocess.Popen([sys.executable, "-m", "gptrain", "session", "attach", name], stdin=slave,
+                                     stdout=slave, stderr=slave, cwd=cwd, close_fds=True)
+        os.close(slave)
+        self.seen = b""
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode() + b"\r")
+
+    def expect(self, needle: str, timeout: float = 60) -> None:
+        end = time.time() + timeout
+        while needle.encode() not in self.seen:
+            assert time.time() < end, self.seen[-2000:]
+            if select.select([self.master], [], [], 0.2)[0]:
+                try:
+                    self.seen += os.read(self.master, 65536)
+                except OSError:
+                    break
+        assert needle.encode() in self.seen, self.seen[-2000:]
+
+
+@pytest.fixture
+def project(dataset, tmp_path):
+    """The tutorial's repository layout: a folder with its training script, the current folder."""
+    code = tmp_path / "repo"
+    code.mkdir()
+    (code / "train.sh").write_text("exec torchrun --standalone --nproc_per_node 1 -m gptrain train "
+                                   "--data.path /input/tiny --train.output_dir /output-checkpoint \"$@\"\n")
+    return code
+
+
+def test_a_session_holds_the_tutorial_layout_and_its_checkpoints_are_the_jobs(project):
+    started("s", "--dataset", "tiny", "--env", "WHO=tutorial", cwd=project)
+    r = run_cli("session", "exec", "s", "--", "sh", "-c", "ls /input/tiny; ls; echo $WHO $GPTRAIN_JOB", cwd=project)
+    assert r.returncode == 0 and "meta.json" in r.stdout and "train.sh" in r.stdout and "tutorial s" in r.stdout, r
+    r = run_cli("session", "exec", "s", "--", "sh", "-c", "exit 7")
+    assert r.returncode == 7  # a command's status is the exec's
+    # torchrun of the repository's script inside writes /output-checkpoint: the session's checkpoints
+    r = run_cli("session", "exec", "s", "--", "bash", "train.sh", *TRAIN)
+    assert r.returncode == 0 and "completed at step 3" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    wait_for_checkpoint("s")
+    g = run_cli("generate", "s", "--prompt", "th", "--max-new-tokens", "4", "--seed", "0")
+    assert g.returncode == 0 and g.stdout.startswith("th"), g.stderr
+    # its accelerator is held: a job needing both slots waits until the session's shell exits
+    ok("run", "after", "--dataset", "tiny", "--accels", "2", "--", *TRAIN)
+    time.sleep(3)
+    assert job("after")["state"] == "queued" and job("s")["state"] == "running"
+    term = Terminal("s", project)
+    term.expect("code# ")  # the shell's prompt, kept while nobody was attached
+    term.type("echo $((6*7)) $(ls /input)")
+    term.expect("42 tiny")
+    term.type("exit")
+    assert term.proc.wait(60) == 0
+    assert wait_for("s")["state"] == "succeeded"
+    assert wait_for("after")["state"] == "succeeded"  # the slot freed went to the queue
+    listed = run_cli("session", "list", "--json")
+    assert '"name": "s"' in listed.stdout and '"after"' not in listed.stdout
+    refused(run_cli("session", "attach", "s"), "session s is succeeded: nothing to attach to")
+    refused(run_cli("session", "exec", "after", "--", "true"), "after is a job, not a session")
+
+
+def started(name, *args, cwd):
+    r = run_cli("session", "start", name, *args, "--detach", cwd=cwd)
+    assert r.returncode == 0 and f"session {name} ready" in r.stderr, (r.stdout, r.stderr)
+
+
+def wait_for_checkpoint(name, timeout=60):
+    end = time.time() + timeout
+    while True:
+        r = run_cli("checkpoints", name, "--json")
+        if r.returncode == 0 and '"step": 3' in r.stdout:
+            return
+        assert time.time() < end, r.stdout + r.stderr
+        time.sleep(0.5)
+
+
+def test_a_killed_shell_or_an_idle_session_ends_it_and_frees_its_accelerator(dataset, tmp_path):
+    started("k", cwd=tmp_path)
+    term = Terminal("k", tmp_path)
+    term.expect("code# ")
+    term.type("echo ready; kill -9 $$")
+    term.expect("ready")
+    state = wait_for("k")
+    assert state["state"] == "failed" and "137" in (state["error"] or "") + str(state["exit_code"]), state
+    started("idle", "--idle-timeout", "2s", cwd=tmp_path)
+    assert wait_for("idle", timeout=60)["state"] == "succeeded"
+    assert "idle for 2 s" in run_cli("logs", "idle").stdout
+    # both slots free again: a 2-process job runs at once
+    ok("run", "both", "--dataset", "tiny", "--accels", "2", "--", *TRAIN)
+    assert wait_for("both")["state"] == "succeeded"
+    refused(run_cli("session", "start", "x", "--idle-timeout", "soon"), "--idle-timeout 'soon'")
