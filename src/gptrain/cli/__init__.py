@@ -13,7 +13,7 @@ from gptrain import __version__
 
 GROUPS = ("gptrain.cli.data", "gptrain.cli.train", "gptrain.cli.run", "gptrain.cli.jobs",
           "gptrain.cli.checkpoints", "gptrain.cli.model", "gptrain.cli.sources", "gptrain.cli.hosted",
-          "gptrain.cli.ui", "gptrain.cli.session")
+          "gptrain.cli.ui", "gptrain.cli.session", "gptrain.cli.sweep")
 
 
 class OneLineParser(argparse.ArgumentParser):

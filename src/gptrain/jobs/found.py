@@ -140,6 +140,7 @@ def model_source(ref: str, resume: bool = False) -> str:
       best, else the newest), or, to be resumed from, the folder (the trainer takes its newest
       that passes verification); any other folder its newest loadable checkpoint;
     - a checkpoint ID: that checkpoint (a folder as above);
+    - a sweep's name: its best complete trial's job, as below (jobs/sweeps.py);
     - a job name: the best with checkpoint.keep_best unless it is to be resumed from, else its
       newest loadable checkpoint (weights/scan.newest: damaged ones and a branch above the run's
       `latest` passed by);
@@ -170,6 +171,13 @@ def model_source(ref: str, resume: bool = False) -> str:
     try:
         store.get_job(ref)
     except UserError:
+        if (home() / "sweeps" / ref / "sweep.json").is_file():  # a sweep: its best trial's job
+            from gptrain.jobs.sweeps import best_job
+
+            best_trial = best_job(ref)
+            if best_trial is None:
+                raise NotFound(f"sweep {ref} has no complete trial yet: `gptrain sweep inspect {ref}`") from None
+            return model_source(best_trial, resume)
         _not_a_typo(ref, [j["name"] for j in store.list_jobs()])
         return ref
     from gptrain.weights.layout import best_checkpoint

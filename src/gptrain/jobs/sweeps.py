@@ -1,0 +1,219 @@
+"""Hyperparameter sweeps: many trials of one job spec, sampled and stopped early by Optuna.
+
+`gptrain sweep NAME --dataset D --param train.lr=loguniform:1e-4:1e-2 --trials 8 --parallel 2 --
+FLAGS` keeps, in $GPTRAIN_HOME/sweeps/NAME/, its spec (sweep.json) and an Optuna study in SQLite
+(study.db: Optuna's own storage, so its samplers and pruners are Optuna's, not ours). A detached
+driver (jobs/programs/sweep_driver.py) asks the study for settings, runs each trial as a normal
+job (`NAME-t00`, ...: its folder, checkpoints, logs and curves; every job command works on it),
+at most `--parallel` at once through the same queue as every job; it reports each trial's eval
+loss at every evaluation, and a trial the pruner (successive halving, as ASHA: `--early-stop
+asha`, the default; `none`) says is among the weak at its rung is stopped there: `pruned`, with
+the step it lost at. A trial that ends is told to the study with its last eval loss.
+
+The driver keeps nothing the study and the jobs do not: `sweep resume` (after `sweep stop`, or a
+crash of the driver itself) starts it again and it goes on with the trials and the search where
+they were. `sweep inspect` reads the study: every trial's settings, state, best eval loss and
+step, sorted by the objective, the best named; a sweep's name stands for its best trial as a
+MODEL (`generate`, `export`, `eval`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from gptrain.errors import UserError
+from gptrain.home import check_name, home
+
+KINDS = ("uniform", "loguniform", "int")
+EARLY_STOP = ("asha", "none")
+MAX_TRIALS = 10000
+
+
+def sweep_dir(name: str) -> Path:
+    return home() / "sweeps" / check_name(name, "sweep")
+
+
+def trial_job(name: str, number: int) -> str:
+    return f"{name}-t{number:02d}"
+
+
+def parse_param(text: str) -> tuple[str, dict]:
+    """KEY=SPACE: `a,b,c` (choices), `uniform:LO:HI`, `loguniform:LO:HI` (LO > 0), `int:LO:HI`."""
+    key, eq, space = str(text).partition("=")
+    if not eq or not key.startswith(("model.", "data.", "train.", "parallel.", "checkpoint.", "metrics.", "lora.")):
+        raise UserError(f"--param {text!r}: give SECTION.KEY=SPACE, e.g. train.lr=loguniform:1e-4:1e-2")
+    kind, _, bounds = space.partition(":")
+    if kind in KINDS:
+        parts = bounds.split(":")
+        try:
+            lo, hi = (int(p) for p in parts) if kind == "int" else (float(p) for p in parts)
+        except ValueError:
+            lo = hi = None
+        if len(parts) != 2 or lo is None or not (math.isfinite(lo) and math.isfinite(hi)) or not lo < hi \
+                or (kind == "loguniform" and lo <= 0):
+            raise UserError(f"--param {key}={space}: {kind} takes LO:HI with LO < HI"
+                            + (" and LO > 0" if kind == "loguniform" else ""))
+        return key, {"kind": kind, "low": lo, "high": hi}
+    choices = [c for c in space.split(",") if c != ""]
+    if len(choices) < 2 or len(set(choices)) != len(choices):
+        raise UserError(f"--param {key}={space}: give choices a,b,c (two or more, each once), or uniform:LO:HI, "
+                        "loguniform:LO:HI, int:LO:HI")
+    return key, {"kind": "choice", "choices": choices}
+
+
+def distributions(params: dict) -> dict:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    out = {}
+    for key, p in params.items():
+        if p["kind"] == "choice":
+            out[key] = CategoricalDistribution(p["choices"])
+        elif p["kind"] == "int":
+            out[key] = IntDistribution(p["low"], p["high"])
+        else:
+            out[key] = FloatDistribution(p["low"], p["high"], log=p["kind"] == "loguniform")
+    return out
+
+
+def study(name: str, spec: dict | None = None):
+    """The sweep's Optuna study (made on first use, with its sampler and pruner)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = spec or read(name)
+    pruner = optuna.pruners.SuccessiveHalvingPruner(reduction_factor=spec["reduction_factor"]) \
+        if spec["early_stop"] == "asha" else optuna.pruners.NopPruner()
+    return optuna.create_study(storage=f"sqlite:///{sweep_dir(name) / 'study.db'}", study_name=name,
+                               direction="minimize", load_if_exists=True, pruner=pruner,
+                               sampler=optuna.samplers.TPESampler(seed=spec["seed"], n_startup_trials=spec["parallel"]))
+
+
+def read(name: str) -> dict:
+    path = sweep_dir(name) / "sweep.json"
+    if not path.is_file():
+        raise UserError(f"no sweep named {name!r}; see `gptrain sweep list`")
+    return json.loads(path.read_text())
+
+
+def create(name: str, params: list[str], trials: int, parallel: int, early_stop: str, flags: list[str],
+           datasets: list[str] | None, accels: int | None, reduction_factor: int = 3, seed: int = 0) -> dict:
+    """Check and record a sweep (nothing written when a part is wrong), then start its driver."""
+    try:
+        import optuna  # noqa: F401  (checked before anything is written)
+    except ImportError:
+        raise UserError("sweeps need Optuna: pip install 'gptrain[sweep]'") from None
+    from gptrain.config_options import parse_train_args
+
+    d = sweep_dir(name)
+    if d.exists():
+        raise UserError(f"sweep {name!r} already exists: `gptrain sweep inspect {name}`, or another name")
+    if not params:
+        raise UserError("a sweep needs at least one --param KEY=SPACE")
+    space = dict(parse_param(p) for p in params)
+    if not 1 <= trials <= MAX_TRIALS or not 1 <= parallel <= trials:
+        raise UserError(f"--trials must be 1 to {MAX_TRIALS} and --parallel 1 to --trials, got {trials} and {parallel}")
+    if early_stop not in EARLY_STOP:
+        raise UserError(f"--early-stop {early_stop!r}: choose asha or none")
+    if not 2 <= reduction_factor <= 16:
+        raise UserError(f"--reduction-factor must be 2 to 16, got {reduction_factor}")
+    for n in range(trials):  # the trials' names are free
+        if _exists(trial_job(name, n)):
+            raise UserError(f"a job named {trial_job(name, n)} exists: the sweep's trials need those names")
+    cfg = parse_train_args([*flags, *(f"--{k}={_example(p)}" for k, p in space.items())])  # every flag known
+    if cfg.train.eval_strategy == "no" or not cfg.train.do_eval:
+        raise UserError("a sweep ranks its trials by eval loss: let the trials evaluate (--train.eval_every N)")
+    spec = {"name": name, "params": space, "trials": trials, "parallel": parallel, "early_stop": early_stop,
+            "reduction_factor": reduction_factor, "seed": seed, "flags": list(flags), "datasets": datasets or [],
+            "accels": accels, "objective": "eval/loss"}
+    d.mkdir(parents=True)
+    (d / "sweep.json").write_text(json.dumps(spec, indent=2))
+    study(name, spec)
+    start_driver(name)
+    return spec
+
+
+def _exists(job: str) -> bool:
+    from gptrain.jobs import store
+
+    try:
+        store.get_job(job)
+        return True
+    except UserError:
+        return False
+
+
+def _example(p: dict):
+    return p["choices"][0] if p["kind"] == "choice" else p["low"]
+
+
+def driver_pid(name: str) -> int | None:
+    """The pid of the sweep's driver when it runs, else None."""
+    path = sweep_dir(name) / "driver.pid"
+    try:
+        pid = int(path.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return pid if b"sweep_driver" in cmdline and name.encode() in cmdline else None
+
+
+def start_driver(name: str) -> None:
+    if driver_pid(name):
+        raise UserError(f"sweep {name}'s driver is already running")
+    d = sweep_dir(name)
+    with open(d / "driver.log", "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "gptrain.jobs.programs.sweep_driver", name], stdout=log,
+                                stderr=log, stdin=subprocess.DEVNULL, start_new_session=True, env=os.environ.copy())
+    (d / "driver.pid").write_text(str(proc.pid))
+
+
+def stop_driver(name: str) -> list[str]:
+    """End the driver; the trials' jobs still active (jobs/api.stop_sweep stops them)."""
+    from gptrain.jobs import store
+
+    read(name)
+    pid = driver_pid(name)
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+    return [t["job"] for t in trials(name) if t["job_state"] in store.ACTIVE]
+
+
+def resume(name: str) -> None:
+    read(name)
+    start_driver(name)
+
+
+def trials(name: str) -> list[dict]:
+    """Every trial: number, job, params, state (running, complete, pruned, failed), value (its
+    last eval loss), best (lowest eval loss seen), step (where it stopped), job_state; sorted
+    by value, the trials without one last."""
+    from gptrain.jobs import store
+
+    out = []
+    for t in study(name).get_trials(deepcopy=False):
+        job = t.user_attrs.get("job")
+        try:
+            job_state = store.get_job(job)["state"] if job else None
+        except UserError:
+            job_state = None
+        out.append({"number": t.number, "job": job, "params": t.params, "state": t.state.name.lower(),
+                    "value": t.value, "best": t.user_attrs.get("best"), "step": t.user_attrs.get("step"),
+                    "job_state": job_state})
+    return sorted(out, key=lambda t: (t["value"] is None, t["value"] if t["value"] is not None else 0, t["number"]))
+
+
+def best_job(name: str) -> str | None:
+    """The job of the sweep's best complete trial (lowest eval loss), or None."""
+    done = [t for t in trials(name) if t["state"] == "complete" and t["value"] is not None]
+    return done[0]["job"] if done else None
+
+
+def listed() -> list[str]:
+    root = home() / "sweeps"
+    return sorted(p.name for p in root.iterdir() if (p / "sweep.json").is_file()) if root.is_dir() else []
