@@ -24,14 +24,26 @@ def make_dir(path, what: str) -> None:
         raise UserError(f"cannot make {what} {path}: {e.strerror or e}; choose a folder you can write") from None
 
 
+def check_new_folder(path, what: str, flag: str) -> Path:
+    """A folder the user names for gptrain to write (`--out`, `--destination`): it must not exist
+    or be an empty folder, and must not be a link (a dangling one, or one to a folder elsewhere:
+    gptrain renames its finished copy into place and never writes through a link). One line,
+    before anything is written."""
+    path = Path(path).expanduser()
+    if path.is_symlink():
+        raise UserError(f"{what} {path} is a link; give {flag} a new folder's path (gptrain never writes "
+                        "through a link)")
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UserError(f"{what} {path} already exists and is not an empty folder; choose a new {flag}")
+    return path
+
+
 @contextmanager
-def new_directory(out, what: str = "output"):
+def new_directory(out, what: str = "output", flag: str = "--out"):
     """Yield a hidden temporary directory beside `out`; it is renamed to `out` when the block
     succeeds and removed when it fails (a full disk is reported as a UserError naming `out`).
     `out` must not exist, or be an empty directory."""
-    out = Path(out).expanduser()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{what} {out} already exists; choose a new directory")
+    out = check_new_folder(out, what, flag)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     make_dir(out.parent, what)
     shutil.rmtree(tmp, ignore_errors=True)

@@ -124,7 +124,7 @@ class TrainConfig:
     beta2: float = opt(0.95, "AdamW beta2.", ge=0, lt=1)
     grad_clip: float = opt(1.0, "Clip the global gradient norm to this (0: off).", ge=0)
     max_steps: int = opt(-1, "Optimizer steps to run; -1: as many as num epochs need.", ge=1, special=-1)
-    epochs: float = opt(1.0, "Passes over the training data when max_steps is -1.", gt=0)
+    epochs: float = opt(1.0, "Passes over the training data when max_steps is -1.", gt=0, le=1e6)
     seed: int = opt(42, "Seed for init, data order and dropout (0 to 2^32-1, as numpy takes it).", ge=0, le=2**32 - 1)
     dialect: str = opt("gptrain", "Whose defaults fill the settings no flag or config gives: gptrain's; the HF "
                        "Trainer's (lr 5e-5 linear to 0, no weight decay, AdamW betas 0.9/0.999, fp32 unless "

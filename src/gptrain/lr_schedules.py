@@ -15,6 +15,7 @@ import json
 import math
 
 from gptrain.errors import UserError
+from gptrain.files import parse_user_text
 
 # schedule -> {its keyword argument: the type it takes}
 KWARGS: dict[str, dict[str, type]] = {
@@ -36,12 +37,13 @@ def parse_kwargs(schedule: str, text: str) -> dict:
     if not text:
         kwargs = {}
     else:
-        try:
-            kwargs = json.loads(text)
+        try:  # (bounded in nesting and items: a 60,000-deep list is one line, not a RecursionError)
+            kwargs = parse_user_text(json.loads, text, "--lr_scheduler_kwargs")
         except ValueError:
-            raise UserError(f"--lr_scheduler_kwargs must be a JSON object (as transformers takes it), got {text!r}") from None
+            raise UserError(f"--lr_scheduler_kwargs must be a JSON object (as transformers takes it), got "
+                            f"{text[:80]!r}") from None
         if not isinstance(kwargs, dict):
-            raise UserError(f"--lr_scheduler_kwargs must be a JSON object, got {text!r}")
+            raise UserError(f"--lr_scheduler_kwargs must be a JSON object, got {text[:80]!r}")
     allowed = {"cosine": {"num_cycles": float}}.get(schedule, KWARGS.get(schedule, {}))
     for key, value in kwargs.items():
         if key not in allowed:

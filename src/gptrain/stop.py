@@ -3,7 +3,10 @@ request; the training loop acts on it (saves a checkpoint at the end of the step
 Ctrl-C aborts at once, without one. The process then exits 128 + the signal (`exit_code`).
 
 Installed first thing by `gptrain train`, before torch is imported, so a stop that arrives
-while the process is still starting is not lost: the run saves a checkpoint after its next step.
+while the process is still starting is not lost. Until the loop begins (`training()`) the run has
+nothing of its own to save: a stop then ends it at once (Interrupted, raised where the process
+is, exit 128 + the signal), even while it waits on a pipe, a config file that is a FIFO or a
+server that never answers; from the first step on, it saves at the end of the step.
 Whatever waits on something outside the process (a remote read: data/remote_shards.py) waits
 through `wait`, which a stop cuts short with `Interrupted`, so a stalled server never holds a
 stop past the grace period Slurm or Kubernetes give.
@@ -23,12 +26,25 @@ _first = [signal.SIGTERM]  # the signal that asked first
 def _handler(signum, frame):
     if signum == signal.SIGINT:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C aborts
+    if not _requested.is_set() and _setting_up[0]:
+        _first[0] = signum
+        _requested.set()
+        raise Interrupted(f"{'Ctrl-C' if signum == signal.SIGINT else 'SIGTERM'} before the first step: nothing "
+                          "of this run to save; exiting")
     if not _requested.is_set():
         _first[0] = signum
         what = ("Ctrl-C; saving a checkpoint at the end of this step (Ctrl-C again: abort without it)"
                 if signum == signal.SIGINT else "SIGTERM received; saving a checkpoint at the end of this step")
         print(f"gptrain: {what}", file=sys.stderr, flush=True)
     _requested.set()
+
+
+_setting_up = [True]  # before the loop's first step
+
+
+def training() -> None:
+    """The loop begins: from here a stop saves a checkpoint at the end of the step."""
+    _setting_up[0] = False
 
 
 def install() -> None:

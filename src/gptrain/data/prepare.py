@@ -170,9 +170,9 @@ def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: st
     shard_tokens = DEFAULT_SHARD_TOKENS if shard_tokens is None else shard_tokens
     if shard_tokens < 1:
         raise UserError(f"--shard-tokens must be >= 1, got {shard_tokens}")
-    out_dir = Path(out).expanduser()
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise UserError(f"output {out_dir} already exists; choose a new --out directory")
+    from gptrain.atomic import check_new_folder
+
+    out_dir = check_new_folder(out, "output", "--out")
     srcs = src_mod.expand(sources, hf_config)
     if val_fraction is None:
         val_fraction = default_val_fraction(sum(s.size for s in srcs) or None)

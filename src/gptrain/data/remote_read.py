@@ -62,6 +62,34 @@ def _patiently(url: str, work, timeout_s: float):
                                         "the storage or the network failed (an attempt restarts on --max-restarts)"))
 
 
+def timeouts(url: str, timeout_s: float | None = None) -> dict:
+    """fsspec options bounding how long an HTTP(S) connection or read may wait for nothing: a
+    server that accepts and never answers is an error after `timeout_s`, not a hang (fsspec's
+    HTTP client waits forever by default). Other schemes keep their backends' own timeouts."""
+    if url.split("://", 1)[0].lower() not in ("http", "https"):
+        return {}
+    timeout_s = timeout_s or DEFAULT_FETCH_TIMEOUT_S
+    try:
+        import aiohttp
+    except ImportError:
+        return {}
+    return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=timeout_s,
+                                                               sock_read=timeout_s)}}
+
+
+def failure(e: BaseException, timeout_s: float | None = None) -> str:
+    """What went wrong with a remote read, in words: a timeout anywhere in the chain of causes
+    (fsspec's HTTP client reports one as FileNotFoundError) says so, not "not found"."""
+    seen, cause = set(), e
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, TimeoutError) or type(cause).__name__ in ("ServerTimeoutError", "TimeoutError"):
+            return (f"no answer within {timeout_s or DEFAULT_FETCH_TIMEOUT_S:.0f} s (the server accepted the "
+                    "connection and sent nothing)")
+        cause = cause.__cause__ or cause.__context__
+    return f"{type(e).__name__}: {e}"
+
+
 def _open_whole(url: str):
     """`url` opened to be read once from start to end: over HTTP one streaming GET (fsspec's
     default reads blocks by Range requests, which a server without Range support, such as

@@ -90,13 +90,15 @@ def _open_binary(location: str):
     if is_url(location):
         import fsspec
 
+        from gptrain.data.remote_read import failure, timeouts
+
         try:
-            return fsspec.open(location, "rb").open()
+            return fsspec.open(location, "rb", **timeouts(location)).open()
         except ImportError as e:
             raise UserError(f"reading {location.split('://')[0]}:// URLs needs more packages "
                             f"(pip install 'gptrain[remote]'): {e}") from None
         except Exception as e:  # fsspec backends raise many types
-            raise UserError(f"cannot open {location}: {type(e).__name__}: {e}") from None
+            raise UserError(f"cannot open {location}: {failure(e)}") from None
     try:
         return open(location, "rb")
     except OSError as e:
@@ -265,10 +267,14 @@ def version_stamp(src: str) -> tuple[str, int | None]:
         return f"{p.resolve()}:{size}:{stamp}", size
     import fsspec
 
+    from gptrain.data.remote_read import timeouts
+
     try:
-        fs, path = fsspec.core.url_to_fs(src)
+        fs, path = fsspec.core.url_to_fs(src, **timeouts(src))
         info = fs.info(path)
     except (ImportError, ValueError, OSError) as e:
-        raise UserError(f"cannot read {src}: {type(e).__name__}: {e}") from None
+        from gptrain.data.remote_read import failure
+
+        raise UserError(f"cannot read {src}: {failure(e)}") from None
     version = [info.get(k) for k in ("size", "ETag", "LastModified", "mtime", "last-modified")]
     return f"{src}:{version}", info.get("size")

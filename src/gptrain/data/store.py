@@ -358,9 +358,14 @@ def remove(name: str) -> None:
     (its objects are left where they are: the store is the user's)."""
     check_name(name, "dataset")
     row = db.fetch_one("SELECT path FROM datasets WHERE name = ?", (name,))
-    if row is not None and is_url(row["path"]):
+    if row is not None and (is_url(row["path"]) or not is_complete(row["path"])):
+        # in object storage, or its folder gone or damaged (removed by hand): the name is freed;
+        # what is left of the folder goes too, never anything outside the datasets folder
         with db.transaction() as conn:
             conn.execute("DELETE FROM datasets WHERE name = ?", (name,))
+        left = Path(row["path"])
+        if not is_url(row["path"]) and left.is_dir() and not left.is_symlink() and left.parent == datasets_dir():
+            shutil.rmtree(left, ignore_errors=True)
         return
     p = path_of(name)
     with db.transaction() as conn:

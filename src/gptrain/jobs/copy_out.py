@@ -38,15 +38,14 @@ def export(ckpt: dict, job_dir: Path, dest: Path, fmt: str = "auto") -> str:
     exported as a Hugging Face model (`hf`: gptrain, HF and nanoGPT checkpoints; others
     refused), else its files as they are (`native`); `auto`: hf for a kind gptrain loads as a
     model, native for any other. Returns the format written."""
-    from gptrain.atomic import make_dir
-    from gptrain.errors import UserError, disk_full
+    from gptrain.atomic import check_new_folder, make_dir
+    from gptrain.errors import disk_full
     from gptrain.weights.scan import LOADABLE
 
     if fmt == "auto":
         fmt = "hf" if ckpt.get("kind") in LOADABLE else "native"
 
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise UserError(f"destination {dest} exists and is not empty; choose another --destination")
+    check_new_folder(dest, "destination", "--destination")
     make_dir(dest.parent, "destination")
     tmp = dest.parent / f".{dest.name}.fetch"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -58,7 +58,11 @@ def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, t
 
 
 def sample_next(logits, temperature: float, top_k: int | None, top_p: float | None, generator):
-    """Next token ids (B,) from last-position logits (B, V)."""
+    """Next token ids (B,) from last-position logits (B, V); logits that are not finite numbers
+    (weights that are NaN or diverged) are one line, not multinomial's traceback."""
+    if not bool(torch.isfinite(logits).all()):
+        raise UserError("the model computes logits that are not finite numbers (NaN or inf): its weights are "
+                        "damaged or its training diverged; use an earlier checkpoint")
     if temperature <= 0:
         return logits.argmax(dim=-1)
     logits = logits.float() / temperature

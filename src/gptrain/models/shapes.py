@@ -20,6 +20,7 @@ GELUS = {"tanh": "gelu_new", "exact": "gelu"}  # ours -> Hugging Face's activati
 ALLOW_LARGE = "GPTRAIN_ALLOW_LARGE_MODEL"  # "1": a model larger than this machine is the user's call (sharded)
 WEIGHT_BYTES = 4  # a parameter's fp32 weight, as a model is built to load into
 SHAPE_FIELDS = ("block_size", "vocab_size", "n_layer", "n_head", "n_embd")
+MAX_LORA_R = 1 << 16
 
 
 def machine_memory() -> int:
@@ -35,7 +36,7 @@ def check_loadable(cfg, where: str) -> None:
     before anything is built from it: whole numbers where the shape has them, valid, and weights
     that fit this machine's memory (a forged n_layer=4000, n_embd=65536 tried to allocate 51 GB,
     a vocab_size 'x' was a TypeError): one line naming the file."""
-    for name in (*SHAPE_FIELDS, *(("n_kv_head", "intermediate_size") if hasattr(cfg, "n_kv_head") else ())):
+    for name in (*SHAPE_FIELDS, "lora_r", *(("n_kv_head", "intermediate_size") if hasattr(cfg, "n_kv_head") else ())):
         value = getattr(cfg, name, None)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             raise UserError(f"{where}: model {name} must be a whole number, got {value!r}")
@@ -106,7 +107,9 @@ class GPTConfig:
         attention = d * (self.n_head * hd + 2 * self.kv_heads * hd) + self.n_head * hd * d
         embeddings = self.padded_vocab_size * d * (1 if self.tie_embeddings else 2)
         positions = self.block_size * d if self.learned_positions else 0
-        return self.n_layer * (attention + self.mlp_matrices * d * self.ffn_size) + embeddings + positions
+        # LoRA's adapters, at most one pair on each of a block's matrices: r x (in + out) each
+        adapters = self.n_layer * self.lora_r * (4 * 2 * d + self.mlp_matrices * (d + self.ffn_size))
+        return self.n_layer * (attention + self.mlp_matrices * d * self.ffn_size) + embeddings + positions + adapters
 
     def not_tensor_parallel(self) -> str:
         """Why this shape is not split by tensor parallel yet ("": it is)."""
@@ -122,8 +125,10 @@ class GPTConfig:
             raise UserError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.gelu not in GELUS:
             raise UserError(f"gelu must be one of {', '.join(GELUS)}, got {self.gelu!r}")
-        if self.lora_r < 0 or not 0.0 <= self.lora_dropout < 1.0 or not isinstance(self.lora_targets, list):
-            raise UserError(f"LoRA needs r >= 0, dropout in [0, 1) and a list of targets, got r={self.lora_r}, "
+        if not 0 <= self.lora_r <= MAX_LORA_R or not 0.0 <= self.lora_dropout < 1.0 or \
+                not isinstance(self.lora_targets, list):
+            raise UserError(f"LoRA needs r from 0 to {MAX_LORA_R}, dropout in [0, 1) and a list of targets, got "
+                            f"r={self.lora_r}, "
                             f"dropout={self.lora_dropout}, targets={self.lora_targets!r}")
 
 

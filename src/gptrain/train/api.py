@@ -82,6 +82,10 @@ def evaluate(source: str, dataset: str, split: str | None = None, batch_size: in
     from gptrain.train.evaluate import evaluate as run
     from gptrain.train.model_init import resolve_data
 
+    if not 1 <= batch_size <= 1 << 20:
+        raise UserError(f"--batch-size must be 1 to {1 << 20}, got {batch_size}")
+    if max_blocks is not None and not 1 <= max_blocks <= 1 << 40:
+        raise UserError(f"--max-blocks must be at least 1, got {max_blocks}")
     device = pick_device(device)
     model, tokenizer = load_model(source, device=device)
     # what training takes, read the same way: a prepared or pushed dataset, a save_to_disk

@@ -346,6 +346,7 @@ class Trainer(Checkpointing, Evaluating):
         self.bar = progress_bar(self.total_steps, self.step, env.is_main)  # a terminal's only
         status = "completed"
         training = tc.do_train and self.step < self.total_steps
+        stop.training()  # from here a stop saves at the end of the step (before: it ends the run at once)
         batches = self._prefetch(self.reader.read()) if training else []
         try:
             if training and self.reader.stop_agreed(self.env.device, batches is None):  # before the first step
