@@ -65,7 +65,7 @@ def test_a_stop_while_a_run_is_still_starting_ends_it_at_once(tmp_path, where):
     """9.7, 9.14: `gptrain train FIFO` (or --deepspeed_config FIFO) blocked reading it; SIGTERM
     only said it would save a checkpoint, and SIGKILL was needed. Before the first step there is
     nothing of the run to save: the stop ends it, 143."""
-    fifo = tmp_path / "config.toml"
+    fifo = tmp_path / "settings.toml"
     os.mkfifo(fifo)
     args = [str(fifo)] if where == "config" else [f"--deepspeed_config={fifo}"]
     proc = subprocess.Popen([sys.executable, "-m", "gptrain", "train", *args], stdout=subprocess.PIPE,
@@ -121,7 +121,9 @@ def test_a_destination_that_is_a_link_is_one_line_and_nothing_is_written(tiny_ru
     from tests.browser.recorded_jobs import record_job
 
     d = record_job("j")
-    shutil.copytree(step_dir(tiny_run, 2), d / "checkpoints" / "step-000002")
+    from gptrain.jobs.folder import checkpoints_dir
+
+    shutil.copytree(step_dir(tiny_run, 2), checkpoints_dir(d) / step_dir(tiny_run, 2).name)
     ckpt = json.loads(run_cli("checkpoints", "j", "--json").stdout)[0]["id"]
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -65,7 +65,7 @@ def test_a_gpt2_nanogpt_folder_is_read_as_gpt2_ids(tmp_path, isolated_home):
     folder = shakespeare_gpt2(tmp_path / "shakespeare", text)
     ok("data", "push", "words", folder)
     listing = ok("data", "list").splitlines()[1].split()
-    assert listing[:3] == ["words", "prepared", "gpt2"], listing
+    assert listing[:4] == ["words", "prepared", "available", "gpt2"], listing
     from gptrain.data.formats import read_meta
 
     for ref in ("words", str(folder)):  # pushed, and read from the folder (cached once)
@@ -109,8 +109,8 @@ def test_a_save_to_disk_folder_of_ids_has_its_tokenizer_named_at_push_or_by_the_
     assert read_meta(resolve_data("plain", tokenizer="byte"))["vocab_size"] == 257
     assert read_meta(resolve_data("plain", init_from=str(tiny_hf_gpt2)))["vocab_size"] == 50257  # the model's
     assert "(save_to_disk," in ok("dataset", "push", "saved", "--file", saved, "--tokenizer", "byte")
-    assert [line.split()[:3] for line in ok("data", "list").splitlines()[1:]] == [
-        ["plain", "save_to_disk", "-"], ["saved", "save_to_disk", "byte"]]
+    assert [line.split()[:4] for line in ok("data", "list").splitlines()[1:]] == [
+        ["plain", "save_to_disk", "available", "-"], ["saved", "save_to_disk", "available", "byte"]]
     meta = read_meta(resolve_data("saved", tokenizer="gpt2"))  # the recorded one, whatever else is named
     assert meta["tokenizer"] == {"name": "byte"} and meta["vocab_size"] == 257
 

@@ -93,6 +93,8 @@ ALLOWED = {
         "GPTRAIN_HOME's settings file (home.py), not a run's config.toml",
     'tests/unit/test_engine_options.py: isolated_home / "config.toml"':
         "GPTRAIN_HOME's settings file (home.py), not a run's config.toml",
+    'tests/unit/test_object_store.py: isolated_home / "config.toml"':
+        "GPTRAIN_HOME's settings file (home.py), not a run's config.toml",
     'tests/reliability/test_secret_forms.py: metrics.jsonl':
         "a user's own program's file in its $GPTRAIN_OUTPUT_DIR, and its name in fetch's zip",
     'tests/integration/test_script_outputs.py: with open(out / "metrics.jsonl", "a")':

@@ -126,7 +126,8 @@ def cmd_fetch(args, extra) -> int:
 def cmd_push(args, extra) -> int:
     from gptrain.data import api
 
-    kind, dest = api.push(args.name, args.dir, args.tokenizer, to=args.to, from_url=args.from_url)
+    kind, dest = api.push(args.name, args.dir, args.tokenizer, to=getattr(args, "to", None),  # (the hosted
+                          from_url=getattr(args, "from_url", None))  # `dataset push` has neither)
     print(f"pushed dataset {args.name} ({kind}, {dest})")
     return 0
 
