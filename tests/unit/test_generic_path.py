@@ -86,7 +86,7 @@ def test_what_it_cannot_do_is_one_line(tiny_hf_neox, tmp_path):
 
     for change, says in (({"auto_map": {"AutoModelForCausalLM": "evil.Model"}}, "needs its own Python code"),
                          ({"model_type": "no_such_type"}, "model_type 'no_such_type' is not supported"),
-                         ({"num_hidden_layers": "x"}, "")):
+                         ({"num_hidden_layers": "x"}, "is not one transformers reads")):
         folder = tmp_path / f"m{len(change)}-{list(change)[0]}"
         shutil.copytree(tiny_hf_neox, folder)
         hf = json.loads((folder / "config.json").read_text())
