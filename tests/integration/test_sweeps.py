@@ -81,6 +81,8 @@ def test_a_sweep_prunes_its_weak_trials_resumes_after_its_driver_dies_and_names_
                        (["sweep", "s2", "--param", "lr=1,2"], "give SECTION.KEY=SPACE"),
                        (["sweep", "s2", "--param", "train.lr=loguniform:0:1"], "LO > 0"),
                        (["sweep", "s2", "--param", "train.lr=uniform:1:2", "--parallel", "9"], "--parallel 1 to"),
+                       (["sweep", "s2", "--param", "train.lr=uniform:1:2", "--seed", "-1", "--", *FLAGS], "--seed"),
+                       (["sweep", "s2", "--param", "train.lr=uniform:1:2"], "after --"),
                        (["sweep", "s2", "--param", "train.lr=uniform:1:2", "--", "--train.do_eval=false"],
                         "ranks its trials by eval loss")):
         refused(run_cli(*args), says)

@@ -58,6 +58,14 @@ def test_a_text_url_that_never_answers_is_one_line_after_the_timeout(silent_serv
     with pytest.raises(UserError, match="no answer within 1 s"):
         prepare([f"{silent_server}/corpus.txt"], str(tmp_path / "out"), tokenizer="byte", quiet=True)
     assert time.time() - start < 30 and not (tmp_path / "out").exists()
+    # a run's text --data.path waits its own data.fetch_timeout (round 5: it waited the default)
+    from gptrain.train.model_init import resolve_data
+
+    monkeypatch.setattr(remote_read, "DEFAULT_FETCH_TIMEOUT_S", 600.0)
+    start = time.time()
+    with pytest.raises(UserError, match="no answer within 1 s"):
+        resolve_data(f"{silent_server}/corpus.txt", tokenizer="byte", fetch_timeout=1.0)
+    assert time.time() - start < 30
 
 
 @pytest.mark.parametrize("where", ["config", "deepspeed"])

@@ -62,13 +62,31 @@ def _patiently(url: str, work, timeout_s: float):
                                         "the storage or the network failed (an attempt restarts on --max-restarts)"))
 
 
+_TEXT_TIMEOUT = [None]  # data.fetch_timeout of the run reading text URLs (reading_with)
+
+
+class reading_with:
+    """`with reading_with(seconds):` text URLs read inside wait that long (the trainer's
+    data.fetch_timeout), not DEFAULT_FETCH_TIMEOUT_S."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds
+
+    def __enter__(self):
+        self.old, _TEXT_TIMEOUT[0] = _TEXT_TIMEOUT[0], self.seconds
+        return self
+
+    def __exit__(self, *exc):
+        _TEXT_TIMEOUT[0] = self.old
+
+
 def timeouts(url: str, timeout_s: float | None = None) -> dict:
     """fsspec options bounding how long an HTTP(S) connection or read may wait for nothing: a
     server that accepts and never answers is an error after `timeout_s`, not a hang (fsspec's
     HTTP client waits forever by default). Other schemes keep their backends' own timeouts."""
     if url.split("://", 1)[0].lower() not in ("http", "https"):
         return {}
-    timeout_s = timeout_s or DEFAULT_FETCH_TIMEOUT_S
+    timeout_s = timeout_s or _TEXT_TIMEOUT[0] or DEFAULT_FETCH_TIMEOUT_S
     try:
         import aiohttp
     except ImportError:
@@ -84,8 +102,8 @@ def failure(e: BaseException, timeout_s: float | None = None) -> str:
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))
         if isinstance(cause, TimeoutError) or type(cause).__name__ in ("ServerTimeoutError", "TimeoutError"):
-            return (f"no answer within {timeout_s or DEFAULT_FETCH_TIMEOUT_S:.0f} s (the server accepted the "
-                    "connection and sent nothing)")
+            waited = timeout_s or _TEXT_TIMEOUT[0] or DEFAULT_FETCH_TIMEOUT_S
+            return f"no answer within {waited:g} s (the server accepted the connection and sent nothing)"
         cause = cause.__cause__ or cause.__context__
     return f"{type(e).__name__}: {e}"
 

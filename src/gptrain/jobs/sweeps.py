@@ -122,6 +122,12 @@ def create(name: str, params: list[str], trials: int, parallel: int, early_stop:
         raise UserError(f"--early-stop {early_stop!r}: choose asha or none")
     if not 2 <= reduction_factor <= 16:
         raise UserError(f"--reduction-factor must be 2 to 16, got {reduction_factor}")
+    if not 0 <= seed < 2 ** 32:
+        raise UserError(f"--seed must be 0 to 2^32-1 (the sampler's), got {seed}")
+    if len(trial_job(name, trials - 1)) > 64:
+        raise UserError(f"sweep name {name!r} is too long for its trials' job names (NAME-tNN, 64 characters at most)")
+    if not flags:
+        raise UserError("a sweep needs the trials' command after --: the trainer flags each trial runs with")
     for n in range(trials):  # the trials' names are free
         if _exists(trial_job(name, n)):
             raise UserError(f"a job named {trial_job(name, n)} exists: the sweep's trials need those names")
@@ -132,8 +138,14 @@ def create(name: str, params: list[str], trials: int, parallel: int, early_stop:
             "reduction_factor": reduction_factor, "seed": seed, "flags": list(flags), "datasets": datasets or [],
             "accels": accels, "objective": "eval/loss"}
     d.mkdir(parents=True)
-    (d / "sweep.json").write_text(json.dumps(spec, indent=2))
-    study(name, spec)
+    try:
+        (d / "sweep.json").write_text(json.dumps(spec, indent=2))
+        study(name, spec)
+    except BaseException:  # nothing recorded of a sweep that could not start
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)
+        raise
     start_driver(name)
     return spec
 

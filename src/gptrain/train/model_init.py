@@ -48,8 +48,10 @@ def resolve_data(path: str, tokenizer: str = "", init_from: str = "", cache_byte
         if is_prepared_url(path):
             return open_remote(path, cache_bytes, fetch_timeout, cache_dir)
     from gptrain.data.prepared_cache import cached_prepare
+    from gptrain.data.remote_read import reading_with
 
-    return cached_prepare(path, tokenizer or _model_tokenizer(init_from), text_field)
+    with reading_with(fetch_timeout):  # a text URL waits data.fetch_timeout for a byte, as shards do
+        return cached_prepare(path, tokenizer or _model_tokenizer(init_from), text_field)
 
 
 def resolve_sources(cfg: Config) -> list[tuple[str, float, Path]]:

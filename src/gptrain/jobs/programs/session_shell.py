@@ -1,7 +1,7 @@
 """An interactive session's program: what a session job runs (`gptrain session start`).
 
 It starts one shell on a pseudo-terminal inside a sandbox made by bubblewrap: the machine's own
-filesystem, plus the job's datasets at the hosted tutorials' literal paths `/input/NAME` and the
+filesystem, plus the job's datasets, read-only, at the hosted tutorials' literal paths `/input/NAME` and the
 job's checkpoint folder at `/output-checkpoint` (so what a script saves there is the session's
 checkpoints: listed, fetched and generated from like a job's), in the job's code folder, with
 the job's environment and secrets. Nothing is mounted on the machine itself.
@@ -50,8 +50,8 @@ def sandbox(datasets: dict, checkpoints: str, cwd: str) -> list[str]:
         path = f"/{entry}"
         args += ["--symlink", os.readlink(path), path] if os.path.islink(path) else ["--bind", path, path]
     args += ["--proc", "/proc", "--dev-bind", "/dev", "/dev", "--tmpfs", "/input"]
-    for name, folder in datasets.items():
-        args += ["--bind", folder, f"/input/{name}"]
+    for name, folder in datasets.items():  # read-only: a pushed dataset is immutable, its checksums kept
+        args += ["--ro-bind", folder, f"/input/{name}"]
     return args + ["--bind", checkpoints, "/output-checkpoint", "--chdir", cwd, "--"]
 
 
