@@ -61,22 +61,18 @@ def cmd_sweep(args, extra) -> int:
 def inspect(args, name: str) -> int:
     from gptrain.jobs import api
 
-    spec, trials = api.sweep_spec(name), api.sweep_trials(name)
-    best = next((t for t in trials if t["state"] == "complete"), None)
-    report = {"name": name, "spec": spec, "driver": "running" if api.sweep_driver(name) else "not running",
-              "best": best["job"] if best else None, "trials": trials}
+    report = api.sweep_report(name)
     if render.as_json(args, report):
         return 0
-    keys = list(spec["params"])
+    spec, keys = report["spec"], list(report["spec"]["params"])
     rows = [("TRIAL", "JOB", "STATE", *keys, "EVAL LOSS", "BEST", "STEP")]
-    for t in trials:
+    for t in report["trials"]:
         state = t["state"] if t["state"] != "running" else t["job_state"] or "asked"
         rows.append((str(t["number"]), t["job"] or "-", state, *(_value(t["params"].get(k)) for k in keys),
                      render.loss(t["value"]), render.loss(t["best"]), str(t["step"] or "-")))
     render.table(rows)
-    done = sum(t["state"] in ("complete", "pruned", "fail") for t in trials)
-    print(f"{done} of {spec['trials']} trials ended ({sum(t['state'] == 'pruned' for t in trials)} pruned); "
-          f"driver {report['driver']}" + (f"; best: {best['job']} (eval loss {best['value']:.4f})" if best else ""))
+    print(f"{report['ended']} of {spec['trials']} trials ended ({report['pruned']} pruned); driver {report['driver']}"
+          + (f"; best: {report['best']} (eval loss {report['best_value']:.4f})" if report["best"] else ""))
     return 0
 
 

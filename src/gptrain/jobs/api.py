@@ -32,8 +32,7 @@ from gptrain.jobs.sessions import (  # noqa: F401 (`gptrain session`: a shell in
     attach as attach_session, is_session, names as session_names, parse_duration, run as run_in_session,
     start as start_session, wait_ready as wait_session)
 from gptrain.jobs.sweeps import (  # noqa: F401 (`gptrain sweep`: trials sampled and pruned by Optuna)
-    create as create_sweep, listed as sweeps, resume as resume_sweep, trials as sweep_trials, read as sweep_spec,
-    driver_pid as sweep_driver, stop_driver)
+    create as create_sweep, listed as sweeps, report as sweep_report, resume as resume_sweep, stop_driver)
 from gptrain.jobs.job_checkpoints import (  # noqa: F401 (a job's checkpoints, listed and copied out)
     CHECKPOINT_SHOWN, checkpoint, checkpoint_files, checkpoint_zip, checkpoints, export_checkpoint, zip_job)
 
@@ -46,7 +45,7 @@ __all__ = [  # what the faces (cli/, ui/) may use: tests/unit/test_api_surface.p
     "ROWS_TTL_S", "SCHEDULERS", "shown", "sources", "stop", "STOP_TIMEOUT_S", "submit",
     "SUPERVISOR_EXIT_S", "zip_job", "attach_session", "is_session", "parse_duration", "run_in_session",
     "start_session", "wait_session", "session_names", "create_sweep", "sweeps", "resume_sweep",
-    "stop_sweep", "sweep_trials", "sweep_spec", "sweep_driver",
+    "stop_sweep", "sweep_report",
 ]
 
 REFRESH_S = 2.0  # the whole table is brought up to date at most this often (refresh_all)

@@ -171,9 +171,9 @@ def model_source(ref: str, resume: bool = False) -> str:
     try:
         store.get_job(ref)
     except UserError:
-        if (home() / "sweeps" / ref / "sweep.json").is_file():  # a sweep: its best trial's job
-            from gptrain.jobs.sweeps import best_job
+        from gptrain.jobs.sweeps import best_job, is_sweep
 
+        if is_sweep(ref):  # a sweep: its best trial's job
             best_trial = best_job(ref)
             if best_trial is None:
                 raise NotFound(f"sweep {ref} has no complete trial yet: `gptrain sweep inspect {ref}`") from None

@@ -94,6 +94,10 @@ def study(name: str, spec: dict | None = None):
                                sampler=optuna.samplers.TPESampler(seed=spec["seed"], n_startup_trials=spec["parallel"]))
 
 
+def is_sweep(name: str) -> bool:
+    return (sweep_dir(name) / "sweep.json").is_file()
+
+
 def read(name: str) -> dict:
     path = sweep_dir(name) / "sweep.json"
     if not path.is_file():
@@ -220,10 +224,20 @@ def trials(name: str) -> list[dict]:
     return sorted(out, key=lambda t: (t["value"] is None, t["value"] if t["value"] is not None else 0, t["number"]))
 
 
+def report(name: str) -> dict:
+    """What `sweep inspect` shows: the spec, whether the driver runs, the trials (sorted by eval
+    loss), the best complete one, and how many ended and were pruned."""
+    spec, listed_trials = read(name), trials(name)
+    best = next((t for t in listed_trials if t["state"] == "complete" and t["value"] is not None), None)
+    return {"name": name, "spec": spec, "driver": "running" if driver_pid(name) else "not running",
+            "best": best["job"] if best else None, "best_value": best["value"] if best else None,
+            "ended": sum(t["state"] in ("complete", "pruned", "fail") for t in listed_trials),
+            "pruned": sum(t["state"] == "pruned" for t in listed_trials), "trials": listed_trials}
+
+
 def best_job(name: str) -> str | None:
     """The job of the sweep's best complete trial (lowest eval loss), or None."""
-    done = [t for t in trials(name) if t["state"] == "complete" and t["value"] is not None]
-    return done[0]["job"] if done else None
+    return report(name)["best"]
 
 
 def listed() -> list[str]:

@@ -58,11 +58,7 @@ def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, t
 
 
 def sample_next(logits, temperature: float, top_k: int | None, top_p: float | None, generator):
-    """Next token ids (B,) from last-position logits (B, V); logits that are not finite numbers
-    (weights that are NaN or diverged) are one line, not multinomial's traceback."""
-    if not bool(torch.isfinite(logits).all()):
-        raise UserError("the model computes logits that are not finite numbers (NaN or inf): its weights are "
-                        "damaged or its training diverged; use an earlier checkpoint")
+    """Next token ids (B,) from last-position logits (B, V)."""
     if temperature <= 0:
         return logits.argmax(dim=-1)
     logits = logits.float() / temperature
@@ -76,7 +72,14 @@ def sample_next(logits, temperature: float, top_k: int | None, top_p: float | No
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
     probs = logits.softmax(dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    try:
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    except RuntimeError:  # (probabilities that are NaN or inf: logits that went so since the prompt)
+        raise UserError(NOT_FINITE) from None
+
+
+NOT_FINITE = ("the model computes logits that are not finite numbers (NaN or inf): its weights are damaged or "
+              "its training diverged; use an earlier checkpoint")
 
 
 @torch.no_grad()
@@ -102,6 +105,8 @@ def generate(model, prompt, max_new_tokens: int, temperature: float = 0.0, top_k
     dtype = next(model.parameters()).dtype
     cache = KVCache(B, min(ctx, T + max_new_tokens), dtype, prompt.device)
     logits = model(prompt, cache=cache, last_only=True)[:, -1]
+    if not bool(torch.isfinite(logits).all()):  # once, on the prompt: NaN weights show here, not per token
+        raise UserError(NOT_FINITE)
     cache.pos = T
     out = [prompt]
     finished = torch.zeros(B, dtype=torch.bool, device=prompt.device)

@@ -23,24 +23,24 @@ from gptrain.errors import UserError
 POLL_S = 1.0
 
 
+_metrics: dict = {}  # job -> its MetricsFile, read on from where the last round stopped
+
+
 def eval_losses(job: str) -> list[tuple[int, float]]:
-    """(step, eval loss) of every evaluation the job's trainer recorded so far."""
+    """(step, eval loss) of every evaluation the job's trainer recorded so far, read through the
+    one reader of metrics.jsonl (jobs/metrics_file.py: only the rows appended since last time)."""
     from gptrain.jobs import api
 
     try:
         path = api.metrics_path(job)
-        lines = path.read_text().splitlines() if path.is_file() else []
-    except (OSError, UserError):
+    except UserError:
         return []
-    out = []
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # (a line still being written)
-        if isinstance(row, dict) and isinstance(row.get("eval/loss"), (int, float)) and isinstance(row.get("step"), int):
-            out.append((row["step"], float(row["eval/loss"])))
-    return out
+    mf = _metrics.get(job)
+    if mf is None or mf.path != path:
+        mf = _metrics[job] = api.MetricsFile(path)
+    mf.refresh()
+    cols = mf.cols["eval"]
+    return [(int(step), loss) for step, loss in zip(cols["step"], cols["loss"])]
 
 
 def submit(spec: dict, number: int, params: dict) -> str:
