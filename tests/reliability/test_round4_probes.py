@@ -68,6 +68,26 @@ def test_a_text_url_that_never_answers_is_one_line_after_the_timeout(silent_serv
     assert time.time() - start < 30
 
 
+def test_data_prepare_and_eval_wait_the_fetch_timeout_the_user_gives(silent_server, tiny_run, tmp_path):
+    """Round 5's 9.3 and 9.4: data prepare and eval of a silent URL had no timeout of their own to
+    give (they waited the 60 s default, twice, before saying so)."""
+    start = time.time()
+    r = run_cli("data", "prepare", f"{silent_server}/corpus.txt", "--out", str(tmp_path / "out"),
+                "--tokenizer", "byte", "--fetch-timeout", "1")
+    one_line(r, "no answer within 1 s")
+    assert not (tmp_path / "out").exists()
+    from gptrain.jobs.api import evaluate
+
+    with pytest.raises(UserError, match="no answer within 1 s"):
+        evaluate(str(tiny_run), f"{silent_server}/corpus.txt", fetch_timeout=1.0)
+    assert time.time() - start < 60
+    for bad in ("0", "-1", "nan", "4000"):
+        one_line(run_cli("eval", str(tiny_run), "--dataset", "x", "--fetch-timeout", bad), "--fetch-timeout must be")
+    one_line(run_cli("data", "prepare", "x.txt", "--out", str(tmp_path / "o2"), "--fetch-timeout", "inf"),
+             "--fetch-timeout must be")
+    assert not (tmp_path / "o2").exists()
+
+
 @pytest.mark.parametrize("where", ["config", "deepspeed"])
 def test_a_stop_while_a_run_is_still_starting_ends_it_at_once(tmp_path, where):
     """9.7, 9.14: `gptrain train FIFO` (or --deepspeed_config FIFO) blocked reading it; SIGTERM

@@ -33,6 +33,8 @@ def register(sub) -> None:
                    help="tokens per token file before the next shard (SPLIT-00000.bin, ...) "
                    "starts; a split that fits in one is SPLIT.bin (default 2^23: 16 MiB of "
                    "uint16, sized for training from a URL)")
+    p.add_argument("--fetch-timeout", dest="fetch_timeout", type=float, default=None, metavar="SECONDS",
+                   help="a URL source that sends nothing this long is an error (default 60, at most 3600)")
     p.set_defaults(func=cmd_prepare)
 
     p = dsub.add_parser("import", help="convert a HF save_to_disk dataset with input_ids")
@@ -103,7 +105,8 @@ def cmd_prepare(args, extra) -> int:
 
     meta = api.prepare(args.sources, args.out, tokenizer=args.tokenizer, hf_config=args.hf_config,
                        text_field=args.text_field, val_fraction=args.val_fraction,
-                       num_proc=args.num_proc, seed=args.seed, shard_tokens=args.shard_tokens)
+                       num_proc=args.num_proc, seed=args.seed, shard_tokens=args.shard_tokens,
+                       fetch_timeout=args.fetch_timeout)
     print(f"prepared {args.out}: {_summary(meta)}")
     return 0
 

@@ -41,6 +41,8 @@ def register(sub) -> None:
     p.add_argument("--batch-size", dest="batch_size", type=int, default=8)
     p.add_argument("--max-blocks", dest="max_blocks", type=int, default=None)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--fetch-timeout", dest="fetch_timeout", type=float, default=None, metavar="SECONDS",
+                   help="a dataset URL that sends nothing this long is an error (default 60, at most 3600)")
     render.json_switch(p)
     _allow_flag(p)
     p.set_defaults(func=cmd_eval)
@@ -89,7 +91,8 @@ def cmd_eval(args, extra) -> int:
     _allow(args)
     from gptrain.jobs.api import evaluate
 
-    result, notes = evaluate(args.model, args.dataset, args.split, args.batch_size, args.max_blocks, args.device)
+    result, notes = evaluate(args.model, args.dataset, args.split, args.batch_size, args.max_blocks, args.device,
+                              args.fetch_timeout)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if not render.as_json(args, result):

@@ -117,12 +117,15 @@ class TokenBlocks:
 
 # ---- named datasets, for both faces (`gptrain data ...`, the console's datasets page) ---------
 
-def prepare(sources: list[str], out: str, **options) -> dict:
+def prepare(sources: list[str], out: str, fetch_timeout: float | None = None, **options) -> dict:
     """Sources (files, folders, URLs, hub ids) tokenized into the prepared folder `out`
-    (data/prepare.py; a rerun continues one cut short); its meta.json."""
+    (data/prepare.py; a rerun continues one cut short); its meta.json. A URL that sends nothing
+    for `fetch_timeout` seconds (default data.fetch_timeout's) is an error, not a hang."""
     from gptrain.data.prepare import prepare as run
+    from gptrain.data.remote_read import checked_timeout, reading_with
 
-    return run(sources, out, **options)
+    with reading_with(checked_timeout(fetch_timeout)):
+        return run(sources, out, **options)
 
 
 def import_saved(source: str, out: str, tokenizer: str = "") -> dict:

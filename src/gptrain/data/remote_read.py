@@ -65,6 +65,13 @@ def _patiently(url: str, work, timeout_s: float):
 _TEXT_TIMEOUT = [None]  # data.fetch_timeout of the run reading text URLs (reading_with)
 
 
+def checked_timeout(seconds: float | None, flag: str = "--fetch-timeout") -> float | None:
+    """A fetch timeout a user typed, checked as data.fetch_timeout is: more than 0, at most 3600 s."""
+    if seconds is not None and not 0 < seconds <= 3600:  # (nan fails both comparisons)
+        raise UserError(f"{flag} must be more than 0 and at most 3600 seconds, got {seconds:g}")
+    return seconds
+
+
 class reading_with:
     """`with reading_with(seconds):` text URLs read inside wait that long (the trainer's
     data.fetch_timeout), not DEFAULT_FETCH_TIMEOUT_S."""

@@ -20,12 +20,13 @@ def generate(ref: str, sampling) -> list[str]:
 
 
 def evaluate(ref: str, dataset: str, split: str | None = None, batch_size: int = 8,
-             max_blocks: int | None = None, device: str = "auto") -> tuple[dict, list[str]]:
+             max_blocks: int | None = None, device: str = "auto",
+             fetch_timeout: float | None = None) -> tuple[dict, list[str]]:
     """MODEL `ref`'s loss, perplexity, accuracy and tokens on `dataset` (train/api.py evaluate),
     and notes."""
     from gptrain.train.api import evaluate as run
 
-    return run(model_source(ref), dataset, split, batch_size, max_blocks, device)
+    return run(model_source(ref), dataset, split, batch_size, max_blocks, device, fetch_timeout)
 
 
 def export(ref: str, out, fmt: str = "hf"):

@@ -70,11 +70,14 @@ def help_text() -> str:
 
 
 def evaluate(source: str, dataset: str, split: str | None = None, batch_size: int = 8,
-             max_blocks: int | None = None, device: str = "auto") -> tuple[dict, list[str]]:
+             max_blocks: int | None = None, device: str = "auto",
+             fetch_timeout: float | None = None) -> tuple[dict, list[str]]:
     """Loss, perplexity, accuracy and tokens of the model at `source` on `dataset`'s `split` (val
-    by default: train when the data has only that), read as training reads it; and notes."""
+    by default: train when the data has only that), read as training reads it; and notes. A URL
+    that sends nothing for `fetch_timeout` seconds (default data.fetch_timeout's) is an error."""
     from gptrain.data.formats import open_examples, read_meta
     from gptrain.data.loader import eval_batches
+    from gptrain.data.remote_read import DEFAULT_FETCH_TIMEOUT_S, checked_timeout
     from gptrain.data.remote_shards import open_tokens
     from gptrain.errors import UserError
     from gptrain.models.load import load_model, pick_device
@@ -86,11 +89,13 @@ def evaluate(source: str, dataset: str, split: str | None = None, batch_size: in
         raise UserError(f"--batch-size must be 1 to {1 << 20}, got {batch_size}")
     if max_blocks is not None and not 1 <= max_blocks <= 1 << 40:
         raise UserError(f"--max-blocks must be at least 1, got {max_blocks}")
+    fetch_timeout = checked_timeout(fetch_timeout) or DEFAULT_FETCH_TIMEOUT_S
     device = pick_device(device)
     model, tokenizer = load_model(source, device=device)
     # what training takes, read the same way: a prepared or pushed dataset, a save_to_disk
     # folder, a text/JSONL/parquet file or URL (tokenized once, with the model's own tokenizer)
-    data_dir = resolve_data(dataset, tokenizer=name_of(tokenizer) if tokenizer is not None else "")
+    data_dir = resolve_data(dataset, tokenizer=name_of(tokenizer) if tokenizer is not None else "",
+                            fetch_timeout=fetch_timeout)
     meta = read_meta(data_dir)
     if tokenizer is not None and not same(tokenizer, meta["tokenizer"]):
         raise UserError(f"dataset {dataset} was tokenized with {meta['tokenizer_name']}, "
