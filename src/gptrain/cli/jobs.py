@@ -46,6 +46,10 @@ def register(sub) -> None:
     p.add_argument("--allow-unverified", "--allow_unverified", dest="allow_unverified", action="store_true",
                    help="let the job load a checkpoint that has no checksums.json (written before gptrain "
                    "verified checkpoints) from now on, with a warning; refused otherwise")
+    p.add_argument("--max-steps", "--max_steps", dest="max_steps", type=int, default=None, metavar="N",
+                   help="train to step N in all (gptrain's trainer): extends a job, one that succeeded too; "
+                   "its learning-rate schedule is computed for the new length (with --from: branch from "
+                   "a warmup-stable-decay run's stable phase, docs/guide.md)")
     p.add_argument("--follow", action="store_true", help="stream rank 0's log until the job ends")
     p.set_defaults(func=cmd_resume)
 
@@ -157,8 +161,8 @@ def cmd_stop(args, extra) -> int:
 
 
 def cmd_resume(args, extra) -> int:
-    api.resume(args.name, args.from_id, args.nodes, args.allow_unverified)
-    where = f" on {args.nodes} node(s)" if args.nodes else ""
+    api.resume(args.name, args.from_id, args.nodes, args.allow_unverified, args.max_steps)
+    where = (f" on {args.nodes} node(s)" if args.nodes else "") + (f" to step {args.max_steps:,}" if args.max_steps else "")
     print(f"resumed job {args.name}{f' from checkpoint {args.from_id}' if args.from_id else ''}{where}; watch it with `gptrain logs {args.name} --follow`")
     return follow(args.name, rank=0) if args.follow else 0
 

@@ -154,14 +154,16 @@ def _wait_ended(name: str) -> str:
 
 
 def resume(name: str, from_id: str | None = None, nodes: str | None = None,
-           allow_unverified: bool = False) -> None:
+           allow_unverified: bool = False, max_steps: int | None = None) -> None:
     """Start a failed or stopped job again from its newest good checkpoint, or from the one
     `from_id` names (verified first; jobs/records.py), on `nodes` nodes when given (the
     checkpoint is resharded and the data position carried over: docs/multi-host.md);
-    `allow_unverified`: its workers may load a checkpoint without a checksum list from now on."""
+    `allow_unverified`: its workers may load a checkpoint without a checksum list from now on;
+    `max_steps`: a trainer job (one that succeeded too) trains to that step (records.place_on)."""
     known(name)
-    changed = nodes is not None or allow_unverified
-    undo, said = records.place_on(name, nodes, allow_unverified) if changed else (None, [])
+    records.check_resumable(name, extending=max_steps is not None)
+    changed = nodes is not None or allow_unverified or max_steps is not None
+    undo, said = records.place_on(name, nodes, allow_unverified, max_steps) if changed else (None, [])
     try:
         if from_id is None:
             resume_job(name)

@@ -63,26 +63,52 @@ def forget(name: str, made: Path | None) -> None:
         secrets.remove(name)
 
 
-def place_on(name: str, nodes: str | None = None, allow_unverified: bool = False):
+def check_resumable(name: str, extending: bool) -> dict:
+    """The job's record, when `gptrain resume` may start it again: failed or stopped, or one that
+    succeeded when `extending` it (--max-steps); one line otherwise. (store.reopen's rule is the
+    wider one: it reopens what this lets through.)"""
+    from gptrain.errors import UserError
+    from gptrain.jobs import store
+
+    job = store.get_job(name)
+    resumable = (store.JobState.FAILED, store.JobState.STOPPED, *((store.JobState.SUCCEEDED,) if extending else ()))
+    if job["state"] not in resumable:
+        more = "; a job that succeeded trains further with --max-steps N" if job["state"] == store.JobState.SUCCEEDED else ""
+        raise UserError(f"job {name} is {job['state']}; only a failed or stopped job can be resumed{more}")
+    return job
+
+
+MAX_STEPS_FLAG = "--train.max_steps="  # what `resume --max-steps` adds to a trainer job's flags
+STEPS_BOUND = 10 ** 12
+
+
+def place_on(name: str, nodes: str | None = None, allow_unverified: bool = False, max_steps: int | None = None):
     """A failed or stopped job's spec changed from its next start (`gptrain resume NAME`):
-    `nodes` (--nodes N, or MIN:MAX where elastic runs), checked as at submit, and
+    `nodes` (--nodes N, or MIN:MAX where elastic runs), checked as at submit,
     `allow_unverified` (--allow-unverified: its workers may load a checkpoint without a checksum
-    list, each with a warning: weights/checksums.admit). The record, its nodes column and job.json
-    are written. Returns the undo (the old spec back, for a resume refused) and the lines for the
-    job's events once the resume is taken."""
+    list, each with a warning: weights/checksums.admit), and `max_steps` (--max-steps: a trainer
+    job trained to N steps in all, the one change that also reopens a job that succeeded: a run
+    extended, its schedule recomputed for the new length). The record, its nodes column and
+    job.json are written. Returns the undo (the old spec back, for a resume refused) and the lines
+    for the job's events once the resume is taken."""
     from gptrain.errors import UserError
     from gptrain.jobs import store
     from gptrain.jobs.spec import JobSpec
     from gptrain.weights.checksums import ALLOW_ENV
 
-    job = store.get_job(name)
-    if job["state"] not in (store.JobState.FAILED, store.JobState.STOPPED):  # (store.reopen's rule, checked before writing)
-        raise UserError(f"job {name} is {job['state']}; only a failed or stopped job can be resumed")
+    job = check_resumable(name, extending=max_steps is not None)
     old, changed, said = JobSpec.from_dict(job["spec"]), dict(job["spec"]), []
     if nodes is not None:
         changed.update(nodes=str(nodes), min_nodes=None)
     if allow_unverified:
         changed["env"] = {**old.env, ALLOW_ENV: "1"}
+    if max_steps is not None:
+        if old.entry != "trainer":
+            raise UserError(f"--max-steps extends a run of gptrain's trainer; job {name} runs your own "
+                            f"{old.entry}: resume it and give your program its own step count")
+        if not 1 <= max_steps <= STEPS_BOUND:
+            raise UserError(f"--max-steps must be 1 to {STEPS_BOUND}, got {max_steps}")
+        changed["args"] = [a for a in old.args if not a.startswith(MAX_STEPS_FLAG)] + [f"{MAX_STEPS_FLAG}{max_steps}"]
     new = JobSpec.from_dict(changed)
     if nodes is not None:
         new.parse_nodes()  # (N or MIN:MAX as typed, first: its own words)
@@ -104,6 +130,9 @@ def place_on(name: str, nodes: str | None = None, allow_unverified: bool = False
     if allow_unverified:
         said.append(("allowed", "its workers may load a checkpoint without checksums.json from its next "
                      f"start, each with a warning (--allow-unverified: {ALLOW_ENV}=1 in its env)"))
+    if max_steps is not None:
+        said.append(("extended", f"trains to step {max_steps:,} in all from its next start ({MAX_STEPS_FLAG}"
+                     f"{max_steps}; its learning-rate schedule is computed for that length)"))
     return lambda: write(old, before), said
 
 

@@ -350,12 +350,13 @@ def requeue_orphan(name: str, supervisor: str | None, restarts: int, message: st
 
 
 def reopen(name: str, message: str) -> None:
-    """A failed or stopped job queued again (`gptrain resume`), at the end of the line."""
+    """A failed or stopped job queued again (`gptrain resume`), at the end of the line; or one
+    that succeeded, extended (jobs/records.place_on is the judge of that)."""
     with transaction() as conn:
         row = conn.execute("SELECT state FROM jobs WHERE name = ?", (name,)).fetchone()
         if row is None:
             raise NotFound(f"no job named {name!r}; see `gptrain jobs`")
-        if row["state"] not in (JobState.FAILED, JobState.STOPPED):
+        if row["state"] not in (JobState.FAILED, JobState.STOPPED, JobState.SUCCEEDED):
             raise UserError(f"job {name} is {row['state']}; only a failed or stopped job can be resumed")
         seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
         conn.execute("UPDATE jobs SET state = ?, seq = ?, slots = NULL, supervisor = NULL, "
