@@ -83,6 +83,8 @@ def test_a_sweep_prunes_its_weak_trials_resumes_after_its_driver_dies_and_names_
                        (["sweep", "s2", "--param", "train.lr=uniform:1:2", "--parallel", "9"], "--parallel 1 to"),
                        (["sweep", "s2", "--param", "train.lr=uniform:1:2", "--seed", "-1", "--", *FLAGS], "--seed"),
                        (["sweep", "s2", "--param", "train.lr=uniform:1:2"], "after --"),
+                       (["sweep", "sw-t00", "--param", "train.lr=uniform:1:2", "--", *FLAGS],
+                        "a job named sw-t00 exists"),
                        (["sweep", "s2", "--param", "train.lr=uniform:1:2", "--", "--train.do_eval=false"],
                         "ranks its trials by eval loss")):
         refused(run_cli(*args), says)

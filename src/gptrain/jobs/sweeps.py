@@ -87,22 +87,70 @@ def study(name: str, spec: dict | None = None):
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = spec or read(name)
-    pruner = optuna.pruners.SuccessiveHalvingPruner(reduction_factor=spec["reduction_factor"]) \
-        if spec["early_stop"] == "asha" else optuna.pruners.NopPruner()
-    return optuna.create_study(storage=f"sqlite:///{sweep_dir(name) / 'study.db'}", study_name=name,
-                               direction="minimize", load_if_exists=True, pruner=pruner,
-                               sampler=optuna.samplers.TPESampler(seed=spec["seed"], n_startup_trials=spec["parallel"]))
+    db = sweep_dir(name) / "study.db"
+    if db.is_symlink() or (db.exists() and not db.is_file()):
+        raise UserError(f"sweep {name}'s {db} is not a plain file (a link is never followed): remove the "
+                        "sweep's folder to start it again")
+    try:
+        pruner = optuna.pruners.SuccessiveHalvingPruner(reduction_factor=spec["reduction_factor"]) \
+            if spec["early_stop"] == "asha" else optuna.pruners.NopPruner()
+        return optuna.create_study(storage=f"sqlite:///{db}", study_name=name, direction="minimize",
+                                   load_if_exists=True, pruner=pruner, sampler=optuna.samplers.TPESampler(
+                                       seed=spec["seed"], n_startup_trials=spec["parallel"]))
+    except Exception as e:  # sqlalchemy's and optuna's errors on a file that is not the study's
+        why = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise UserError(f"sweep {name}'s study {db} cannot be read ({type(e).__name__}: {why}): "
+                        "remove the sweep's folder to start it again") from None
 
 
 def is_sweep(name: str) -> bool:
     return (sweep_dir(name) / "sweep.json").is_file()
 
 
+SPEC_TYPES = {"params": dict, "trials": int, "parallel": int, "early_stop": str, "reduction_factor": int,
+              "seed": int, "flags": list, "datasets": list}
+
+
 def read(name: str) -> dict:
+    """The sweep's spec (sweep.json, as create wrote it): NotFound when there is no sweep of that
+    name, one line when the file is not what create writes (a link, a pipe, not JSON, a key
+    missing or of another type): never followed out of the folder, never a traceback."""
+    import stat
+
+    from gptrain.errors import NotFound
+    from gptrain.files import parse_user_text, read_user_text
+
     path = sweep_dir(name) / "sweep.json"
-    if not path.is_file():
-        raise UserError(f"no sweep named {name!r}; see `gptrain sweep list`")
-    return json.loads(path.read_text())
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        raise NotFound(f"no sweep named {name!r}; see `gptrain sweep list`") from None
+    damaged = f"sweep {name}'s {path} is damaged"
+    if not stat.S_ISREG(mode):
+        raise UserError(f"{damaged}: it is not a plain file (gptrain writes one, never through a link); "
+                        "remove the sweep's folder to start it again")
+    try:
+        spec = parse_user_text(json.loads, read_user_text(path, "sweep.json", cap=1 << 20), damaged)
+    except ValueError as e:
+        raise UserError(f"{damaged}: not JSON ({e})") from None
+    wrong = [k for k, t in SPEC_TYPES.items() if not isinstance(spec, dict) or type(spec.get(k)) is not t]
+    if wrong:
+        raise UserError(f"{damaged}: {wrong[0]} is missing or not a {SPEC_TYPES[wrong[0]].__name__}")
+    if not all(isinstance(w, str) for w in (*spec["flags"], *spec["datasets"])):
+        raise UserError(f"{damaged}: its flags and datasets are not all text")
+    if not (1 <= spec["parallel"] <= spec["trials"] <= MAX_TRIALS and spec["early_stop"] in EARLY_STOP
+            and 2 <= spec["reduction_factor"] <= 16 and 0 <= spec["seed"] < 2 ** 32):
+        raise UserError(f"{damaged}: its trials, parallel, early_stop, reduction_factor or seed is out of range")
+    for key, space in spec["params"].items():  # each as `--param` would have written it
+        try:
+            text = ",".join(space["choices"]) if space["kind"] == "choice" else \
+                f"{space['kind']}:{space['low']!r}:{space['high']!r}"
+            same = parse_param(f"{key}={text}") == (key, space)
+        except (TypeError, KeyError, UserError):
+            same = False
+        if not same:
+            raise UserError(f"{damaged}: its --param {str(key)[:60]!r} is not one a sweep takes")
+    return spec
 
 
 def create(name: str, params: list[str], trials: int, parallel: int, early_stop: str, flags: list[str],
@@ -132,6 +180,8 @@ def create(name: str, params: list[str], trials: int, parallel: int, early_stop:
         raise UserError(f"sweep name {name!r} is too long for its trials' job names (NAME-tNN, 64 characters at most)")
     if not flags:
         raise UserError("a sweep needs the trials' command after --: the trainer flags each trial runs with")
+    if _exists(name):  # (the sweep's name stands for its best trial as a MODEL: never a job's too)
+        raise UserError(f"a job named {name} exists: a sweep's name is a MODEL name too, so pick another")
     for n in range(trials):  # the trials' names are free
         if _exists(trial_job(name, n)):
             raise UserError(f"a job named {trial_job(name, n)} exists: the sweep's trials need those names")
