@@ -38,7 +38,7 @@ ROUTES = ("/", "/jobs/victim", "/compare?jobs=victim", "/datasets", "/api/jobs",
           "/api/jobs/victim/logs/0?offset=0", "/api/jobs/victim/logs/0/stream", "/api/jobs/stream",
           "/api/jobs/victim/stream", "/api/datasets", "/static/job.js", "/static/uPlot.iife.min.js",
           "/static/page.html", "/api/jobs/victim/checkpoints/0123456789ab.zip", "/jobs/nosuch",
-          "/no/such/route")
+          "/no/such/route", "/sweeps", "/api/sweeps", "/sweeps/nosuch", "/api/sweeps/nosuch")
 
 
 def refused_everywhere(console, headers: dict, csrf: str) -> None:
@@ -70,7 +70,8 @@ def test_the_loopback_console_admits_only_its_owner(console):
     for path in ("/?token=" + wrong, "/api/jobs?token=", "/api/jobs/victim/logs/0?token=" + console.token[:-1]):
         assert http(console.base + path)[0] == 401, path
     # with the token (header, ?token=, or the cookie it sets) every route answers
-    missing = ("/api/jobs/victim/checkpoints/0123456789ab.zip", "/jobs/nosuch", "/no/such/route")
+    missing = ("/api/jobs/victim/checkpoints/0123456789ab.zip", "/jobs/nosuch", "/no/such/route", "/sweeps/nosuch",
+               "/api/sweeps/nosuch")
     for path in ROUTES:
         status, _, body = console.http(path) if "stream" not in path else _stream_status(console, path)
         assert status == (404 if path in missing else 200), (path, status, body[:200])

@@ -67,8 +67,7 @@ def inspect(args, name: str) -> int:
     spec, keys = report["spec"], list(report["spec"]["params"])
     rows = [("TRIAL", "JOB", "STATE", *keys, "EVAL LOSS", "BEST", "STEP")]
     for t in report["trials"]:
-        state = t["state"] if t["state"] != "running" else t["job_state"] or "asked"
-        rows.append((str(t["number"]), t["job"] or "-", state, *(_value(t["params"].get(k)) for k in keys),
+        rows.append((str(t["number"]), t["job"] or "-", t["shown"], *(_value(t["params"].get(k)) for k in keys),
                      render.loss(t["value"]), render.loss(t["best"]), str(t["step"] or "-")))
     render.table(rows)
     print(f"{report['ended']} of {spec['trials']} trials ended ({report['pruned']} pruned); driver {report['driver']}"

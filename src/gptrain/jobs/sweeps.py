@@ -256,7 +256,8 @@ def resume(name: str) -> None:
 
 
 def trials(name: str) -> list[dict]:
-    """Every trial: number, job, params, state (running, complete, pruned, failed), value (its
+    """Every trial: number, job, params, state (running, complete, pruned, failed), shown (what
+    both faces show: a running trial's job state, "asked" before its job exists), value (its
     last eval loss), best (lowest eval loss seen), step (where it stopped), job_state; sorted
     by value, the trials without one last."""
     from gptrain.jobs import store
@@ -268,8 +269,9 @@ def trials(name: str) -> list[dict]:
             job_state = store.get_job(job)["state"] if job else None
         except UserError:
             job_state = None
-        out.append({"number": t.number, "job": job, "params": t.params, "state": t.state.name.lower(),
-                    "value": t.value, "best": t.user_attrs.get("best"), "step": t.user_attrs.get("step"),
+        state = t.state.name.lower()
+        out.append({"number": t.number, "job": job, "params": t.params, "state": state,
+                    "shown": state if state != "running" else job_state or "asked", "value": t.value, "best": t.user_attrs.get("best"), "step": t.user_attrs.get("step"),
                     "job_state": job_state})
     return sorted(out, key=lambda t: (t["value"] is None, t["value"] if t["value"] is not None else 0, t["number"]))
 

@@ -1,4 +1,4 @@
-"""The console's URLs: four pages, their JSON API, the live streams and the actions.
+"""The console's URLs: six pages, their JSON API, the live streams and the actions.
 
 Pages are one HTML shell (static/page.html) naming the page's script; the data comes from the
 API, then from an event stream. Actions are POST only (security.py checks origin and CSRF
@@ -54,7 +54,9 @@ VERSION = _version()
 RENDER = html.escape(json.dumps({**json.loads((resources.files("gptrain") / "assets" / "render.json").read_text()),
                                  **api.FACTS}), quote=True)
 LOG_PAGES_PER_TICK = 8  # a log stream sends at most 8 pages (512 KiB) each half second
-PAGES = {"jobs": "Jobs", "job": "Job", "compare": "Compare", "datasets": "Datasets"}
+PAGES = {"jobs": "Jobs", "job": "Job", "compare": "Compare", "datasets": "Datasets", "sweeps": "Sweeps",
+         "sweep": "Sweep"}
+NAMED = {"job": api.known, "sweep": api.sweep_report}  # a page of one thing: refused when it is not there
 
 
 def _int(value, default: int, low: int = 0, high: int = 10 ** 12) -> int:
@@ -72,6 +74,13 @@ async def _call(fn, *args):
         return JSONResponse({"error": str(e)}, status_code=_status(e))
 
 
+def answer(fn, *names):
+    """An endpoint answering fn(the path parameters `names`) as JSON (_call)."""
+    async def endpoint(request):
+        return await _call(fn, *(request.path_params[n] for n in names))
+    return endpoint
+
+
 def _status(e: Exception) -> int:
     """400 for a malformed name, 404 for an unknown one, 409 for what the job refuses."""
     return 400 if isinstance(e, BadName) else 404 if isinstance(e, NotFound) else 409
@@ -87,10 +96,10 @@ def _refused(e: Exception) -> PlainTextResponse:
 def page(name: str):
     async def endpoint(request):
         title = PAGES[name]
-        if name == "job":
+        if name in NAMED:
             try:
-                await run_in_threadpool(api.known, request.path_params["name"])
-            except (BadName, NotFound) as e:
+                await run_in_threadpool(NAMED[name], request.path_params["name"])
+            except UserError as e:
                 return _refused(e)
             title = request.path_params["name"]
         html = (STATIC / "page.html").read_text().replace("{{title}}", title).replace(
@@ -104,10 +113,6 @@ def page(name: str):
 
 async def api_jobs(request):
     return await _call(api.rows, request.query_params.get("state") or None)
-
-
-async def api_job(request):
-    return await _call(job_detail, request.path_params["name"])
 
 
 def job_detail(name: str) -> dict:
@@ -137,8 +142,8 @@ async def api_log(request):
     return await _call(read)
 
 
-async def api_datasets(request):
-    return await _call(views.datasets)
+async def api_sweep(request):
+    return await _call(views.sweep, request.path_params["name"], _int(request.query_params.get("max"), MAX_POINTS, 1, 10 ** 6))
 
 
 def download(fmt: str):
@@ -295,14 +300,6 @@ async def action_generate(request):
     return await _call(_generate, request.path_params["name"], body)
 
 
-async def action_stop(request):
-    return await _call(_stop, request.path_params["name"])
-
-
-async def action_remove(request):
-    return await _call(_remove, request.path_params["name"])
-
-
 # ---- live streams -----------------------------------------------------------------------------
 
 async def stream_jobs(request):
@@ -374,20 +371,24 @@ ROUTES = [
     Route("/jobs/{name}", page("job")),
     Route("/compare", page("compare")),
     Route("/datasets", page("datasets")),
+    Route("/sweeps", page("sweeps")),
+    Route("/sweeps/{name}", page("sweep")),
     Route("/api/jobs", api_jobs),
     Route("/api/jobs/stream", stream_jobs),
-    Route("/api/jobs/{name}", api_job),
+    Route("/api/jobs/{name}", answer(job_detail, "name")),
     Route("/api/jobs/{name}/stream", stream_job),
     Route("/api/jobs/{name}/curves", api_curves),
     Route("/api/jobs/{name}/logs/{rank}", api_log),
     Route("/api/jobs/{name}/logs/{rank}/stream", stream_log),
     Route("/api/jobs/{name}/checkpoints/{id}.zip", download("native")),
     Route("/api/jobs/{name}/checkpoints/{id}/hf.zip", download("hf")),
-    Route("/api/jobs/{name}/stop", action_stop, methods=["POST"]),
-    Route("/api/jobs/{name}/remove", action_remove, methods=["POST"]),
+    Route("/api/jobs/{name}/stop", answer(_stop, "name"), methods=["POST"]),
+    Route("/api/jobs/{name}/remove", answer(_remove, "name"), methods=["POST"]),
     Route("/api/jobs/{name}/rerun", action_rerun, methods=["POST"]),
     Route("/api/jobs/{name}/generate", action_generate, methods=["POST"]),
     Route("/api/runs", action_launch, methods=["POST"]),
-    Route("/api/datasets", api_datasets),
+    Route("/api/datasets", answer(views.datasets)),
+    Route("/api/sweeps", answer(views.sweeps)),
+    Route("/api/sweeps/{name}", api_sweep),
     Mount("/static", app=CachedStatic(directory=str(STATIC)), name="static"),
 ]

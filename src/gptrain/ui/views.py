@@ -1,6 +1,7 @@
 """What the console shows beyond jobs/api.py (which it calls for every job, as the CLI does):
-the curves of a job's metrics.jsonl (one cached reader per file, ui/metrics.py) and the
-datasets list with a sample of each.
+the curves of a job's metrics.jsonl (one cached reader per file, ui/metrics.py), the sweeps
+(`gptrain sweep inspect`'s report, each trial's eval-loss curve) and the datasets list with a
+sample of each.
 """
 
 from __future__ import annotations
@@ -42,6 +43,31 @@ def forget(name: str) -> None:
     path = api.metrics_path(name)
     api.remove(name)
     metrics.forget(path)
+
+
+# ---- sweeps -----------------------------------------------------------------------------------
+
+def sweeps() -> list[dict]:
+    """Each sweep as `gptrain sweep list` shows it: its report without the trials' rows (a sweep
+    whose files are damaged shows its one line instead)."""
+    out = []
+    for name in api.sweeps():
+        try:
+            report = api.sweep_report(name)
+        except UserError as e:
+            out.append({"name": name, "error": str(e)})
+            continue
+        out.append({**{k: v for k, v in report.items() if k not in ("trials", "spec")},
+                    "trials": report["spec"]["trials"], "params": list(report["spec"]["params"])})
+    return out
+
+
+def sweep(name: str, max_points: int | None) -> dict:
+    """`gptrain sweep inspect NAME`'s report, each trial with its eval-loss curve by step."""
+    report = api.sweep_report(name)
+    for t in report["trials"]:
+        t["curve"] = curves(t["job"], "step", max_points)["eval_loss"] if t["job"] and t["job_state"] else None
+    return report
 
 
 # ---- datasets ---------------------------------------------------------------------------------
