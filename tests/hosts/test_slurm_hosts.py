@@ -216,3 +216,46 @@ def test_a_sigterm_to_the_trainer_on_one_host_preempts_and_the_job_continues(slu
     assert lost == [0], logs
     assert [c["step"] for c in json.loads(gptrain(cluster, home, "checkpoints", "t", "--json"))][-1] == LONG
     print(f"SIGTERM to the trainer on h2: gptrain showed {' -> '.join(seen)}; steps lost {lost}; events:\n{story}")
+
+
+def test_a_sweep_runs_its_trials_across_both_hosts_and_resumes_after_its_driver_dies(slurm_hosts, home):
+    """#51's sweep on Slurm: `gptrain sweep --scheduler slurm` on h1 (the login node), 4 trials
+    of one whole node each (--sbatch-arg=--exclusive), 2 at once, so Slurm runs one on each host; its driver (on h1) killed with
+    SIGKILL once trials are under way and `gptrain sweep resume` finishes the sweep with no trial
+    run twice; the best trial is the minimum of the complete ones."""
+    cluster, hosts = slurm_hosts, slurm_hosts.hosts
+    flags = ["--train.max_steps=12", "--train.eval_every=3", "--model.n_layer=1", "--model.n_embd=32",
+             "--model.n_head=2", "--model.block_size=32", "--train.precision=fp32", "--train.batch_size=4",
+             "--data.max_eval_samples=8", "--checkpoint.every=0", "--report_to=none"]
+    said = gptrain(cluster, home, "sweep", "hs", "--scheduler", "slurm", "--nodes", "1", "--accels", "1",
+                   "--sbatch-arg=--exclusive",  # (a host's two CPUs would take both trials: one a host)
+                   "--dataset", "tiny", "--param", "train.lr=loguniform:1e-4:3e-2", "--trials", "4",
+                   "--parallel", "2", "--reduction-factor", "2", "--", *flags)
+    assert "on slurm" in said, said
+
+    def report():
+        return json.loads(gptrain(cluster, home, "sweep", "inspect", "hs", "--json"))
+
+    wait_until(lambda: len([t for t in report()["trials"] if t["job"]]) >= 2, 180, "two trials submitted")
+    pid = (home / "sweeps" / "hs" / "driver.pid").read_text().strip()
+    hosts.exec(0, ["kill", "-9", pid])
+    wait_until(lambda: report()["driver"] == "not running", 30, "the driver to die")
+    gptrain(cluster, home, "sweep", "resume", "hs")
+    rep = wait_until(lambda: (lambda r: r if r["driver"] == "not running" and r["ended"] == 4 else None)(report()),
+                     600, "the sweep to end")
+    driver_log = (home / "sweeps" / "hs" / "driver.log").read_text()
+    trials = rep["trials"]
+    assert len(trials) == 4 and len({t["job"] for t in trials}) == 4, (trials, driver_log[-3000:])
+    assert not [t for t in trials if t["state"] == "fail"], (trials, driver_log[-3000:])
+    hosts_of = set()
+    for t in trials:
+        job = json.loads(gptrain(cluster, home, "inspect", t["job"], "--json"))["job"]
+        assert job["scheduler"] == "slurm", job
+        starts = [e for e in json.loads(gptrain(cluster, home, "inspect", t["job"], "--json"))["events"]
+                  if e["kind"] == "slurm"]
+        assert len(starts) == 1, starts  # submitted once: no trial ran twice
+        head = rank_log(folder.logs_dir(home / "jobs" / t["job"]), 0).read_text().splitlines()[0]
+        hosts_of.add(head.split(", host ")[1].split(",")[0])
+    assert hosts_of == {"h1", "h2"}, hosts_of  # 2 at once, one node each: Slurm used both hosts
+    complete = [t for t in trials if t["state"] == "complete"]
+    assert complete and rep["best"] == min(complete, key=lambda t: t["value"])["job"], trials

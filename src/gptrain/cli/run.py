@@ -42,12 +42,21 @@ def add_run_args(p) -> None:
                       help="your program's own resume arguments, appended on a restart that finds a "
                       "checkpoint, {checkpoint} its path: hf (--resume_from_checkpoint {checkpoint}), "
                       "nanogpt (--init_from=resume), or your words (--resume-args='--resume {checkpoint}')")
+    add_engine_args(p, dry_run=True)
+    p.set_defaults(func=cmd_run)
+
+
+ENGINES_WITH_OPTIONS = ("slurm", "kubernetes")
+
+
+def add_engine_args(p, dry_run: bool = False) -> None:
+    """Each engine's options as it declares them (jobs/engines/options.py), in a group of its own."""
     groups = {"slurm": "slurm (with --scheduler slurm; defaults from $GPTRAIN_HOME/config.toml [slurm])",
               "kubernetes": "kubernetes (with --scheduler kubernetes; defaults from $GPTRAIN_HOME/config.toml "
                             "[kubernetes]; docs/kubernetes.md)"}
     added = set()
-    for engine, title in groups.items():  # each engine's options as it declares them (jobs/engines/options.py)
-        group = p.add_argument_group(title)
+    for engine in ENGINES_WITH_OPTIONS:
+        group = p.add_argument_group(groups[engine])
         for option in ENGINE_OPTIONS[engine]:
             if option.flag and option.flag not in added:
                 added.add(option.flag)
@@ -55,10 +64,15 @@ def add_run_args(p) -> None:
                         "choice": {"choices": list(option.choices)}}.get(option.kind, {})
                 group.add_argument(option.flag, dest=option.dest, default=None, help=option.help,
                                    metavar=option.metavar, **kind)
-        if engine == "slurm":
+        if engine == "slurm" and dry_run:
             group.add_argument("--dry-run", dest="dry_run", action="store_true",
                                help="print the sbatch script (Kubernetes: the manifests) instead of submitting")
-    p.set_defaults(func=cmd_run)
+
+
+def engine_args(args) -> dict:
+    """{engine: {option key: the value given}} of add_engine_args' flags, for a Request."""
+    return {engine: {o.key: getattr(args, o.dest) for o in ENGINE_OPTIONS[engine] if o.flag}
+            for engine in ENGINES_WITH_OPTIONS}
 
 
 def register(sub) -> None:
@@ -81,8 +95,7 @@ def cmd_run(args, extra) -> int:
         accels=args.accels, scheduler=args.scheduler, max_restarts=args.max_restarts, config=args.config,
         env=args.env, secrets=args.secret, code=args.code, repository_url=args.repository_url, ref=args.ref,
         source=args.source, requirements=args.requirements, resume_args=args.resume_args,
-        **{engine: {o.key: getattr(args, o.dest) for o in ENGINE_OPTIONS[engine] if o.flag}
-           for engine in ("slurm", "kubernetes")},
+        **engine_args(args),
         hosted=getattr(args, "training_command", None) == "run")
     spec, notes = api.submit(request, dry_run=args.dry_run)
     for note in notes:

@@ -4,6 +4,8 @@ hyperparameter sweeps (jobs/sweeps.py; docs/sweeps.md)."""
 from __future__ import annotations
 
 from gptrain.cli import render
+from gptrain.cli.run import add_engine_args, engine_args
+from gptrain.jobs.api import SCHEDULERS
 
 ACTIONS = ("inspect", "stop", "resume", "list")
 
@@ -25,7 +27,11 @@ def register(sub) -> None:
                    help="asha: the share of trials kept at each rung is 1/this")
     p.add_argument("--seed", type=int, default=0, help="the sampler's seed")
     p.add_argument("--dataset", action="append", dest="datasets", default=None)
-    p.add_argument("--accels", type=int, default=None, help="processes per trial")
+    p.add_argument("--accels", type=int, default=None, help="processes per node of each trial")
+    p.add_argument("--nodes", default=None, metavar="N", help="nodes of each trial (default 1)")
+    p.add_argument("--scheduler", choices=list(SCHEDULERS), default=None,
+                   help="where the trials run (default: [defaults] scheduler in config.toml, else local)")
+    add_engine_args(p)
     render.json_switch(p)
     p.set_defaults(func=cmd_sweep)
 
@@ -44,8 +50,10 @@ def cmd_sweep(args, extra) -> int:
         raise UserError(f"gptrain sweep {action} NAME: give the sweep's name")
     if action == "start":
         spec = api.create_sweep(name, args.param, args.trials, args.parallel, args.early_stop, args.passthrough,
-                                args.datasets, args.accels, args.reduction_factor, args.seed)
-        print(f"sweep {name}: {spec['trials']} trials, {spec['parallel']} at once, early stop {spec['early_stop']}; "
+                                args.datasets, args.accels, args.reduction_factor, args.seed,
+                                {"scheduler": args.scheduler, "nodes": args.nodes, **engine_args(args)})
+        print(f"sweep {name}: {spec['trials']} trials, {spec['parallel']} at once on {spec['scheduler']}, "
+              f"early stop {spec['early_stop']}; "
               f"watch it with `gptrain sweep inspect {name}`")
     elif action == "stop":
         stopped = api.stop_sweep(name)

@@ -32,7 +32,7 @@ from gptrain.jobs.sessions import (  # noqa: F401 (`gptrain session`: a shell in
     attach as attach_session, is_session, names as session_names, parse_duration, run as run_in_session,
     start as start_session, wait_ready as wait_session)
 from gptrain.jobs.sweeps import (  # noqa: F401 (`gptrain sweep`: trials sampled and pruned by Optuna)
-    create as create_sweep, listed as sweeps, report as sweep_report, resume as resume_sweep, stop_driver)
+    listed as sweeps, report as sweep_report, resume as resume_sweep, stop_driver)
 from gptrain.jobs.job_checkpoints import (  # noqa: F401 (a job's checkpoints, listed and copied out)
     CHECKPOINT_SHOWN, checkpoint, checkpoint_files, checkpoint_zip, checkpoints, export_checkpoint, zip_job)
 
@@ -65,6 +65,13 @@ def submit(request: Request, dry_run: bool = False) -> tuple:
     flags or a form on top, the user's defaults); (spec, notes). The scheduler validates the
     job and records it through records.create, all or nothing; dry_run prints it instead."""
     return submission.submit(request, dry_run)
+
+
+def create_sweep(*args, **kwargs) -> dict:
+    """`gptrain sweep NAME ...` (jobs/sweeps.create), its trials' job checked as `gptrain run` checks one."""
+    from gptrain.jobs.sweeps import create
+
+    return create(*args, **kwargs, check_trial=submission.check_trial)
 
 
 def stop_sweep(name: str) -> list[str]:

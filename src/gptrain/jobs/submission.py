@@ -144,6 +144,27 @@ def submit(req: Request, dry_run: bool = False) -> tuple:
     return spec, notes
 
 
+def sweep_trial(trial: dict) -> Request:
+    """The Request of a sweep trial's job: trial = {job, flags (the sweep's, then the trial's
+    settings), datasets, accels, scheduler, nodes, slurm, kubernetes} (jobs/sweeps.py)."""
+    def given(options):
+        return {k: v for k, v in (options or {}).items() if v is not None}
+    return Request(name=trial["job"], entry=list(trial["flags"]), datasets=trial["datasets"] or None,
+                   accels=trial["accels"], scheduler=trial.get("scheduler") or None,
+                   nodes=str(trial["nodes"]) if trial.get("nodes") else None, max_restarts=0,
+                   slurm=given(trial.get("slurm")), kubernetes=given(trial.get("kubernetes")))
+
+
+def check_trial(trial: dict) -> dict:
+    """A sweep trial's job (sweep_trial) checked as `gptrain run` checks one, nothing submitted;
+    where it runs, resolved: {scheduler (the default one named), nodes, slurm, kubernetes}."""
+    request = sweep_trial(trial)
+    spec, _ = build(request)
+    spec.validate()
+    return {"scheduler": spec.scheduler, "nodes": request.nodes, "slurm": request.slurm,
+            "kubernetes": request.kubernetes}
+
+
 def entrypoint(rest: list[str], fields: dict, cwd: str) -> None:
     """What follows `--`, as JobSpec fields (entry kind, script/module/command, args); the
     submit directory becomes the job's code when the entrypoint names something in it."""

@@ -136,6 +136,10 @@ def read(name: str) -> dict:
     wrong = [k for k, t in SPEC_TYPES.items() if not isinstance(spec, dict) or type(spec.get(k)) is not t]
     if wrong:
         raise UserError(f"{damaged}: {wrong[0]} is missing or not a {SPEC_TYPES[wrong[0]].__name__}")
+    optional = {"scheduler": str, "nodes": (str, type(None)), "slurm": dict, "kubernetes": dict}
+    wrong = [k for k, t in optional.items() if k in spec and not isinstance(spec[k], t)]
+    if wrong:
+        raise UserError(f"{damaged}: {wrong[0]} is not what a sweep writes there")
     if not all(isinstance(w, str) for w in (*spec["flags"], *spec["datasets"])):
         raise UserError(f"{damaged}: its flags and datasets are not all text")
     if not (1 <= spec["parallel"] <= spec["trials"] <= MAX_TRIALS and spec["early_stop"] in EARLY_STOP
@@ -154,8 +158,13 @@ def read(name: str) -> dict:
 
 
 def create(name: str, params: list[str], trials: int, parallel: int, early_stop: str, flags: list[str],
-           datasets: list[str] | None, accels: int | None, reduction_factor: int = 3, seed: int = 0) -> dict:
-    """Check and record a sweep (nothing written when a part is wrong), then start its driver."""
+           datasets: list[str] | None, accels: int | None, reduction_factor: int = 3, seed: int = 0,
+           where: dict | None = None, check_trial=None) -> dict:
+    """Check and record a sweep (nothing written when a part is wrong), then start its driver.
+    `where`: the trials' scheduler, nodes and engine options ({"scheduler", "nodes", "slurm",
+    "kubernetes"}, as a Request takes them); `check_trial(trial)` (jobs/api.py gives
+    submission.check_trial) checks the first trial's job as `gptrain run` checks one and gives
+    them back resolved (the default scheduler named)."""
     try:
         import optuna  # noqa: F401  (checked before anything is written)
     except ImportError:
@@ -185,12 +194,17 @@ def create(name: str, params: list[str], trials: int, parallel: int, early_stop:
     for n in range(trials):  # the trials' names are free
         if _exists(trial_job(name, n)):
             raise UserError(f"a job named {trial_job(name, n)} exists: the sweep's trials need those names")
-    cfg = parse_train_args([*flags, *(f"--{k}={_example(p)}" for k, p in space.items())])  # every flag known
+    example = [*flags, *(f"--{k}={_example(p)}" for k, p in space.items())]
+    cfg = parse_train_args(example)  # every flag known
     if cfg.train.eval_strategy == "no" or not cfg.train.do_eval:
         raise UserError("a sweep ranks its trials by eval loss: let the trials evaluate (--train.eval_every N)")
+    where = {"scheduler": None, "nodes": None, "slurm": {}, "kubernetes": {}, **(where or {})}
+    if check_trial is not None:
+        where = check_trial({"job": trial_job(name, 0), "flags": example, "datasets": datasets or [],
+                             "accels": accels, **where})
     spec = {"name": name, "params": space, "trials": trials, "parallel": parallel, "early_stop": early_stop,
             "reduction_factor": reduction_factor, "seed": seed, "flags": list(flags), "datasets": datasets or [],
-            "accels": accels, "objective": "eval/loss"}
+            "accels": accels, **where, "objective": "eval/loss"}
     d.mkdir(parents=True)
     try:
         (d / "sweep.json").write_text(json.dumps(spec, indent=2))

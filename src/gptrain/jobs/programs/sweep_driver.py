@@ -45,12 +45,12 @@ def eval_losses(job: str) -> list[tuple[int, float]]:
 
 def submit(spec: dict, number: int, params: dict) -> str:
     from gptrain.jobs import api
+    from gptrain.jobs.submission import sweep_trial
     from gptrain.jobs.sweeps import trial_job
 
     name = trial_job(spec["name"], number)
     flags = [*spec["flags"], *(f"--{k}={v}" for k, v in params.items())]
-    api.submit(api.Request(name=name, entry=flags, datasets=spec["datasets"] or None, accels=spec["accels"],
-                           scheduler="local", nodes="1", max_restarts=0))
+    api.submit(sweep_trial({"scheduler": "local", **spec, "job": name, "flags": flags}))  # (local: sweeps of before)
     return name
 
 
@@ -60,6 +60,7 @@ def step_round(spec: dict, study, stopping: list) -> bool:
     from optuna.trial import TrialState
 
     from gptrain.jobs import api, store
+    from gptrain.jobs.schedulers import refresh_job
     from gptrain.jobs.sweeps import distributions
 
     running = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
@@ -71,7 +72,7 @@ def step_round(spec: dict, study, stopping: list) -> bool:
             continue
         seen = frozen.user_attrs.get("reported", 0)
         losses = eval_losses(job)
-        state = store.get_job(job)["state"]
+        state = refresh_job(job)["state"]  # (a Slurm or Kubernetes job's state is its engine's: asked)
         best = frozen.user_attrs.get("best", float("inf"))
         for step, loss in losses[seen:]:
             best = min(loss, best)
@@ -88,7 +89,7 @@ def step_round(spec: dict, study, stopping: list) -> bool:
                 break
         else:
             trial.set_user_attr("reported", len(losses))
-            state = store.get_job(job)["state"]
+            state = refresh_job(job)["state"]
             if state == "succeeded":  # its last evaluation, written since the read above
                 losses = eval_losses(job)
                 if losses:
