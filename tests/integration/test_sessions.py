@@ -118,3 +118,35 @@ def test_a_killed_shell_or_an_idle_session_ends_it_and_frees_its_accelerator(dat
     ok("run", "both", "--dataset", "tiny", "--accels", "2", "--", *TRAIN)
     assert wait_for("both")["state"] == "succeeded"
     refused(run_cli("session", "start", "x", "--idle-timeout", "soon"), "--idle-timeout 'soon'")
+
+
+def test_a_failed_job_keeps_its_environment_until_it_is_stopped(dataset, tmp_path):
+    """`gptrain run --keep-on-failure`: a job made to fail at step 5 is `held`, its accelerators
+    still claimed (a job needing them waits); `session exec JOB -- cat /proc/self/environ`
+    shows the job's own environment (its --env, its secret, GPTRAIN_JOB), the failed script's
+    files are there in its code folder; `gptrain stop` ends it `failed`, with the failure it had,
+    and frees the accelerators."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "fails.py").write_text("import sys\nfor step in range(1, 6):\n    print(f'step {step}', flush=True)\n"
+                                   "open('left-behind.txt', 'w').write('state at step 5')\nsys.exit('diverged at step 5')\n")
+    ok("run", "f", "--dataset", "tiny", "--accels", "2", "--keep-on-failure", "10m", "--env", "MY_SETTING=42",
+       "--secret", "MY_TOKEN=tok-abcdef-123456", "--code", str(code), "--", "fails.py")
+    held = wait_for("f", states=("held", "failed", "succeeded"))
+    assert held["state"] == "held" and "exited with code 1" in held["error"], held
+    assert "diverged at step 5" in run_cli("logs", "f").stdout
+    ok("run", "after", "--dataset", "tiny", "--accels", "2", "--", *TRAIN)
+    time.sleep(3)
+    assert job("after")["state"] == "queued"  # the held job's 2 slots are still claimed
+    r = run_cli("session", "exec", "f", "--", "cat", "/proc/self/environ")
+    env = dict(kv.split("=", 1) for kv in r.stdout.split("\0") if "=" in kv)
+    assert r.returncode == 0 and env["MY_SETTING"] == "42" and env["GPTRAIN_JOB"] == "f", r.stderr
+    assert env["MY_TOKEN"] == "tok-abcdef-123456"  # the job's secret, to its owner's own terminal
+    r = run_cli("session", "exec", "f", "--", "sh", "-c", "cat left-behind.txt; ls /input/tiny")
+    assert "state at step 5" in r.stdout and "meta.json" in r.stdout, r.stdout + r.stderr
+    assert "stopping" in ok("stop", "f") or job("f")["state"] == "failed"
+    ended = wait_for("f")
+    assert ended["state"] == "failed" and ended["error"] == held["error"] and ended["exit_code"] == 1, ended
+    assert wait_for("after")["state"] == "succeeded"
+    refused(run_cli("session", "exec", "f", "--", "true"), "f is a job, not a session", "--keep-on-failure")
+    refused(run_cli("run", "g", "--keep-on-failure", "soon", "--", "fails.py"), "--keep-on-failure 'soon'")

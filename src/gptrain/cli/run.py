@@ -25,6 +25,10 @@ def add_run_args(p) -> None:
                    help="like --env, but the value is kept out of every record (a 0600 file), shown "
                    "as *** and masked in logs; a bare K takes its value from this shell (repeatable)")
     p.add_argument("--max-restarts", dest="max_restarts", type=int, default=None)
+    p.add_argument("--keep-on-failure", dest="keep_on_failure", nargs="?", const="1h", default=None,
+                   metavar="DURATION", help="when the job fails, keep its environment (and accelerators) for "
+                   "`gptrain session attach NAME` until `gptrain stop NAME` or DURATION unused (default 1h; local "
+                   "engine; docs/sessions.md)")
     p.add_argument("--follow", action="store_true", help="stream rank 0's log until the job ends")
     code = p.add_argument_group("code (docs/jobs-code.md)")
     code.add_argument("--code", default=None, metavar="DIR",
@@ -95,6 +99,8 @@ def cmd_run(args, extra) -> int:
         accels=args.accels, scheduler=args.scheduler, max_restarts=args.max_restarts, config=args.config,
         env=args.env, secrets=args.secret, code=args.code, repository_url=args.repository_url, ref=args.ref,
         source=args.source, requirements=args.requirements, resume_args=args.resume_args,
+        keep_on_failure=api.parse_duration(args.keep_on_failure, "--keep-on-failure")
+        if args.keep_on_failure is not None else None,
         **engine_args(args),
         hosted=getattr(args, "training_command", None) == "run")
     spec, notes = api.submit(request, dry_run=args.dry_run)

@@ -66,7 +66,10 @@ def _check(row: dict) -> None:
     restarts, max_restarts = row["restarts"], spec.get("max_restarts", 0)
     what = resume.restart_line(JobSpec.from_dict(spec), folder.job_dir(name))  # what it is given
     full = folder.full_disk_of(name)  # a new supervisor would die the same way
-    if folder.stop_request(folder.job_dir(name)).exists():
+    if row["state"] == JobState.HELD:  # it had failed; its kept environment went with its supervisor
+        store.end_orphan(name, row["supervisor"], JobState.FAILED, f"{row.get('error') or 'failed'} (its kept "
+                         f"environment ended: {how})")
+    elif folder.stop_request(folder.job_dir(name)).exists():
         store.end_orphan(name, row["supervisor"], JobState.STOPPED, f"stopped ({how})")
     elif full:
         store.end_orphan(name, row["supervisor"], JobState.FAILED, f"{how}; {full}: free some space, "

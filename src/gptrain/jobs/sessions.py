@@ -21,15 +21,14 @@ import sys
 import time
 
 from gptrain.errors import UserError
-from gptrain.jobs.programs.session_shell import SOCKET
+from gptrain.jobs.programs.session_shell import PROGRAM, SOCKET, shell_command
 
-PROGRAM = "gptrain.jobs.programs.session_shell"
 DEFAULT_IDLE_S = 3600.0
 READY_WAIT_S = 120.0
 
 
-def parse_duration(text: str) -> float:
-    """Seconds of '90', '90s', '30m', '2h' (at most a week)."""
+def parse_duration(text: str, flag: str = "--idle-timeout") -> float:
+    """Seconds of '90', '90s', '30m', '2h' (at most a week), given as `flag`."""
     units = {"s": 1, "m": 60, "h": 3600}
     t = str(text).strip().lower()
     try:
@@ -37,7 +36,7 @@ def parse_duration(text: str) -> float:
     except ValueError:
         value = -1.0
     if not 0 < value <= 7 * 86400:
-        raise UserError(f"--idle-timeout {text!r}: give a duration such as 90s, 30m or 2h (at most a week)")
+        raise UserError(f"{flag} {text!r}: give a duration such as 90s, 30m or 2h (at most a week)")
     return value
 
 
@@ -46,8 +45,6 @@ def start(request, idle_timeout: float = DEFAULT_IDLE_S):
     the session's shell, its code this folder unless it names one. Returns the job's spec."""
     import shutil
 
-    from gptrain.data.object_store import url_of
-    from gptrain.data.store import path_of
     from gptrain.jobs.submission import submit
     from gptrain.jobs.folder import job_dir
 
@@ -58,12 +55,7 @@ def start(request, idle_timeout: float = DEFAULT_IDLE_S):
         raise UserError("sessions need bubblewrap to mount /input and /output-checkpoint: apt-get install bubblewrap")
     if not request.name:
         raise UserError("a session needs a name: gptrain session start NAME")
-    folders = []
-    for name in request.datasets or []:
-        if not url_of(name):  # (a dataset in object storage is read by its URL, not at /input)
-            folders += ["--dataset", f"{name}={path_of(name)}"]
-    request.entry = [sys.executable, "-m", PROGRAM, "--job-dir", str(job_dir(request.name)),
-                     "--idle-timeout", str(idle_timeout), *folders]
+    request.entry = shell_command(job_dir(request.name), idle_timeout, request.datasets or [])
     request.scheduler, request.nodes, request.max_restarts = "local", "1", 0
     if not (request.code or request.source or request.repository_url):
         request.code = request.cwd  # a snapshot of the current folder, as a job's
@@ -112,8 +104,10 @@ def _connect(name: str, request: dict) -> socket.socket:
     from gptrain.jobs.folder import job_dir
 
     row = store.get_job(name)
-    if not is_session(row):
-        raise UserError(f"{name} is a job, not a session: `gptrain logs {name}`")
+    if not is_session(row) and row["state"] != store.JobState.HELD:
+        kept = "" if row["state"] != store.JobState.FAILED else \
+            " (a job run with --keep-on-failure keeps its environment when it fails)"
+        raise UserError(f"{name} is a job, not a session{kept}: `gptrain logs {name}`")
     jdir = job_dir(name)
     if row["state"] in store.TERMINAL or not (jdir / SOCKET).exists():
         raise UserError(f"session {name} is {row['state']}" + ("" if row["state"] in store.TERMINAL else

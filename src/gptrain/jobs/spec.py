@@ -73,6 +73,7 @@ class JobSpec:
     python: str | None = None          # the job's virtualenv interpreter (from requirements)
     resume_args: str | None = None     # the program's own resume arguments (jobs/resume.py)
     min_nodes: int | None = None       # elastic (`--nodes MIN:MAX`): the fewest it goes on with
+    keep_on_failure: float | None = None  # seconds a failed job's environment is kept idle (engines/held.py)
 
     @property
     def argv(self) -> list[str]:
@@ -112,6 +113,14 @@ class JobSpec:
                 raise UserError(f"--{key.replace('_', '-')} {getattr(self, key)} is more than any cluster gptrain "
                                 f"runs on ({most} at most): ask for what the machine or cluster has")
         engine(self.scheduler)  # (an unknown one is one line)
+        if self.keep_on_failure is not None:
+            import shutil
+
+            if self.scheduler != "local" or not 0 < self.keep_on_failure <= 7 * 86400:
+                raise UserError("--keep-on-failure keeps a failed job's environment for at most a week, on the local "
+                                f"engine for now (got {self.keep_on_failure:g} s on {self.scheduler}): docs/sessions.md")
+            if shutil.which("bwrap") is None:
+                raise UserError("--keep-on-failure needs bubblewrap for the kept environment: apt-get install bubblewrap")
         check_env(self.env, "env")
         check_env(self.secrets, "secret")
         ours = sorted(k for k in self.secrets if k.startswith("GPTRAIN_"))
@@ -375,7 +384,7 @@ def check_env(values: dict, flag: str) -> None:
 # field -> (accepted types, what to write); a list field's items must be str (or, for args,
 # env and secrets in a job.yaml, a number or boolean, taken as text)
 TYPES = {"name": ((str,), "a string (quote it)"), "nodes": ((int, str), "a whole number or MIN:MAX"),
-         "min_nodes": ((int,), "a whole number"),
+         "min_nodes": ((int,), "a whole number"), "keep_on_failure": ((int, float), "seconds"),
          "accels": ((int,), "a whole number"), "max_restarts": ((int,), "a whole number"),
          "datasets": ((list,), "a list of dataset names"), "env": ((dict,), "a mapping of NAME: value"),
          "secrets": ((dict,), "a mapping of NAME: value"), "scheduler": ((str,), "local, slurm, kubernetes or ray"),

@@ -24,7 +24,9 @@ class JobState(str, Enum):
     """Where a job is: queued -> starting -> running (-> restarting | preempted -> running) ->
     stopping -> one of the terminal states succeeded, failed, stopped. `preempted`: a signal
     nobody asked for with `gptrain stop` (an eviction, an admin, Slurm's preemption) ended an
-    attempt after its checkpoint; the job continues by itself, spending no restart."""
+    attempt after its checkpoint; the job continues by itself, spending no restart. `held`: a job
+    run with --keep-on-failure failed, and its environment is kept (its accelerators too) for
+    `gptrain session attach NAME` until `gptrain stop NAME` or its idle timeout: then failed."""
 
     QUEUED = "queued"
     STARTING = "starting"
@@ -32,6 +34,7 @@ class JobState(str, Enum):
     RESTARTING = "restarting"
     PREEMPTED = "preempted"
     STOPPING = "stopping"
+    HELD = "held"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"
@@ -43,7 +46,7 @@ class JobState(str, Enum):
 
 
 ACTIVE = (JobState.QUEUED, JobState.STARTING, JobState.RUNNING, JobState.RESTARTING, JobState.PREEMPTED,
-          JobState.STOPPING)
+          JobState.STOPPING, JobState.HELD)
 TERMINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED)
 _ACTIVE_SQL = f"({', '.join(repr(s.value) for s in ACTIVE)})"
 

@@ -47,6 +47,7 @@ class Request:
     resume_args: str | None = None
     slurm: dict = field(default_factory=dict)  # jobs/engines/options.SLURM given (key -> value)
     kubernetes: dict = field(default_factory=dict)  # options.KUBERNETES given
+    keep_on_failure: float | None = None  # seconds (--keep-on-failure DURATION): jobs/engines/held.py
     hosted: bool = False  # the hosted service's words (`training run`): its /input, /output
     cwd: str = field(default_factory=os.getcwd)  # where relative paths and the code are found
 
@@ -64,7 +65,7 @@ def build(req: Request) -> tuple:
     if "name" not in fields:
         raise UserError("give the job a NAME (gptrain run NAME ...) or `name:` in the job file")
     for key in ("nodes", "accels", "scheduler", "max_restarts", "datasets", "repository_url", "ref", "source",
-                "resume_args"):
+                "resume_args", "keep_on_failure"):
         if getattr(req, key) is not None:
             fields[key] = getattr(req, key)
     if req.code:

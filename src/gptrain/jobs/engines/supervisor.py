@@ -37,7 +37,7 @@ import uuid
 
 from gptrain import db
 from gptrain.jobs import elastic, folder, found, launch, procs, resume, secrets, store
-from gptrain.jobs.engines import local
+from gptrain.jobs.engines import held, local
 from gptrain.jobs.logs import NO_SPACE, agent_log, failed_rank, failure_summary, mentions_no_space, signal_ended
 from gptrain.jobs.reconcile import reconcile
 from gptrain.jobs.spec import JobSpec
@@ -320,6 +320,9 @@ class Supervisor:
                 continue
             # the exit code shown is the failing program's (torchrun's own is 1 for any failed worker)
             worker_code = failed_rank(folder.logs_dir(self.dir), code)[1]
+            if self.spec.keep_on_failure and not self.signalled:  # its environment kept (engines/held.py)
+                held.keep(self, final or error, worker_code, attempt)
+                return
             self._set(JobState.FAILED, final or error, exit_code=worker_code, error=final or error)
             return
 

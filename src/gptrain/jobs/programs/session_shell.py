@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 SOCKET = "session.sock"
+PROGRAM = "gptrain.jobs.programs.session_shell"
 SCROLLBACK = 64 << 10  # what the shell printed while nobody was attached, shown at the next attach
 HIDDEN_TOP = ("proc", "dev", "input", "output-checkpoint")
 
@@ -53,6 +54,19 @@ def sandbox(datasets: dict, checkpoints: str, cwd: str) -> list[str]:
     for name, folder in datasets.items():  # read-only: a pushed dataset is immutable, its checksums kept
         args += ["--ro-bind", folder, f"/input/{name}"]
     return args + ["--bind", checkpoints, "/output-checkpoint", "--chdir", cwd, "--"]
+
+
+def shell_command(jdir, idle_timeout: float, datasets: list[str]) -> list[str]:
+    """The session's shell (jobs/programs/session_shell.py) for the job folder `jdir`, its pushed
+    `datasets` at /input/NAME, ending after `idle_timeout` seconds nobody used it."""
+    from gptrain.data.object_store import url_of
+    from gptrain.data.store import path_of
+
+    folders = []
+    for name in datasets:
+        if not url_of(name):  # (a dataset in object storage is read by its URL, not at /input)
+            folders += ["--dataset", f"{name}={path_of(name)}"]
+    return [sys.executable, "-m", PROGRAM, "--job-dir", str(jdir), "--idle-timeout", str(idle_timeout), *folders]
 
 
 def _send_frame(conn, kind: bytes, data: bytes) -> None:
