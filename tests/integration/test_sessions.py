@@ -150,3 +150,59 @@ def test_a_failed_job_keeps_its_environment_until_it_is_stopped(dataset, tmp_pat
     assert wait_for("after")["state"] == "succeeded"
     refused(run_cli("session", "exec", "f", "--", "true"), "f is a job, not a session", "--keep-on-failure")
     refused(run_cli("run", "g", "--keep-on-failure", "soon", "--", "fails.py"), "--keep-on-failure 'soon'")
+
+
+def test_a_sessions_notebook_runs_a_cell_that_reads_the_dataset(dataset, tmp_path):
+    """`session start --jupyter`: a Jupyter Server in the session's sandbox behind a token of its
+    own; through Jupyter's own REST API and kernel websocket, a cell imports gptrain and reads
+    /input/tiny; without the token the API answers 403; the token is in no log."""
+    pytest.importorskip("jupyter_server")
+    pytest.importorskip("ipykernel")
+    import json
+    import urllib.error
+    import urllib.request
+    import uuid
+
+    import websocket
+
+    r = run_cli("session", "start", "nb", "--dataset", "tiny", "--jupyter", "--detach", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    url = r.stdout.strip().splitlines()[-1]
+    base, token = url.split("?token=")
+    assert json.loads(run_cli("session", "jupyter", "nb", "--json").stdout) == {"url": base, "token": token}
+    auth = {"Authorization": f"token {token}"}
+    for headers in ({}, {"Authorization": "token " + "x" * len(token)}):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(urllib.request.Request(base + "api/kernels", headers=headers), timeout=30)
+        assert e.value.code == 403
+    post = urllib.request.Request(base + "api/kernels", data=b"{}", method="POST",
+                                  headers={**auth, "Content-Type": "application/json"})
+    kernel = json.loads(urllib.request.urlopen(post, timeout=60).read())["id"]
+    ws = websocket.create_connection(f"{base.replace('http', 'ws')}api/kernels/{kernel}/channels",
+                                     header=[f"Authorization: token {token}"], timeout=120)
+    msg_id = uuid.uuid4().hex
+    code = ("import gptrain, json, os; meta = json.load(open('/input/tiny/meta.json')); "
+            "print('cell:', gptrain.__name__, sorted(os.listdir('/input/tiny'))[:1], meta['tokenizer_name'])")
+    ws.send(json.dumps({"header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "t", "session": "s",
+                                   "version": "5.3"}, "parent_header": {}, "metadata": {}, "channel": "shell",
+                        "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
+                                    "allow_stdin": False, "stop_on_error": True}}))
+    out = ""
+    while True:
+        reply = json.loads(ws.recv())
+        if reply.get("parent_header", {}).get("msg_id") != msg_id:
+            continue
+        if reply["msg_type"] == "stream":
+            out += reply["content"]["text"]
+        elif reply["msg_type"] == "error":
+            raise AssertionError(reply["content"])
+        elif reply["msg_type"] == "status" and reply["content"]["execution_state"] == "idle":
+            break
+    ws.close()
+    assert out.startswith("cell: gptrain") and "char" in out, out
+    assert run_cli("session", "stop", "nb").returncode == 0
+    from gptrain.jobs.folder import job_dir
+
+    logs = "".join(p.read_text(errors="replace") for p in job_dir("nb").rglob("*.log"))
+    assert "jupyter" in logs.lower() and token not in logs and token not in run_cli("logs", "nb").stdout
+    assert not (job_dir("nb") / "jupyter.json").exists()  # gone with the server

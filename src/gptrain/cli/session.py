@@ -32,6 +32,8 @@ def register(sub) -> None:
                    help="end it after this long with nobody attached and no command running (90s, 30m, 2h; "
                    "default 1h)")
     p.add_argument("--detach", action="store_true", help="return once it is ready instead of attaching")
+    p.add_argument("--jupyter", action="store_true", help="a Jupyter Server in the session too, behind a token: "
+                   "its URL printed (and by `gptrain session jupyter NAME`); pip install 'gptrain[session]'")
     p.set_defaults(func=cmd_start)
     p = ssub.add_parser("list", help="the sessions and their state")
     render.json_switch(p)
@@ -42,6 +44,10 @@ def register(sub) -> None:
     p = ssub.add_parser("exec", help="run one command in a session: gptrain session exec NAME -- CMD ...")
     p.add_argument("name")
     p.set_defaults(func=cmd_exec)
+    p = ssub.add_parser("jupyter", help="the URL, with its token, of a session's Jupyter Server (--jupyter)")
+    p.add_argument("name")
+    render.json_switch(p)
+    p.set_defaults(func=cmd_jupyter)
     p = ssub.add_parser("stop", help="end a session (its shell and commands) and free its accelerators")
     p.add_argument("name")
     p.set_defaults(func=cmd_stop)
@@ -53,12 +59,14 @@ def cmd_start(args, extra) -> int:
     idle = api.parse_duration(args.idle_timeout)
     request = api.Request(name=args.name, datasets=args.datasets, accels=args.accels, env=args.env,
                           secrets=args.secret, source=args.source, repository_url=args.repository_url, ref=args.ref)
-    spec, notes = api.start_session(request, idle)
+    spec, notes = api.start_session(request, idle, args.jupyter)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     api.wait_session(spec.name)
     print(f"session {spec.name} ready ({spec.accels} accelerator(s), local); ends after {render.duration(idle)} idle",
           file=sys.stderr)
+    if args.jupyter:
+        print(_jupyter_url(api.session_jupyter(spec.name)))
     if args.detach:
         print(f"attach with `gptrain session attach {spec.name}`; end it with `gptrain session stop {spec.name}`",
               file=sys.stderr)
@@ -92,6 +100,19 @@ def cmd_exec(args, extra) -> int:
     from gptrain.jobs import api
 
     return api.run_in_session(args.name, args.passthrough)
+
+
+def cmd_jupyter(args, extra) -> int:
+    from gptrain.jobs import api
+
+    found = api.session_jupyter(args.name)
+    if not render.as_json(args, found):
+        print(_jupyter_url(found))
+    return 0
+
+
+def _jupyter_url(found: dict) -> str:
+    return f"{found['url']}?token={found['token']}"
 
 
 def cmd_stop(args, extra) -> int:

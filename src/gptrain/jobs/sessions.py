@@ -40,9 +40,10 @@ def parse_duration(text: str, flag: str = "--idle-timeout") -> float:
     return value
 
 
-def start(request, idle_timeout: float = DEFAULT_IDLE_S):
+def start(request, idle_timeout: float = DEFAULT_IDLE_S, jupyter: bool = False):
     """Submit the session `request` (a jobs.submission.Request without an entry): its program is
-    the session's shell, its code this folder unless it names one. Returns the job's spec."""
+    the session's shell (and a Jupyter Server when `jupyter`), its code this folder unless it
+    names one. Returns the job's spec."""
     import shutil
 
     from gptrain.jobs.submission import submit
@@ -55,7 +56,13 @@ def start(request, idle_timeout: float = DEFAULT_IDLE_S):
         raise UserError("sessions need bubblewrap to mount /input and /output-checkpoint: apt-get install bubblewrap")
     if not request.name:
         raise UserError("a session needs a name: gptrain session start NAME")
-    request.entry = shell_command(job_dir(request.name), idle_timeout, request.datasets or [])
+    if jupyter:
+        try:
+            import ipykernel  # noqa: F401
+            import jupyter_server  # noqa: F401
+        except ImportError:
+            raise UserError("--jupyter needs Jupyter Server and a kernel: pip install 'gptrain[session]'") from None
+    request.entry = shell_command(job_dir(request.name), idle_timeout, request.datasets or [], jupyter)
     request.scheduler, request.nodes, request.max_restarts = "local", "1", 0
     if not (request.code or request.source or request.repository_url):
         request.code = request.cwd  # a snapshot of the current folder, as a job's
@@ -97,6 +104,21 @@ def wait_ready(name: str, timeout: float = READY_WAIT_S) -> None:
         time.sleep(0.1)
     raise UserError(f"session {name} is not ready after {timeout:.0f} s (still waiting for accelerators?): "
                     f"see `gptrain jobs`; attach later with `gptrain session attach {name}`")
+
+
+def jupyter_of(name: str) -> dict:
+    """{url, token} of session `name`'s Jupyter Server (programs/session_jupyter.py); one line
+    when it has none (not started with --jupyter, or ended)."""
+    from gptrain.jobs import store
+    from gptrain.jobs.folder import job_dir
+    from gptrain.jobs.programs.session_jupyter import shown
+
+    row = store.get_job(name)
+    found = shown(job_dir(name)) if row["state"] not in store.TERMINAL else None
+    if found is None:
+        raise UserError(f"session {name} has no Jupyter Server running ({row['state']}; "
+                        "`gptrain session start NAME --jupyter` starts one)")
+    return found
 
 
 def _connect(name: str, request: dict) -> socket.socket:

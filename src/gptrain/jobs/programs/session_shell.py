@@ -56,9 +56,10 @@ def sandbox(datasets: dict, checkpoints: str, cwd: str) -> list[str]:
     return args + ["--bind", checkpoints, "/output-checkpoint", "--chdir", cwd, "--"]
 
 
-def shell_command(jdir, idle_timeout: float, datasets: list[str]) -> list[str]:
+def shell_command(jdir, idle_timeout: float, datasets: list[str], jupyter: bool = False) -> list[str]:
     """The session's shell (jobs/programs/session_shell.py) for the job folder `jdir`, its pushed
-    `datasets` at /input/NAME, ending after `idle_timeout` seconds nobody used it."""
+    `datasets` at /input/NAME, ending after `idle_timeout` seconds nobody used it; with a Jupyter
+    Server (session_jupyter.py) when `jupyter`."""
     from gptrain.data.object_store import url_of
     from gptrain.data.store import path_of
 
@@ -66,7 +67,8 @@ def shell_command(jdir, idle_timeout: float, datasets: list[str]) -> list[str]:
     for name in datasets:
         if not url_of(name):  # (a dataset in object storage is read by its URL, not at /input)
             folders += ["--dataset", f"{name}={path_of(name)}"]
-    return [sys.executable, "-m", PROGRAM, "--job-dir", str(jdir), "--idle-timeout", str(idle_timeout), *folders]
+    return [sys.executable, "-m", PROGRAM, "--job-dir", str(jdir), "--idle-timeout", str(idle_timeout), *folders,
+            *(["--jupyter"] if jupyter else [])]
 
 
 def _send_frame(conn, kind: bytes, data: bytes) -> None:
@@ -77,6 +79,7 @@ class Session:
     def __init__(self, jdir: Path, datasets: dict, idle_timeout: float):
         self.jdir, self.idle_timeout = jdir, idle_timeout
         self.box = sandbox(datasets, os.environ["GPTRAIN_CHECKPOINT_DIR"], os.getcwd())
+        self.jupyter = None  # session_jupyter.Jupyter, with --jupyter
         self.client = None  # the attached terminal
         self.execs = {}  # socket -> its command's process
         self.scrollback = b""
@@ -124,6 +127,9 @@ class Session:
             for sock, proc in list(self.execs.items()):
                 if proc.poll() is not None:
                     self._finish_exec(sock, proc)
+            used = self.jupyter.last_activity() if self.jupyter else None
+            if used is not None:
+                self.last_active = max(self.last_active, used)
             if self.client is None and not self.execs and time.time() - self.last_active > self.idle_timeout:
                 print(f"session: idle for {self.idle_timeout:.0f} s (nobody attached, no command running): "
                       "ending it", flush=True)
@@ -255,6 +261,8 @@ class Session:
             pass
 
     def _end_shell(self) -> None:
+        if self.jupyter is not None:
+            self.jupyter.stop()
         for sig in (signal.SIGHUP, signal.SIGKILL):
             if self.shell.poll() is None:
                 os.killpg(self.shell.pid, sig)
@@ -269,12 +277,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--job-dir", required=True)
     p.add_argument("--dataset", action="append", default=[], metavar="NAME=FOLDER")
     p.add_argument("--idle-timeout", type=float, default=3600.0)
+    p.add_argument("--jupyter", action="store_true", help="a Jupyter Server in the sandbox too (session_jupyter.py)")
     args = p.parse_args(argv)
     datasets = dict(d.split("=", 1) for d in args.dataset)
     # the interpreter gptrain runs on, first on PATH: its python, torchrun and gptrain, as a job's
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     session = Session(Path(args.job_dir), datasets, args.idle_timeout)
     session.start_shell()
+    if args.jupyter:
+        from gptrain.jobs.programs.session_jupyter import Jupyter
+
+        session.jupyter = Jupyter(session.box, Path(args.job_dir), os.getcwd())
+        deadline = time.time() + 120
+        while not session.jupyter.ready():
+            if session.jupyter.proc.poll() is not None or time.time() > deadline:
+                print("session: the Jupyter Server did not start (its log: jupyter.log in the job folder)",
+                      flush=True)
+                session._end_shell()
+                return 1
+            time.sleep(0.2)
     session.listen()
 
     def stop(signum, frame):
@@ -286,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return session.run()
     finally:
+        if session.jupyter is not None:
+            session.jupyter.stop()
         try:
             os.unlink(Path(args.job_dir) / SOCKET)
         except OSError:
