@@ -48,6 +48,48 @@ def silent_server():
         c.close()
 
 
+@pytest.fixture
+def stalling_server():
+    """A server that sends its headers and the body's first bytes, then nothing more: its URL."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+    held = []
+
+    def serve():
+        while True:
+            try:
+                conn = s.accept()[0]
+            except OSError:
+                return
+            held.append(conn)
+            try:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\n"
+                             + b"the start of a corpus\n" * 4)
+            except OSError:
+                pass
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{s.getsockname()[1]}"
+    s.close()
+    for c in held:
+        c.close()
+
+
+def test_a_text_url_that_goes_silent_mid_body_is_one_line(stalling_server, tiny_run, tmp_path):
+    """#47 round 6 R.2/R.4/R.6 (medium): a server that sent its headers then went silent was
+    fsspec's FSTimeoutError traceback in data prepare, eval and a run's text --data.path."""
+    url = f"{stalling_server}/corpus.txt"
+    one_line(run_cli("data", "prepare", url, "--out", str(tmp_path / "out"), "--tokenizer", "byte",
+                     "--fetch-timeout", "1"), "no answer within 1 s")
+    assert not (tmp_path / "out").exists()
+    for r in (run_cli("eval", str(tiny_run), "--dataset", url, "--fetch-timeout", "1"),
+              run_cli("train", f"--data.path={url}", "--data.fetch_timeout=1", "--data.tokenizer=byte",
+                      "--train.max_steps=1", f"--train.output_dir={tmp_path / 'run'}")):
+        said = r.stderr.strip().splitlines()  # (after the line saying what it tokenizes)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and "no answer within 1 s" in said[-1], r.stderr
+
+
 def test_a_text_url_that_never_answers_is_one_line_after_the_timeout(silent_server, tmp_path, monkeypatch):
     """9.1, 9.3, 9.4: data prepare, train and eval of a text URL waited forever (420 s and on)."""
     from gptrain.data import remote_read

@@ -103,3 +103,64 @@ def test_what_it_cannot_do_is_one_line(tiny_hf_neox, tmp_path):
               metadata={"format": "pt"})
     with pytest.raises(UserError, match="does not hold a complete gpt_neox model: missing keys"):
         load_hf(str(short))
+
+
+@pytest.mark.parametrize("where", ["../outside/shard.safetensors", "/etc/passwd", "ABSOLUTE"])
+def test_a_weights_index_naming_a_file_elsewhere_is_refused(tiny_hf_neox, tmp_path, where):
+    """#47 round 6 (high): the generic path handed a model.safetensors.index.json naming
+    '../outside/shard.safetensors', '/etc/passwd' or an absolute path to transformers, which read
+    the weights from there (and trained on them); the own families' reader refused it."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from gptrain.models.hf import load_hf
+
+    folder, outside = tmp_path / "m", tmp_path / "outside"
+    shutil.copytree(tiny_hf_neox, folder)
+    outside.mkdir()
+    tensors = load_file(folder / "model.safetensors")
+    save_file(tensors, outside / "shard.safetensors", metadata={"format": "pt"})
+    (folder / "model.safetensors").unlink()
+    target = str(outside / "shard.safetensors") if where == "ABSOLUTE" else where
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: target for k in tensors}}))
+    with pytest.raises(UserError, match="is not a plain file name in its own directory"):
+        load_hf(str(folder))
+
+
+def test_quantized_pickled_and_malformed_folders_are_one_line(tiny_hf_neox, tmp_path):
+    """#47 round 6: a bitsandbytes-quantized config (ImportError traceback), a pickled
+    pytorch_model.bin (UnpicklingError traceback; never unpickled), a config.json that is a JSON
+    list (AttributeError traceback) or nests 100,000 deep (RecursionError)."""
+    import pickle
+    import shutil
+
+    from gptrain.models.hf import load_hf
+
+    def copy(name):
+        folder = tmp_path / name
+        shutil.copytree(tiny_hf_neox, folder)
+        return folder
+
+    q = copy("q")
+    hf = json.loads((q / "config.json").read_text())
+    (q / "config.json").write_text(json.dumps({**hf, "quantization_config": {"quant_method": "bitsandbytes",
+                                                                             "load_in_4bit": True}}))
+    with pytest.raises(UserError, match=r"weights are quantized \(bitsandbytes\)"):
+        load_hf(str(q))
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("PICKLE RAN",))
+
+    p = copy("p")
+    (p / "model.safetensors").unlink()
+    (p / "pytorch_model.bin").write_bytes(pickle.dumps({"x": Evil()}))
+    with pytest.raises(UserError, match="transformers cannot load its gpt_neox weights"):
+        load_hf(str(p))
+    for text in ("[1, 2]", "[" * 100_000 + "]" * 100_000):
+        bad = copy(f"c{len(text)}")
+        (bad / "config.json").write_text(text)
+        r = run_cli("train", f"--model_name_or_path={bad}", "--data.path=x", "--train.max_steps=1")
+        assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

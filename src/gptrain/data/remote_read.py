@@ -110,7 +110,7 @@ def failure(e: BaseException, timeout_s: float | None = None) -> str:
         seen.add(id(cause))
         if isinstance(cause, TimeoutError) or type(cause).__name__ in ("ServerTimeoutError", "TimeoutError"):
             waited = timeout_s or _TEXT_TIMEOUT[0] or DEFAULT_FETCH_TIMEOUT_S
-            return f"no answer within {waited:g} s (the server accepted the connection and sent nothing)"
+            return f"no answer within {waited:g} s (the server accepted the connection, then sent nothing)"
         cause = cause.__cause__ or cause.__context__
     return f"{type(e).__name__}: {e}"
 

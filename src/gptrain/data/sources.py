@@ -93,7 +93,7 @@ def _open_binary(location: str):
         from gptrain.data.remote_read import failure, timeouts
 
         try:
-            return fsspec.open(location, "rb", **timeouts(location)).open()
+            return _Remote(fsspec.open(location, "rb", **timeouts(location)).open(), location)
         except ImportError as e:
             raise UserError(f"reading {location.split('://')[0]}:// URLs needs more packages "
                             f"(pip install 'gptrain[remote]'): {e}") from None
@@ -103,6 +103,33 @@ def _open_binary(location: str):
         return open(location, "rb")
     except OSError as e:
         raise UserError(f"cannot read {location}: {e.strerror}") from None
+
+
+class _Remote:
+    """A URL's open stream whose reads fail in one line: a server that sent its headers and went
+    silent mid-body is fsspec's FSTimeoutError after the fetch timeout (remote_read.timeouts),
+    said as "no answer within N s", not a traceback. Anything else is the stream's own."""
+
+    def __init__(self, stream, location: str):
+        self.stream, self.location = stream, location
+
+    def read(self, *size):
+        from gptrain.data.remote_read import failure
+        from gptrain.errors import redact
+
+        try:
+            return self.stream.read(*size)
+        except Exception as e:  # (fsspec's and aiohttp's many types)
+            raise UserError(f"cannot read {redact(self.location)}: {failure(e)}") from None
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stream.close()
 
 
 def _pieces(stream, location: str, stats: ReadStats):

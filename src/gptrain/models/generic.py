@@ -36,6 +36,11 @@ def config_from_hf(hf: dict, **overrides) -> GenericConfig:
                         "gptrain never runs; use a model transformers itself implements")
     if model_type not in causal_lm_types():
         raise UserError(f"model_type {model_type!r} is not a causal language model transformers knows")
+    quantized = hf.get("quantization_config")
+    if quantized is not None:
+        how = quantized.get("quant_method", "?") if isinstance(quantized, dict) else "?"
+        raise UserError(f"this {model_type} model's weights are quantized ({str(how)[:40]}): gptrain trains and "
+                        "loads full-precision weights; give the model before quantization")
     dropout = overrides.pop("dropout", None)
     hf = dict(hf)
     if dropout is not None:  # every dropout rate of the model's config, as gptrain's --dropout
@@ -62,6 +67,24 @@ def config_from_hf(hf: dict, **overrides) -> GenericConfig:
     return cfg
 
 
+def check_weight_files(folder) -> None:
+    """What transformers would read in `folder`, before it reads it: each shard a weights index
+    names is a plain file name in the folder (an index naming '../x' or '/etc/passwd' would have
+    it read from elsewhere), as the own families' reader (models/hf.read_state_dict) checks."""
+    from pathlib import Path
+
+    from gptrain.files import check_plain_name, read_json
+
+    for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        index = Path(folder) / name
+        if index.is_file():
+            weight_map = read_json(index, "weights index").get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise UserError(f"weights index {index} has no weight_map; the model directory is corrupt")
+            for shard in weight_map.values():
+                check_plain_name(shard, index)
+
+
 def _is_rate(key: str, value) -> bool:
     return ("dropout" in key or "pdrop" in key) and isinstance(value, float) and not isinstance(value, bool)
 
@@ -86,10 +109,11 @@ class GenericCausalLM(nn.Module):
             from transformers.utils import logging as hf_logging
 
             hf_logging.disable_progress_bar()
+            check_weight_files(folder)
             try:
                 self.model, info = AutoModelForCausalLM.from_pretrained(
                     folder, config=hc, local_files_only=True, dtype=torch.float32, output_loading_info=True, **how)
-            except (OSError, ValueError, RuntimeError) as e:  # mis-shaped or unreadable weights
+            except Exception as e:  # mis-shaped, unreadable or pickled weights: transformers' many types
                 raise UserError(f"{folder}: transformers cannot load its {cfg.hf_config['model_type']} weights "
                                 f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
             wrong = {k: sorted(v)[:3] for k, v in info.items() if k in ("missing_keys", "unexpected_keys",

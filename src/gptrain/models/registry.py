@@ -273,8 +273,7 @@ def check_lora_targets(model_cfg, targets: list[str]) -> None:
 
 def weights_arch(init_from: str) -> str | None:
     """The architecture of local weights (a gptrain checkpoint's or a HF config.json's), or None."""
-    import json
-
+    from gptrain.files import read_json
     from gptrain.weights.layout import model_checkpoint, read_state
 
     path = Path(init_from).expanduser()
@@ -283,7 +282,7 @@ def weights_arch(init_from: str) -> str | None:
             ckpt = model_checkpoint(path)
             if ckpt is not None:
                 return read_state(ckpt).get("model_config", {}).get("arch", "gpt2")
-            return spec_of_hf(json.loads((path / "config.json").read_text()).get("model_type")).arch
+            return spec_of_hf(read_json(path / "config.json", "config.json").get("model_type")).arch
     except (OSError, ValueError, AttributeError, UserError):
         pass
     return None
@@ -291,9 +290,9 @@ def weights_arch(init_from: str) -> str | None:
 
 def weights_positions(init_from: str) -> int | None:
     """The context length of the weights in a local directory, read from a gptrain checkpoint's
-    trainer_state.json or a HF config.json without loading them; None when unknown (hub ids)."""
-    import json
-
+    trainer_state.json or a HF config.json without loading them; None when unknown (hub ids, or a
+    config.json that is not a JSON object: its loader says so)."""
+    from gptrain.files import read_json
     from gptrain.weights.layout import model_checkpoint, read_state
 
     path = Path(init_from).expanduser()
@@ -303,8 +302,8 @@ def weights_positions(init_from: str) -> int | None:
         ckpt = model_checkpoint(path)
         if ckpt is not None:
             return read_state(ckpt).get("model_config", {}).get("block_size")
-        hf = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError, AttributeError):
+        hf = read_json(path / "config.json", "config.json")
+    except (OSError, ValueError, AttributeError, UserError):
         return None
     positions = hf.get("n_positions") or hf.get("max_position_embeddings")
     return positions if isinstance(positions, int) else None
