@@ -81,14 +81,14 @@ def save_tiny_hf_llama(out, n_layer=2):
     return out
 
 
-def save_tiny_hf_neox(out, n_layer=2):
+def save_tiny_hf_neox(out, n_layer=2, vocab=96):
     """A tiny random GPTNeoXForCausalLM (a family gptrain has no spec for: the generic path),
     saved by transformers itself; its vocabulary holds the char datasets' ids."""
     import torch
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     torch.manual_seed(0)
-    cfg = GPTNeoXConfig(vocab_size=96, hidden_size=32, num_hidden_layers=n_layer, num_attention_heads=4,
+    cfg = GPTNeoXConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=n_layer, num_attention_heads=4,
                         intermediate_size=64, max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0)
     GPTNeoXForCausalLM(cfg).eval().save_pretrained(out)
     return out

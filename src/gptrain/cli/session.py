@@ -118,6 +118,7 @@ def _jupyter_url(found: dict) -> str:
 def cmd_stop(args, extra) -> int:
     from gptrain.jobs import api
 
+    api.check_is_session(args.name)
     state = api.stop(args.name, wait=True)
     print(f"session {args.name}: {state}")
     return 0

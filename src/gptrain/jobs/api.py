@@ -29,7 +29,7 @@ from gptrain.jobs.engines.options import shown as engine_options_shown
 from gptrain.jobs.submission import Request  # noqa: F401 (for the faces)
 from gptrain.jobs.records import known  # noqa: F401 (a job named: its record, or one line)
 from gptrain.jobs.sessions import (  # noqa: F401 (`gptrain session`: a shell in a job's environment)
-    attach as attach_session, is_session, names as session_names, parse_duration, run as run_in_session,
+    attach as attach_session, check_is_session, is_session, names as session_names, parse_duration, run as run_in_session,
     jupyter_of as session_jupyter, start as start_session, wait_ready as wait_session)
 from gptrain.jobs.sweeps import (  # noqa: F401 (`gptrain sweep`: trials sampled and pruned by Optuna)
     listed as sweeps, report as sweep_report, resume as resume_sweep, stop_driver)
@@ -44,7 +44,7 @@ __all__ = [  # what the faces (cli/, ui/) may use: tests/unit/test_api_surface.p
     "REFRESH_S", "remove", "remove_source", "report", "Request", "rerun", "resume", "rows",
     "ROWS_TTL_S", "SCHEDULERS", "shown", "sources", "stop", "STOP_TIMEOUT_S", "submit",
     "SUPERVISOR_EXIT_S", "zip_job", "attach_session", "is_session", "parse_duration", "run_in_session",
-    "start_session", "wait_session", "session_names", "session_jupyter", "create_sweep", "sweeps", "resume_sweep",
+    "start_session", "wait_session", "check_is_session", "session_names", "session_jupyter", "create_sweep", "sweeps", "resume_sweep",
     "stop_sweep", "sweep_report",
 ]
 

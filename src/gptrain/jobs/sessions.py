@@ -106,6 +106,17 @@ def wait_ready(name: str, timeout: float = READY_WAIT_S) -> None:
                     f"see `gptrain jobs`; attach later with `gptrain session attach {name}`")
 
 
+def check_is_session(name: str) -> None:
+    """One line when job `name` is not a session (nor a held job's kept environment)."""
+    from gptrain.jobs import store
+
+    row = store.get_job(name)
+    if not is_session(row) and row["state"] != store.JobState.HELD:
+        kept = "" if row["state"] != store.JobState.FAILED else \
+            " (a job run with --keep-on-failure keeps its environment when it fails)"
+        raise UserError(f"{name} is a job, not a session{kept}: `gptrain logs {name}`")
+
+
 def jupyter_of(name: str) -> dict:
     """{url, token} of session `name`'s Jupyter Server (programs/session_jupyter.py); one line
     when it has none (not started with --jupyter, or ended)."""
@@ -125,11 +136,8 @@ def _connect(name: str, request: dict) -> socket.socket:
     from gptrain.jobs import store
     from gptrain.jobs.folder import job_dir
 
+    check_is_session(name)
     row = store.get_job(name)
-    if not is_session(row) and row["state"] != store.JobState.HELD:
-        kept = "" if row["state"] != store.JobState.FAILED else \
-            " (a job run with --keep-on-failure keeps its environment when it fails)"
-        raise UserError(f"{name} is a job, not a session{kept}: `gptrain logs {name}`")
     jdir = job_dir(name)
     if row["state"] in store.TERMINAL or not (jdir / SOCKET).exists():
         raise UserError(f"session {name} is {row['state']}" + ("" if row["state"] in store.TERMINAL else

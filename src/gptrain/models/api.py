@@ -44,7 +44,7 @@ def generate(source: str, s: Sampling, name: str | None = None) -> list[str]:
 
     if s.dtype not in DTYPES:
         raise UserError(f"dtype {s.dtype!r}: choose one of {', '.join(DTYPES)}")
-    check_sampling(s.max_new_tokens, s.temperature, s.top_k, s.top_p, s.num_samples)
+    check_sampling(s.max_new_tokens, s.temperature, s.top_k, s.top_p, s.num_samples, s.seed)
     device = pick_device(s.device)
     model, tokenizer = load_model(source, device=device)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(

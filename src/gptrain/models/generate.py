@@ -41,7 +41,7 @@ MAX_SAMPLES = 1024
 
 
 def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None,
-                   num_samples: int = 1) -> None:
+                   num_samples: int = 1, seed: int | None = None) -> None:
     """The sampling settings, before any model is loaded: one UserError naming the first that is
     out of range (negative, NaN or unbounded ones would be silently ignored or run for ever)."""
     import math
@@ -52,7 +52,8 @@ def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, t
                      (math.isfinite(temperature) and temperature >= 0,
                       f"--temperature must be >= 0 (0: greedy), got {temperature}"),
                      (top_k is None or top_k >= 0, f"--top-k must be >= 0 (0: off), got {top_k}"),
-                     (top_p is None or 0 < top_p <= 1, f"--top-p must be > 0 and <= 1, got {top_p}")):
+                     (top_p is None or 0 < top_p <= 1, f"--top-p must be > 0 and <= 1, got {top_p}"),
+                     (seed is None or 0 <= seed < 2 ** 63, f"--seed must be 0 to 2^63-1, got {seed}")):
         if not ok:
             raise UserError(what)
 

@@ -93,6 +93,8 @@ class GenericCausalLM(nn.Module):
     """transformers' own causal LM of `cfg.hf_config`, with the interface gptrain's loop calls:
     forward(idx, targets) -> (logits, loss); forward(idx, cache=...) for generation."""
 
+    packs_rows = False  # transformers' attention takes no block-diagonal mask: data.packing's auto is off
+
     def __init__(self, cfg: GenericConfig, folder=None):
         """Random weights (transformers' own init), or those of the Hugging Face `folder`, read by
         transformers' own from_pretrained (its key renames, its safe readers) in fp32."""

@@ -111,7 +111,8 @@ class Trainer(Checkpointing, Evaluating):
         stream = (T, self.plan.batch_size, self.dp_rank, self.dims.dp, tc.seed, cfg.data.max_train_samples,
                   self.vocab_size)
         self.loader = mixture.MixtureLoader.open(self.sources, *stream) if cfg.data.mix else \
-            open_train_loader(self.data_dir, *stream, packing=False if packing_possible(cfg) else cfg.data.packing,
+            open_train_loader(self.data_dir, *stream, packing=False if packing_possible(cfg) or (  # (auto: what the model takes)
+                cfg.data.packing is None and not getattr(plain, "packs_rows", True)) else cfg.data.packing,
                               hosts=self._hosts())
         for line in notes(self.loader, T):
             self.log_main(line)

@@ -1,0 +1,49 @@
+"""Low rows of #47's sixth attacker round, each as it was tried, each failing before its fix:
+generate's seed past what torch takes, `session stop` of a plain job, and instruction data on the
+generic path (its default packing was chosen, then refused for a flag the user never gave)."""
+
+import json
+
+from tests.conftest import run_cli
+from tests.helpers import train
+
+
+def one_line(r, *words):
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, (r.returncode, r.stderr[-2000:])
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+
+
+def test_generate_takes_only_a_seed_torch_takes(tiny_run):
+    """4.25/R.10: --seed 2^64 was an 'Overflow when unpacking long long' traceback."""
+    for seed in (str(2 ** 64), str(2 ** 63), "-1"):
+        one_line(run_cli("generate", str(tiny_run), "--prompt", "th", "--seed", seed), "--seed must be 0 to 2^63-1")
+    assert run_cli("generate", str(tiny_run), "--prompt", "th", "--seed", str(2 ** 63 - 1),
+                   "--max-new-tokens", "2").returncode == 0
+
+
+def test_session_stop_of_a_plain_job_is_refused_as_attach_is(isolated_home):
+    """R.21: `session stop J` of a finished plain job said 'session J: succeeded', exit 0."""
+    from gptrain.jobs import store
+
+    store.create_job("plain", {"name": "plain", "args": ["--train.max_steps=1"]}, 1, 1, "local")
+    store.set_state("plain", "succeeded", "done")
+    for action in ("stop", "attach", "exec"):
+        one_line(run_cli("session", action, "plain", *(["--", "true"] if action == "exec" else [])),
+                 "plain is a job, not a session")
+
+
+def test_instruction_data_on_the_generic_path_trains_unpacked_by_default(tmp_path):
+    """G.pack2: the default (auto) packing was chosen for a model whose attention takes no
+    block-diagonal mask, then refused with 'train without --packing', a flag never given."""
+    from tests.conftest import save_tiny_hf_neox
+
+    neox = save_tiny_hf_neox(tmp_path / "neox", n_layer=1, vocab=260)  # (the byte tokenizer's ids)
+    rows = [{"prompt": f"Q{i % 10}\n", "completion": "hi"} for i in range(64)]  # (short: auto would pack them)
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = train(f"--data.path={sft}", f"--model_name_or_path={neox}", f"--train.output_dir={tmp_path / 'o'}",
+              "--train.max_steps=2", "--train.batch_size=2", "--model.block_size=32", "--train.dialect=gptrain",
+              "--train.do_eval=false", "--train.precision=fp32", "--data.tokenizer=byte", check=False)
+    assert r.returncode == 0 and "completed at step 2" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
