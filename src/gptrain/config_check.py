@@ -27,6 +27,10 @@ def check(cfg):
                 capped = m["le"] is not None or m["lt"] is not None or not _too_big(value)
                 what = bounds(m) if capped else "a whole number that fits in 64 bits"
                 raise UserError(f"--{section.name}.{f.name} must be {what}, got {value!r}")
+    if cfg.train.min_lr is not None and cfg.train.min_lr > cfg.train.lr and cfg.train.dialect != "nanogpt" \
+            and cfg.train.lr_schedule != "constant":  # (the "decay" would climb; nanoGPT's own train.py does)
+        raise UserError(f"--train.min_lr ({cfg.train.min_lr:g}) is more than the learning rate ({cfg.train.lr:g}): "
+                        "the schedule decays to min_lr; give one at most lr")
     if cfg.lora.r and (cfg.parallel.tp > 1 or cfg.parallel.pp > 1):
         raise UserError(f"LoRA (--lora.r) runs with data parallel and FSDP, not with tensor or pipeline "
                         f"parallel (parallel.tp={cfg.parallel.tp}, parallel.pp={cfg.parallel.pp}); set both to 1")

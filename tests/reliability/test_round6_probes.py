@@ -47,3 +47,21 @@ def test_instruction_data_on_the_generic_path_trains_unpacked_by_default(tmp_pat
               "--train.max_steps=2", "--train.batch_size=2", "--model.block_size=32", "--train.dialect=gptrain",
               "--train.do_eval=false", "--train.precision=fp32", "--data.tokenizer=byte", check=False)
     assert r.returncode == 0 and "completed at step 2" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+
+
+def test_a_floor_above_the_rate_and_one_token_shards_are_one_line(tmp_path):
+    """3.94/R.13: --train.min_lr=5 with lr 1e-3 was accepted: the rate climbed to 4.5, loss 5.5 to
+    107. 4.98/R.17: --shard-tokens 1 wrote a file per token (35,680 in 20 s) until killed."""
+    from gptrain.config_options import parse_train_args
+    from gptrain.errors import UserError
+
+    import pytest
+
+    with pytest.raises(UserError, match=r"--train.min_lr \(5\) is more than the learning rate \(0.001\)"):
+        parse_train_args(["--train.lr=1e-3", "--train.min_lr=5"])
+    assert parse_train_args(["--train.lr=1e-3", "--train.min_lr=1e-3"]).train.min_lr == 1e-3
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("some text\n" * 100)
+    one_line(run_cli("data", "prepare", str(corpus), "--out", str(tmp_path / "o"), "--tokenizer", "byte",
+                     "--shard-tokens", "1"), "--shard-tokens must be at least 256")
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o.partial").exists()

@@ -155,6 +155,9 @@ class _NoProgress:
         pass
 
 
+MIN_SHARD_TOKENS = 256
+
+
 def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: str | None = None,
             text_field: str = "text", val_fraction: float | None = None, num_proc: int = 1,
             seed: int = 1337, shard_tokens: int | None = None, quiet: bool = False) -> dict:
@@ -168,8 +171,8 @@ def prepare(sources: list[str], out: str, tokenizer: str = "gpt2", hf_config: st
         raise UserError(f"--num-proc must be 1 to {MAX_PROCS} (this machine has {os.cpu_count()} CPUs), "
                         f"got {num_proc}")
     shard_tokens = DEFAULT_SHARD_TOKENS if shard_tokens is None else shard_tokens
-    if shard_tokens < 1:
-        raise UserError(f"--shard-tokens must be >= 1, got {shard_tokens}")
+    if shard_tokens < MIN_SHARD_TOKENS:  # (1 made a file per token: 35,680 files in 20 s)
+        raise UserError(f"--shard-tokens must be at least {MIN_SHARD_TOKENS} (a shard is a file), got {shard_tokens}")
     from gptrain.atomic import check_new_folder
 
     out_dir = check_new_folder(out, "output", "--out")
