@@ -60,6 +60,7 @@ def test_links_pipes_and_a_study_that_is_not_one_are_refused(spec_file, tmp_path
     os.mkfifo(spec_file)  # (read would wait forever for a writer)
     with pytest.raises(UserError, match="not a plain file"):
         sweeps.read("s")
+    assert sweeps.listed() == ["s"] and sweeps.is_sweep("s")  # (listed, and named: not taken for a Hub id)
     spec_file.unlink()
     spec_file.write_text(json.dumps(GOOD))
     db = spec_file.parent / "study.db"
@@ -73,3 +74,26 @@ def test_links_pipes_and_a_study_that_is_not_one_are_refused(spec_file, tmp_path
     assert not (tmp_path / "study-elsewhere.db").exists()
     with pytest.raises(NotFound, match="no sweep named 'nope'"):
         sweeps.read("nope")
+
+
+def test_a_missing_study_a_forged_trial_job_and_doubled_params_are_refused(spec_file):
+    """#47 round 6: study.db removed made every read create an empty study (its trials gone, then
+    failed by resume); a study.db naming another job ('victim') as a trial's had `sweep stop`
+    stop it; --param given twice for one key kept the last silently; int:0:10^30 was accepted."""
+    import optuna
+
+    from gptrain.jobs import sweeps
+
+    with pytest.raises(UserError, match="study .*study.db is missing"):
+        sweeps.trials("s")
+    assert not (spec_file.parent / "study.db").exists()
+    study = sweeps.study("s", sweeps.read("s"), make=True)
+    for number, job in enumerate(("victim", "s-t01")):
+        trial = study.ask()
+        trial.set_user_attr("job", job)
+    assert [t["job"] for t in sorted(sweeps.trials("s"), key=lambda t: t["number"])] == [None, "s-t01"]
+    for params, says in ((["train.lr=uniform:0.1:0.2", "train.lr=loguniform:1e-4:1e-2"], "--param train.lr is given twice"),
+                         ([f"train.warmup_steps=int:0:{10 ** 30}"], "int takes LO:HI")):
+        with pytest.raises(UserError, match=says):
+            sweeps.create("s2", params, 2, 1, "asha", ["--train.eval_every=2"], None, None)
+    assert not sweeps.sweep_dir("s2").exists() and optuna

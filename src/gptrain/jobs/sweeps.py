@@ -56,6 +56,7 @@ def parse_param(text: str) -> tuple[str, dict]:
         except ValueError:
             lo = hi = None
         if len(parts) != 2 or lo is None or not (math.isfinite(lo) and math.isfinite(hi)) or not lo < hi \
+                or max(abs(lo), abs(hi)) >= 2 ** 63 \
                 or (kind == "loguniform" and lo <= 0):
             raise UserError(f"--param {key}={space}: {kind} takes LO:HI with LO < HI"
                             + (" and LO > 0" if kind == "loguniform" else ""))
@@ -81,13 +82,17 @@ def distributions(params: dict) -> dict:
     return out
 
 
-def study(name: str, spec: dict | None = None):
-    """The sweep's Optuna study (made on first use, with its sampler and pruner)."""
+def study(name: str, spec: dict | None = None, make: bool = False):
+    """The sweep's Optuna study, with its sampler and pruner; made only by `create` (`make`): a
+    study.db gone is one line, not a new empty study every trial is missing from."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = spec or read(name)
     db = sweep_dir(name) / "study.db"
+    if not make and not os.path.lexists(db):
+        raise UserError(f"sweep {name}'s study {db} is missing: its trials' results are gone with it; remove the "
+                        "sweep's folder to start it again")
     if db.is_symlink() or (db.exists() and not db.is_file()):
         raise UserError(f"sweep {name}'s {db} is not a plain file (a link is never followed): remove the "
                         "sweep's folder to start it again")
@@ -104,7 +109,8 @@ def study(name: str, spec: dict | None = None):
 
 
 def is_sweep(name: str) -> bool:
-    return (sweep_dir(name) / "sweep.json").is_file()
+    """Whether `name` is a sweep's (its sweep.json there, whatever it is: read() judges it)."""
+    return os.path.lexists(sweep_dir(name) / "sweep.json")
 
 
 SPEC_TYPES = {"params": dict, "trials": int, "parallel": int, "early_stop": str, "reduction_factor": int,
@@ -177,6 +183,9 @@ def create(name: str, params: list[str], trials: int, parallel: int, early_stop:
     if not params:
         raise UserError("a sweep needs at least one --param KEY=SPACE")
     space = dict(parse_param(p) for p in params)
+    if len(space) < len(params):
+        keys = [parse_param(p)[0] for p in params]
+        raise UserError(f"--param {next(k for k in keys if keys.count(k) > 1)} is given twice: give each setting once")
     if not 1 <= trials <= MAX_TRIALS or not 1 <= parallel <= trials:
         raise UserError(f"--trials must be 1 to {MAX_TRIALS} and --parallel 1 to --trials, got {trials} and {parallel}")
     if early_stop not in EARLY_STOP:
@@ -208,7 +217,7 @@ def create(name: str, params: list[str], trials: int, parallel: int, early_stop:
     d.mkdir(parents=True)
     try:
         (d / "sweep.json").write_text(json.dumps(spec, indent=2))
-        study(name, spec)
+        study(name, spec, make=True)
     except BaseException:  # nothing recorded of a sweep that could not start
         import shutil
 
@@ -216,6 +225,13 @@ def create(name: str, params: list[str], trials: int, parallel: int, early_stop:
         raise
     start_driver(name)
     return spec
+
+
+def trial_job_of(name: str, trial) -> str | None:
+    """The job of an Optuna trial of sweep `name`, when it is the one the sweep names (NAME-tNN):
+    a study.db edited to name another job ('victim') never has it stopped or reported."""
+    job = trial.user_attrs.get("job")
+    return job if job == trial_job(name, trial.number) else None
 
 
 def _exists(job: str) -> bool:
@@ -278,7 +294,7 @@ def trials(name: str) -> list[dict]:
 
     out = []
     for t in study(name).get_trials(deepcopy=False):
-        job = t.user_attrs.get("job")
+        job = trial_job_of(name, t)
         try:
             job_state = store.get_job(job)["state"] if job else None
         except UserError:
@@ -308,4 +324,4 @@ def best_job(name: str) -> str | None:
 
 def listed() -> list[str]:
     root = home() / "sweeps"
-    return sorted(p.name for p in root.iterdir() if (p / "sweep.json").is_file()) if root.is_dir() else []
+    return sorted(p.name for p in root.iterdir() if os.path.lexists(p / "sweep.json")) if root.is_dir() else []

@@ -61,11 +61,11 @@ def step_round(spec: dict, study, stopping: list) -> bool:
 
     from gptrain.jobs import api, store
     from gptrain.jobs.schedulers import refresh_job
-    from gptrain.jobs.sweeps import distributions
+    from gptrain.jobs.sweeps import distributions, trial_job_of
 
     running = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
     for frozen in running:
-        job = frozen.user_attrs.get("job")
+        job = trial_job_of(spec["name"], frozen)
         trial = optuna.trial.Trial(study, frozen._trial_id)
         if job is None:  # asked, then the driver died before submitting: asked again later
             study.tell(frozen.number, state=TrialState.FAIL)
