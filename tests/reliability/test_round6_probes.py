@@ -65,3 +65,17 @@ def test_a_floor_above_the_rate_and_one_token_shards_are_one_line(tmp_path):
     one_line(run_cli("data", "prepare", str(corpus), "--out", str(tmp_path / "o"), "--tokenizer", "byte",
                      "--shard-tokens", "1"), "--shard-tokens must be at least 256")
     assert not (tmp_path / "o").exists() and not (tmp_path / "o.partial").exists()
+
+
+def test_a_pipe_or_a_mistyped_path_is_not_taken_for_a_hub_name(tmp_path):
+    """9.8, 9.30/R.15, R.16: `data prepare` of a FIFO, or of a path with a typo under a folder
+    that exists, asked the Hugging Face Hub for it (25 s of retries offline)."""
+    import os
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    (tmp_path / "data").mkdir()
+    one_line(run_cli("data", "prepare", str(fifo), "--out", str(tmp_path / "o")), "is not a file or a folder")
+    one_line(run_cli("data", "prepare", "data/corpsu", "--out", str(tmp_path / "o"), cwd=tmp_path),
+             "source data/corpsu does not exist")
+    assert not (tmp_path / "o").exists()

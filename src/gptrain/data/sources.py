@@ -67,7 +67,11 @@ def expand(sources: list[str], hf_config: str | None) -> list[Source]:
             if not files:
                 raise UserError(f"pattern {s} matches no files")
             out += [Source("file", f, size=os.path.getsize(f)) for f in files]
-        elif s.startswith(("/", ".", "~")) or Path(s).suffix.lower() in TEXT_EXTS + RECORD_EXTS:
+        elif os.path.lexists(p):  # (a pipe read as a Hub name retried for 25 s)
+            raise UserError(f"source {s} is not a file or a folder (a pipe, a device or a dangling link): "
+                            "give a text file, a folder of them, a URL or a Hugging Face dataset name")
+        elif s.startswith(("/", ".", "~")) or Path(s).suffix.lower() in TEXT_EXTS + RECORD_EXTS or (
+                "/" in s and Path(s.split("/")[0]).is_dir()):  # (a folder here: a path with a typo, not org/name)
             raise UserError(f"source {s} does not exist; give an existing file, folder, glob, URL "
                             "or a Hugging Face dataset name")
         else:
