@@ -24,14 +24,14 @@ T, GLOBAL, PER_RANK = 128, 256, 64
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    """(S3 environment through the counting proxy, the proxy, the train split's blocks): the
-    dataset of tests/helpers.streaming_dataset at s3://data/web/ds."""
+    """(S3 environment through the counting proxy, the proxy, the train split's blocks, the
+    dataset's local folder): the dataset of tests/helpers.streaming_dataset at s3://data/web/ds."""
     root = tmp_path_factory.mktemp("s3hosts")
     tokens = streaming_dataset(root / "up" / "ds")
     with serve(root / "up") as info:
         host, port = info["endpoint"].split("//")[1].split(":")
         proxy = CountingProxy((host, int(port)))
-        yield env_of(info, proxy.endpoint), proxy, tokens // T
+        yield env_of(info, proxy.endpoint), proxy, tokens // T, root / "up" / "ds"
         proxy.close()
 
 
@@ -41,12 +41,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("hosts", [2, 4])
-def test_each_host_fetches_its_share_from_s3(s3, isolated_home, tmp_path, hosts):
-    env, proxy, blocks = s3
+@pytest.mark.parametrize("hosts, source", [(2, "url"), (4, "url"), (2, "pushed")])
+def test_each_host_fetches_its_share_from_s3(s3, isolated_home, tmp_path, hosts, source):
+    """`pushed` (#50): the dataset pushed with `gptrain data push NAME DIR --to s3://...` and each
+    host given its name: it streams from the bucket, each host its share, as from its URL."""
+    env, proxy, blocks, folder = s3
+    path = "s3://data/web/ds"
+    if source == "pushed":
+        r = subprocess.run([S3PY, "-m", "gptrain", "data", "push", "web", str(folder), "--to", "s3://data/pushed/ds"],
+                           capture_output=True, text=True, env={**os.environ, **env}, timeout=600)
+        assert r.returncode == 0 and "s3://data/pushed/ds" in r.stdout, r.stderr
+        path = "web"  # its name
     steps = blocks // GLOBAL  # one epoch
     port = free_port()
-    args = ["train", *TINY, f"--model.block_size={T}", "--data.path=s3://data/web/ds", f"--train.output_dir={tmp_path / 'out'}",
+    args = ["train", *TINY, f"--model.block_size={T}", f"--data.path={path}", f"--train.output_dir={tmp_path / 'out'}",
             f"--train.max_steps={steps}", f"--train.global_batch_size={GLOBAL}", f"--train.batch_size={PER_RANK}",
             "--train.do_eval=false", "--checkpoint.every=100000", "--metrics.log_every=50"]
     before = proxy.sent
@@ -62,7 +70,7 @@ def test_each_host_fetches_its_share_from_s3(s3, isolated_home, tmp_path, hosts)
     assert f"completed at step {steps}" in outs[0], outs[0][-3000:]
     fetched, trained = proxy.sent - before, steps * GLOBAL * T * 2
     cached = [cached_bytes(tmp_path / f"host-{h}") for h in range(hosts)]
-    print(f"S3, {hosts} hosts, one epoch ({steps} steps): fetched / trained {fetched / trained:.3f} (S3's "
+    print(f"S3 ({source}), {hosts} hosts, one epoch ({steps} steps): fetched / trained {fetched / trained:.3f} (S3's "
           f"responses, headers and all); each host's cache {[round(c / trained, 3) for c in cached]} of it")
     assert fetched <= 1.1 * trained, (fetched, trained)
     assert all(0 < c <= 1.25 * trained / hosts for c in cached), (cached, trained)
