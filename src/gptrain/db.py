@@ -89,7 +89,8 @@ CREATE TABLE IF NOT EXISTS meta (
 # Columns added after the first release: (table, column, type), added to older databases.
 MIGRATIONS = (("jobs", "supervisor", "TEXT"), ("jobs", "run_id", "TEXT"), ("checkpoints", "kind", "TEXT"),
               ("checkpoints", "mtime", "REAL"), ("datasets", "kind", "TEXT"),
-              ("checkpoints", "damaged", "TEXT"), ("datasets", "state", "TEXT"), ("datasets", "error", "TEXT"))
+              ("checkpoints", "damaged", "TEXT"), ("datasets", "state", "TEXT"), ("datasets", "error", "TEXT"),
+              ("datasets", "meta_sha256", "TEXT"))
 LOCK_WAIT_S = 600.0  # how long a write waits for another program's lock before giving up
 BUSY_TIMEOUT_MS = 10000  # one wait inside SQLite; _begin() retries it up to LOCK_WAIT_S
 RESERVE = ".disk-reserve"

@@ -62,6 +62,10 @@ def test_a_session_holds_the_tutorial_layout_and_its_checkpoints_are_the_jobs(pr
     assert r.returncode == 0 and "meta.json" in r.stdout and "train.sh" in r.stdout and "tutorial s" in r.stdout, r
     r = run_cli("session", "exec", "s", "--", "sh", "-c", "touch /input/tiny/evil")
     assert r.returncode != 0 and "Read-only file system" in r.stdout, r  # the pushed dataset stays as it was
+    # round 6 (E.envdir): its variables name /input/NAME, and the real folder is read-only there too
+    r = run_cli("session", "exec", "s", "--", "sh", "-c", 'echo "$GPTRAIN_DATASET_DIR $GPTRAIN_DATASET_TINY_DIR"; '
+                'touch "$GPTRAIN_HOME/datasets/tiny/evil"')
+    assert r.stdout.startswith("/input/tiny /input/tiny") and "Read-only file system" in r.stdout, r
     r = run_cli("session", "exec", "s", "--", "sh", "-c", "exit 7")
     assert r.returncode == 7  # a command's status is the exec's
     # torchrun of the repository's script inside writes /output-checkpoint: the session's checkpoints

@@ -79,3 +79,25 @@ def test_a_pipe_or_a_mistyped_path_is_not_taken_for_a_hub_name(tmp_path):
     one_line(run_cli("data", "prepare", "data/corpsu", "--out", str(tmp_path / "o"), cwd=tmp_path),
              "source data/corpsu does not exist")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_run_whose_checkpoints_were_removed_does_not_start_over_silently(tiny_run, data, tmp_path):
+    """C.K13/C.K14 (medium): every step folder removed (checkpoints/latest still naming the
+    newest), a rerun started over from step 0 without a word, and a job's resume event said
+    "starts again (no checkpoint yet)" though it had recorded them."""
+    import shutil
+
+    from gptrain.jobs.resume import restart_line
+    from gptrain.jobs.spec import JobSpec
+    from tests.helpers import TINY
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    for step in (run / "checkpoints").glob("step-*"):
+        shutil.rmtree(step)
+    r = train(f"--data.path={data}", f"--train.output_dir={run}", "--train.max_steps=6", *TINY, "--train.batch_size=2",
+              "--train.do_eval=false", "--train.precision=fp32", "--checkpoint.every=2", check=False)
+    assert r.returncode == 2 and "names step-000004, which is gone" in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+    assert not list((run / "checkpoints").glob("step-*"))  # nothing trained, nothing written over
+    said = restart_line(JobSpec(name="j", entry="trainer"), run)
+    assert "latest names step-000004, which is gone" in said and "no checkpoint yet" not in said

@@ -116,6 +116,7 @@ def test_a_store_is_never_overwritten_and_a_changed_shard_is_refused(data, tmp_p
 
 
 def test_the_settings_store_is_the_default_and_home_keeps_it_here(data, tmp_path, isolated_home):
+    isolated_home.mkdir(mode=0o700, parents=True, exist_ok=True)  # (not made yet when no CPU measurement is kept)
     (isolated_home / "config.toml").write_text(f'[data]\nstore = "file://{tmp_path}/bucket"\n')
     r = run_cli("data", "push", "s", str(data))
     assert r.returncode == 0 and f"file://{tmp_path}/bucket/s" in r.stdout, r.stderr
@@ -128,3 +129,71 @@ def test_the_settings_store_is_the_default_and_home_keeps_it_here(data, tmp_path
         r = run_cli(*args)
         assert r.returncode == 2 and says in r.stderr and "\n" not in r.stderr.strip(), (args, r.stderr)
         assert "u:p" not in r.stderr
+
+
+def test_a_store_rewritten_to_match_changed_shards_is_refused(data, tmp_path):
+    """#47 round 6 O.T2/O.T4 (medium): shards changed in the store *and* meta.json rewritten to
+    their sha256 (or to another tokenizer) trained, and `--verify` said verified: the store's
+    meta.json was checked against itself. Now its sha256 as pushed is kept (gptrain.db, and a job's
+    GPTRAIN_DATASET_PINS for workers without it) and every read of the store is checked against it."""
+    import hashlib
+    from types import SimpleNamespace
+
+    from gptrain.jobs.launch import dataset_env
+
+    url = f"file://{tmp_path}/bucket/ds"
+    assert run_cli("data", "push", "m", str(data), "--to", url).returncode == 0
+    env = dataset_env(SimpleNamespace(datasets=["m"]))
+    pushed = (tmp_path / "bucket" / "ds" / "meta.json").read_bytes()
+    assert json.loads(env["GPTRAIN_DATASET_PINS"]) == {url: hashlib.sha256(pushed).hexdigest()}
+    shard = tmp_path / "bucket" / "ds" / "train.bin"
+    raw = bytearray(shard.read_bytes())
+    raw[100] ^= 1
+    shard.write_bytes(bytes(raw))
+    meta = json.loads(pushed)
+    for f in meta["splits"]["train"]["files"]:
+        f["sha256"] = hashlib.sha256(bytes(raw)).hexdigest()
+    (tmp_path / "bucket" / "ds" / "meta.json").write_text(json.dumps(meta))
+    r = run_cli("data", "inspect", "m", "--verify")
+    assert r.returncode == 2 and "meta.json is not the one pushed" in r.stderr, r.stdout + r.stderr
+    r = run_cli("train", "--data.path=m", f"--train.output_dir={tmp_path / 'o'}", "--train.max_steps=1", *TINY,
+                f"--data.cache_dir={tmp_path / 'cache'}")
+    assert r.returncode == 2 and "is not the one pushed" in r.stderr and not (tmp_path / "o" / "checkpoints").exists()
+    # a worker on a host without gptrain.db: the pin comes with its environment
+    from gptrain.data.remote_shards import open_remote
+
+    os.environ["GPTRAIN_DATASET_PINS"] = env["GPTRAIN_DATASET_PINS"]
+    try:
+        with pytest.raises(UserError, match="is not the one pushed"):
+            open_remote(url, 1 << 30, cache_dir=str(tmp_path / "c2"))
+    finally:
+        del os.environ["GPTRAIN_DATASET_PINS"]
+
+
+def test_an_unfinished_push_is_inspected_and_a_silent_store_is_one_line(data, tmp_path):
+    """#47 round 6 O.inspect-error (medium): `data inspect` of a push stopped midway was a
+    KeyError traceback; O.L8 (medium): `data push --from` a server that never answers waited
+    for ever."""
+    import socket
+    import threading
+
+    from gptrain.data import object_store
+
+    url = f"file://{tmp_path}/bucket/ds"
+
+    def stop_at_once(name, size):
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        object_store.push_to("half", str(data), url, progress=stop_at_once)
+    r = run_cli("data", "inspect", "half")
+    assert r.returncode == 0 and "state    uploading" in r.stdout and "run its `gptrain data push half` again" in r.stdout
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(8)
+    held = []
+    threading.Thread(target=lambda: [held.append(s.accept()[0]) for _ in range(8)], daemon=True).start()
+    start = time.time()
+    r = run_cli("data", "push", "quiet", "--from", f"http://127.0.0.1:{s.getsockname()[1]}/ds", "--fetch-timeout", "1")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert time.time() - start < 60 and _state("quiet") is None  # nothing recorded
+    s.close()

@@ -64,6 +64,8 @@ def register(sub) -> None:
     p.add_argument("--from", dest="from_url", default=None, metavar="URL",
                    help="register the prepared dataset already at this URL (no local copy), once every token file "
                    "there matches its meta.json")
+    p.add_argument("--fetch-timeout", dest="fetch_timeout", type=float, default=None, metavar="SECONDS",
+                   help="with --from: a store that sends nothing this long is an error (default 60, at most 3600)")
     add_push_tokenizer(p)
     p.set_defaults(func=cmd_push)
 
@@ -130,7 +132,8 @@ def cmd_push(args, extra) -> int:
     from gptrain.data import api
 
     kind, dest = api.push(args.name, args.dir, args.tokenizer, to=getattr(args, "to", None),  # (the hosted
-                          from_url=getattr(args, "from_url", None))  # `dataset push` has neither)
+                          from_url=getattr(args, "from_url", None),  # `dataset push` has neither)
+                          fetch_timeout=getattr(args, "fetch_timeout", None))
     print(f"pushed dataset {args.name} ({kind}, {dest})")
     return 0
 
@@ -159,7 +162,10 @@ def cmd_inspect(args, extra) -> int:
     print(f"dataset  {args.name}  ({info['path']})")
     if info.get("state", "available") != "available" or info.get("error"):
         print(f"state    {info['state']}" + (f": {info['error']}" if info.get("error") else ""))
-    if info["kind"] == "prepared" and info["meta"] is not None:
+    if info["kind"] == "prepared" and info["meta"] is None:  # (a push not finished: meta.json goes last)
+        print(f"         no meta.json at the URL yet: run its `gptrain data push {args.name}` again to finish it")
+        return 0
+    if info["kind"] == "prepared":
         meta = info["meta"]
         print(f"         {_summary(meta)}")
         for name, split in meta["splits"].items():

@@ -144,7 +144,7 @@ def fetch_corpus(corpus: str, out: str | None = None) -> str:
 
 
 def push(name: str, folder: str | None, tokenizer: str = "", to: str | None = None,
-         from_url: str | None = None) -> tuple[str, str]:
+         from_url: str | None = None, fetch_timeout: float | None = None) -> tuple[str, str]:
     """The folder stored as the named dataset `name`, in $GPTRAIN_HOME or (`to`, or the settings'
     [data] store URL) in object storage; or (`from_url`) a prepared dataset already in a bucket
     registered where it is. (its kind, where it is kept)."""
@@ -155,7 +155,9 @@ def push(name: str, folder: str | None, tokenizer: str = "", to: str | None = No
     if from_url is not None:
         if folder is not None or to is not None:
             raise UserError("--from registers a dataset already in a bucket: give no DIR and no --to")
-        return "prepared", object_store.sync_from(name, from_url)["url"]
+        from gptrain.data.remote_read import checked_timeout
+
+        return "prepared", object_store.sync_from(name, from_url, checked_timeout(fetch_timeout))["url"]
     if folder is None:
         raise UserError("data push needs the folder to push: gptrain data push NAME DIR [--to URL]")
     store = user_setting("data", "store")

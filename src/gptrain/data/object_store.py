@@ -28,8 +28,15 @@ from pathlib import Path
 
 from gptrain import db
 from gptrain.data.formats import check_meta, read_meta, verify
+from gptrain.data.remote_read import DEFAULT_FETCH_TIMEOUT_S, FetchFailed, _read_url
 from gptrain.errors import InfraError, UserError, redact, refuse_credentials, scrub_credentials
 from gptrain.locations import is_url
+
+PINS_ENV = "GPTRAIN_DATASET_PINS"  # a job's {URL: meta.json sha256} of its datasets in object storage (jobs/launch.py)
+
+
+class ChangedInStore(UserError):
+    """A dataset's meta.json in object storage is not the one pushed."""
 
 STATES = ("uploading", "available", "error")
 
@@ -38,8 +45,10 @@ def _fs(url: str):
     """(filesystem, root path) of an fsspec URL; a scheme fsspec cannot open is one line."""
     import fsspec
 
-    try:
-        return fsspec.core.url_to_fs(url.rstrip("/"))
+    from gptrain.data.remote_read import timeouts
+
+    try:  # (an HTTP(S) store that never answers is an error after the fetch timeout, not a hang)
+        return fsspec.core.url_to_fs(url.rstrip("/"), **timeouts(url))
     except (ImportError, ValueError) as e:
         raise UserError(f"cannot open {redact(url)}: {str(e).splitlines()[0][:200]} (install the fsspec "
                         "backend of its scheme: s3fs, gcsfs, ...)") from None
@@ -72,12 +81,43 @@ def _has(fs, path: str, size: int, sha: str) -> bool:
         return False
 
 
-def _record(name: str, url: str, meta: dict, size: int, state: str, error: str = "") -> None:
+def _record(name: str, url: str, meta: dict, size: int, state: str, meta_bytes: bytes) -> None:
+    """The dataset's row, with the sha256 of its meta.json as pushed (or found by --from): what
+    every later read of the store is checked against (pin_of), so a meta.json rewritten in the
+    store to match changed shards is refused, not trusted."""
     with db.transaction() as conn:
         conn.execute("INSERT OR REPLACE INTO datasets (name, path, tokenizer, tokens, bytes, created, kind, state, "
-                     "error) VALUES (?, ?, ?, ?, ?, ?, 'prepared', ?, ?)",
+                     "error, meta_sha256) VALUES (?, ?, ?, ?, ?, ?, 'prepared', ?, '', ?)",
                      (name, url, meta["tokenizer_name"], sum(s["tokens"] for s in meta["splits"].values()), size,
-                      time.time(), state, error))
+                      time.time(), state, hashlib.sha256(meta_bytes).hexdigest()))
+
+
+def pins() -> dict:
+    """{URL: sha256 of its meta.json as pushed} of every dataset kept in object storage."""
+    if not db.db_path().is_file():
+        return {}
+    return {r["path"]: r["meta_sha256"] for r in db.fetch_all("SELECT path, meta_sha256 FROM datasets")
+            if r["meta_sha256"] and is_url(r["path"])}
+
+
+def pin_for(url: str) -> str | None:
+    """The sha256 meta.json at `url` had when it was pushed: from the job's environment (a worker
+    on a host without gptrain.db), else from the database; None for a URL never pushed."""
+    import os
+
+    try:
+        given = json.loads(os.environ.get(PINS_ENV) or "{}")
+    except ValueError:
+        given = {}
+    url = url.rstrip("/")
+    return (given.get(url) if isinstance(given, dict) else None) or pins().get(url)
+
+
+def check_pin(url: str, raw: bytes, pin: str | None) -> None:
+    """meta.json's bytes read at `url` against the sha256 recorded when it was pushed."""
+    if pin and hashlib.sha256(raw).hexdigest() != pin:
+        raise ChangedInStore(f"{redact(url)}/meta.json is not the one pushed (its sha256 differs): the dataset was changed "
+                        "in the store after the push; nothing is trained on it (push it again under a new name)")
 
 
 def _set_state(name: str, state: str, error: str = "") -> None:
@@ -119,7 +159,7 @@ def push_to(name: str, src: str, url: str, progress=None) -> dict:
     _claim(name, url)
     files = _token_files(meta)
     size = sum(_size_of(meta, f) for f in files)
-    _record(name, url, meta, size, "uploading")
+    _record(name, url, meta, size, "uploading", (folder / "meta.json").read_bytes())
     try:
         done = _upload(folder, url, meta, progress)
     except UserError as e:
@@ -161,26 +201,28 @@ def _upload(folder: Path, url: str, meta: dict, progress) -> dict:
     return {"files": sent + kept, "sent": sent, "kept": kept, "bytes": nbytes}
 
 
-def sync_from(name: str, url: str) -> dict:
+def sync_from(name: str, url: str, fetch_timeout: float | None = None) -> dict:
     """Register the prepared dataset at `url` (no local copy) once every token file there has
-    the size and sha256 its meta.json gives."""
+    the size and sha256 its meta.json gives; a store that sends nothing for `fetch_timeout`
+    seconds (default data.fetch_timeout's) is one line."""
     from gptrain.home import check_name
 
     check_name(name, "dataset")
     check_url(url, "--from")
     url = url.rstrip("/")
-    _claim(name, url)
-    fs, root = _fs(url)
     try:
-        with fs.open(f"{root}/meta.json", "rb") as f:
-            raw = f.read((64 << 20) + 1)
+        raw = _read_url(f"{url}/meta.json", 64 << 20, fetch_timeout or DEFAULT_FETCH_TIMEOUT_S)  # (watched)
         meta = check_meta(json.loads(raw), f"{redact(url)}/meta.json")
     except FileNotFoundError:
         raise UserError(f"{redact(url)} is not a prepared dataset (no meta.json there)") from None
     except (ValueError, RecursionError):
         raise UserError(f"{redact(url)}/meta.json is not a dataset's JSON") from None
+    except FetchFailed as e:
+        raise UserError(str(e)) from None
+    _claim(name, url)  # (after the read: a store that cannot be read records nothing)
+    fs, root = _fs(url)
     files = _token_files(meta)
-    _record(name, url, meta, sum(_size_of(meta, f) for f in files), "uploading")
+    _record(name, url, meta, sum(_size_of(meta, f) for f in files), "uploading", raw)
     bad = [f["name"] for f in files if not _has(fs, f"{root}/{f['name']}", _size_of(meta, f), f["sha256"])]
     if bad:
         why = f"{len(bad)} token file(s) at the URL do not match meta.json's size and sha256 (first: {bad[0]})"
@@ -221,7 +263,7 @@ def describe(name: str, check: bool = False) -> dict | None:
 
     if not NAME_RE.fullmatch(name) or not db.db_path().is_file():
         return None
-    row = db.fetch_one("SELECT path, state, error FROM datasets WHERE name = ?", (name,))
+    row = db.fetch_one("SELECT path, state, error, meta_sha256 FROM datasets WHERE name = ?", (name,))
     if row is None or not is_url(row["path"]):
         return None
     info = {"path": row["path"], "kind": "prepared", "state": row["state"] or "available", "error": row["error"] or "",
@@ -229,8 +271,17 @@ def describe(name: str, check: bool = False) -> dict | None:
     fs, root = _fs(row["path"])
     try:
         with fs.open(f"{root}/meta.json", "rb") as f:
-            info["meta"] = check_meta(json.loads(f.read((64 << 20) + 1)), f"{redact(row['path'])}/meta.json")
-    except (OSError, ValueError, RecursionError, UserError):
+            raw = f.read((64 << 20) + 1)
+        if (row["state"] or "available") == "available":
+            check_pin(row["path"], raw, row["meta_sha256"])
+        info["meta"] = check_meta(json.loads(raw), f"{redact(row['path'])}/meta.json")
+    except ChangedInStore:
+        raise
+    except UserError:
+        if info["state"] == "available":
+            raise UserError(f"dataset {name!r}: {redact(row['path'])}/meta.json cannot be read any more") from None
+        return info
+    except (OSError, ValueError, RecursionError):
         if info["state"] == "available":
             raise UserError(f"dataset {name!r}: {redact(row['path'])}/meta.json cannot be read any more") from None
         return info  # (an unfinished push: meta.json goes last)

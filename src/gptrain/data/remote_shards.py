@@ -112,6 +112,9 @@ def open_remote(url: str, cache_bytes: int, fetch_timeout: float = DEFAULT_FETCH
         why = f": {why}" if why and "meta.json" not in why else ""
         raise UserError(f"{url} is not a prepared dataset (no meta.json there{why}); give the folder `gptrain "
                         f"data prepare` wrote, or a file URL ending in {'/'.join(TEXT_SUFFIXES)}") from None
+    from gptrain.data.object_store import check_pin, pin_for
+
+    check_pin(url, raw, pin_for(url))  # a pushed dataset's meta.json is the one pushed (data/object_store.py)
     try:
         meta = json.loads(raw)
     except (ValueError, RecursionError):  # (nested past Python's limit: a hostile file, one line too)

@@ -17,6 +17,7 @@ Entrypoints (JobSpec.entry):
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -120,12 +121,18 @@ def dataset_env(spec) -> dict:
     """GPTRAIN_DATASET_DIR (the first dataset) and GPTRAIN_DATASET_<NAME>_DIR for each."""
     from gptrain.data.store import location_of
 
-    env = {}
+    from gptrain.data.object_store import PINS_ENV, pins
+
+    env, pinned = {}, {}
     for i, name in enumerate(spec.datasets):
         path = location_of(name)  # a folder here, or the URL of one in object storage
         if i == 0:
             env["GPTRAIN_DATASET_DIR"] = path
         env[dataset_var(name)] = path
+        if pins().get(path):  # (its meta.json's sha256 as pushed: workers anywhere check the store against it)
+            pinned[path] = pins()[path]
+    if pinned:
+        env[PINS_ENV] = json.dumps(pinned)
     return env
 
 

@@ -77,6 +77,11 @@ def restart_line(spec, jdir) -> str:
         if damaged:  # (not "no checkpoint yet": the run refuses to start over on top of them)
             return (f"has no checkpoint that passes verification ({len(damaged)} refused: "
                     f"`gptrain checkpoints {Path(jdir).name} --verify`); the run will not start over on them")
+        from gptrain.weights.layout import gone_latest
+
+        gone = gone_latest(jdir)
+        if gone:  # (its checkpoints removed: not "no checkpoint yet")
+            return f"has no checkpoint on disk (checkpoints/latest names {gone}, which is gone); the run will not start over"
         return "starts again (no checkpoint yet)"
     if spec.entry == "trainer":
         return f"continues from {name} (or the newest one before it that passes verification)"

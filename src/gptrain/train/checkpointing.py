@@ -115,6 +115,10 @@ class Checkpointing:
             return
         # checkpoints an earlier attempt marked damaged are not tried again, and they are no reason
         # to start over on top of them either (a second attempt trained from step 0 and overwrote them)
+        gone = layout.gone_latest(self.out)
+        if gone and not refused:  # (every step folder removed: `latest` still names the newest)
+            raise UserError(f"checkpoints/latest in {self.out} names {gone}, which is gone, and no other checkpoint "
+                            "is there: the run would start over; --checkpoint.resume_from=none starts it again")
         refused = refused or [p.name for p in layout.complete(layout.root_of(self.out)) if layout.damaged(p)]
         if refused:
             raise UserError(f"no checkpoint of {self.out} passes verification ({', '.join(refused)} "

@@ -130,6 +130,16 @@ def resume_order(output_dir) -> list[Path]:
     return [p for p in [top, *reversed(below)] if damaged(p) is None]
 
 
+def gone_latest(output_dir) -> str | None:
+    """The checkpoint `latest` names when its folder is gone (removed by hand, a disk lost), else
+    None: a run that finds no checkpoint there had some, and must not start over silently."""
+    pointer = root_of(output_dir) / run_layout.LATEST
+    if not pointer.is_file():
+        return None
+    name = pointer.read_text(errors="replace").strip()
+    return name if is_plain_name(name) and not is_checkpoint_dir(root_of(output_dir) / name) else None
+
+
 def damaged(path) -> str | None:
     """Why a run refused this checkpoint (its damaged.txt), None when it did not."""
     f = Path(path) / DAMAGED

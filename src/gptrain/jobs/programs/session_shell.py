@@ -50,6 +50,9 @@ def sandbox(datasets: dict, checkpoints: str, cwd: str) -> list[str]:
             continue
         path = f"/{entry}"
         args += ["--symlink", os.readlink(path), path] if os.path.islink(path) else ["--bind", path, path]
+    pushed = Path(os.environ.get("GPTRAIN_HOME", "/nonexistent")) / "datasets"
+    if pushed.is_dir():  # the pushed datasets where they really are: read-only too (immutable, checksummed)
+        args += ["--ro-bind", str(pushed), str(pushed)]
     args += ["--proc", "/proc", "--dev-bind", "/dev", "/dev", "--tmpfs", "/input"]
     for name, folder in datasets.items():  # read-only: a pushed dataset is immutable, its checksums kept
         args += ["--ro-bind", folder, f"/input/{name}"]
@@ -280,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jupyter", action="store_true", help="a Jupyter Server in the sandbox too (session_jupyter.py)")
     args = p.parse_args(argv)
     datasets = dict(d.split("=", 1) for d in args.dataset)
+    at_input = {folder: f"/input/{name}" for name, folder in datasets.items()}
+    for key, value in list(os.environ.items()):  # GPTRAIN_DATASET_DIR, GPTRAIN_DATASET_<NAME>_DIR: /input/NAME
+        if key.startswith("GPTRAIN_DATASET") and value in at_input:
+            os.environ[key] = at_input[value]
     # the interpreter gptrain runs on, first on PATH: its python, torchrun and gptrain, as a job's
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     session = Session(Path(args.job_dir), datasets, args.idle_timeout)
