@@ -164,3 +164,25 @@ def test_quantized_pickled_and_malformed_folders_are_one_line(tiny_hf_neox, tmp_
         (bad / "config.json").write_text(text)
         r = run_cli("train", f"--model_name_or_path={bad}", "--data.path=x", "--train.max_steps=1")
         assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_an_encoder_and_a_folder_holding_an_adapter_are_one_line(tiny_hf_neox, tmp_path):
+    """#47 round 6 G.bert (medium): a BERT folder (BertLMHeadModel: bidirectional) trained with
+    next-token loss, seeing the tokens it predicts; G.A3 (medium): a PEFT adapter saved beside the
+    weights was loaded frozen in by transformers, then a RuntimeError traceback."""
+    import shutil
+
+    from transformers import BertConfig, BertLMHeadModel
+
+    from gptrain.models.hf import load_hf
+
+    bert = tmp_path / "bert"
+    BertLMHeadModel(BertConfig(vocab_size=96, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=64, max_position_embeddings=64)).save_pretrained(bert)
+    with pytest.raises(UserError, match="a bert model is an encoder"):
+        load_hf(str(bert))
+    adapted = tmp_path / "adapted"
+    shutil.copytree(tiny_hf_neox, adapted)
+    (adapted / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "target_modules": ["query_key_value"]}))
+    with pytest.raises(UserError, match="holds a PEFT adapter"):
+        load_hf(str(adapted))

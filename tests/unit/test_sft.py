@@ -179,3 +179,24 @@ def test_char_is_refused_and_plain_text_jsonl_stays_plain(tmp_path, isolated_hom
     assert r.returncode == 2 and "not char" in r.stderr and not (tmp_path / "o").exists(), r.stderr
     meta = prepare([str(jsonl(tmp_path / "t.jsonl", [{"text": "hello world"}] * 5))], str(tmp_path / "t"), "gpt2", quiet=True)
     assert "sft" not in meta and "sft" not in read_meta(tmp_path / "t")
+
+
+def test_a_chat_template_that_refuses_the_turns_is_one_line(tmp_path, tiny_hf_llama):
+    """#47 round 6 G.tpl1 (medium): a Mistral-style template that raises on the order of roles
+    (raise_exception) was a jinja2 TemplateError traceback from `data prepare`."""
+    import shutil
+
+    tok_dir = tmp_path / "tok"
+    shutil.copytree(tiny_hf_llama, tok_dir)
+    config = json.loads((tok_dir / "tokenizer_config.json").read_text())
+    config["chat_template"] = ("{% for m in messages %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+                               "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+                               "{% endif %}{{ m['content'] }}{% endfor %}")
+    (tok_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    rows = [{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "say dog"},
+                          {"role": "assistant", "content": "dog"}]}] * 2
+    r = run_cli("data", "prepare", str(jsonl(tmp_path / "c.jsonl", rows)), "--out", str(tmp_path / "out"),
+                "--tokenizer", str(tok_dir))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "chat template refused these turns" in lines[-1], r.stderr
+    assert "roles must alternate" in lines[-1] and not (tmp_path / "out").exists()

@@ -113,14 +113,19 @@ def _pieces(messages, first_learned: int, tok, where):
             else:
                 yield m["content"] + "\n", False
         return
-    hf = tok.tok
-    full = hf.apply_chat_template(messages, tokenize=False)
+    def render(turns, **kw):  # the template is the tokenizer's own code: its refusal is one line
+        try:
+            return tok.tok.apply_chat_template(turns, tokenize=False, **kw)
+        except Exception as e:  # jinja2's TemplateError (raise_exception), its TypeErrors, ...
+            raise UserError(f"{where}: the tokenizer's chat template refused these turns "
+                            f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
+    full = render(messages)
     done = 0
     for i, m in enumerate(messages):
         if m["role"] != "assistant" or i < first_learned:
             continue
-        before = hf.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
-        through = hf.apply_chat_template(messages[:i + 1], tokenize=False)
+        before = render(messages[:i], add_generation_prompt=True)
+        through = render(messages[:i + 1])
         if not (full.startswith(before) and full.startswith(through) and len(before) >= done):
             raise UserError(f"{where}: the tokenizer's chat template does not render turn by turn "
                             "(each turn's text must extend the text before it); use a tokenizer "

@@ -17,6 +17,7 @@ The checkpoint keys are transformers' own under `model.`; the config keeps the H
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -25,6 +26,13 @@ from gptrain.errors import UserError
 
 from gptrain.models.shapes import WHY_GENERIC as WHY_NOT
 from gptrain.models.shapes import GenericConfig, causal_lm_types
+
+# families transformers maps to a causal LM class that are bidirectional encoders unless their
+# config says is_decoder (BertLMHeadModel and its kin): trained on next tokens, they would see them
+ENCODERS = frozenset({"bert", "roberta", "xlm-roberta", "xlm-roberta-xl", "electra", "ernie", "camembert",
+                      "data2vec-text", "rembert", "roc_bert", "xmod", "megatron-bert", "bert-generation",
+                      "big_bird", "qdqbert", "roberta-prelayernorm", "modernbert"})
+
 
 def config_from_hf(hf: dict, **overrides) -> GenericConfig:
     """GenericConfig of a config.json whose model_type transformers maps to a causal LM."""
@@ -36,6 +44,9 @@ def config_from_hf(hf: dict, **overrides) -> GenericConfig:
                         "gptrain never runs; use a model transformers itself implements")
     if model_type not in causal_lm_types():
         raise UserError(f"model_type {model_type!r} is not a causal language model transformers knows")
+    if model_type in ENCODERS and hf.get("is_decoder") is not True:
+        raise UserError(f"a {model_type} model is an encoder (it sees the tokens after each one), not a decoder: "
+                        "gptrain trains decoder-only language models")
     quantized = hf.get("quantization_config")
     if quantized is not None:
         how = quantized.get("quant_method", "?") if isinstance(quantized, dict) else "?"
@@ -71,8 +82,6 @@ def check_weight_files(folder) -> None:
     """What transformers would read in `folder`, before it reads it: each shard a weights index
     names is a plain file name in the folder (an index naming '../x' or '/etc/passwd' would have
     it read from elsewhere), as the own families' reader (models/hf.read_state_dict) checks."""
-    from pathlib import Path
-
     from gptrain.files import check_plain_name, read_json
 
     for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
@@ -112,6 +121,9 @@ class GenericCausalLM(nn.Module):
 
             hf_logging.disable_progress_bar()
             check_weight_files(folder)
+            if (Path(folder) / "adapter_config.json").exists():  # (transformers would load it frozen in)
+                raise UserError(f"{folder} holds a PEFT adapter (adapter_config.json): give its base model's folder; "
+                                "LoRA on transformers' own module is not supported yet")
             try:
                 self.model, info = AutoModelForCausalLM.from_pretrained(
                     folder, config=hc, local_files_only=True, dtype=torch.float32, output_loading_info=True, **how)
