@@ -123,14 +123,14 @@ def dataset_env(spec) -> dict:
 
     from gptrain.data.object_store import PINS_ENV, pins
 
-    env, pinned = {}, {}
+    env, pinned, known = {}, {}, pins() if spec.datasets else {}
     for i, name in enumerate(spec.datasets):
         path = location_of(name)  # a folder here, or the URL of one in object storage
         if i == 0:
             env["GPTRAIN_DATASET_DIR"] = path
         env[dataset_var(name)] = path
-        if pins().get(path):  # (its meta.json's sha256 as pushed: workers anywhere check the store against it)
-            pinned[path] = pins()[path]
+        if known.get(path):  # (its meta.json's sha256 as pushed: workers anywhere check the store against it)
+            pinned[path] = known[path]
     if pinned:
         env[PINS_ENV] = json.dumps(pinned)
     return env
