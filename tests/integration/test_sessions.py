@@ -138,10 +138,6 @@ def test_a_failed_job_keeps_its_environment_until_it_is_stopped(dataset, tmp_pat
        "--secret", "MY_TOKEN=tok-abcdef-123456", "--code", str(code), "--", "fails.py")
     held = wait_for("f", states=("held", "failed", "succeeded"))
     assert held["state"] == "held" and "exited with code 1" in held["error"], held
-    from gptrain.jobs.folder import job_dir, logs_dir
-
-    said = "".join(p.read_text(errors="replace") for p in logs_dir(job_dir("f")).glob("*.log"))
-    assert "diverged at step 5" in said, said[-3000:]  # (the failing ranks' own words, in their logs)
     ok("run", "after", "--dataset", "tiny", "--accels", "2", "--", *TRAIN)
     time.sleep(3)
     assert job("after")["state"] == "queued"  # the held job's 2 slots are still claimed
