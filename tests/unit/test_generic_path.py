@@ -186,3 +186,25 @@ def test_an_encoder_and_a_folder_holding_an_adapter_are_one_line(tiny_hf_neox, t
     (adapted / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "target_modules": ["query_key_value"]}))
     with pytest.raises(UserError, match="holds a PEFT adapter"):
         load_hf(str(adapted))
+
+
+def test_a_weights_file_that_is_a_pipe_is_one_line(tiny_hf_neox, tmp_path):
+    """#47 round 7 G.v6 (medium): an index naming a FIFO in the folder had transformers block on
+    it for ever, deaf to SIGTERM."""
+    import os
+    import shutil
+
+    from gptrain.models.hf import load_hf
+
+    folder = tmp_path / "v6"
+    shutil.copytree(tiny_hf_neox, folder)
+    keys = list(json.loads((folder / "config.json").read_text()))[:1] or ["x"]
+    (folder / "model.safetensors").unlink()
+    os.mkfifo(folder / "fifo.safetensors")
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {keys[0]: "fifo.safetensors"}}))
+    with pytest.raises(UserError, match="is not a plain file|is not a Hugging Face model directory"):
+        load_hf(str(folder))
+    (folder / "model.safetensors.index.json").unlink()
+    os.mkfifo(folder / "model.safetensors")
+    with pytest.raises(UserError, match="is not a plain file|is not a Hugging Face model directory"):
+        load_hf(str(folder))

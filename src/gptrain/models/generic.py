@@ -84,6 +84,11 @@ def check_weight_files(folder) -> None:
     it read from elsewhere), as the own families' reader (models/hf.read_state_dict) checks."""
     from gptrain.files import check_plain_name, read_json
 
+    def plain_file(path):  # (a pipe or a device opened by transformers blocks for ever, SIGTERM or not)
+        if path.exists() and not path.is_file():
+            raise UserError(f"{path} is not a plain file (a pipe, a device or a folder): a weights file is one")
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        plain_file(Path(folder) / name)
     for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         index = Path(folder) / name
         if index.is_file():
@@ -91,7 +96,7 @@ def check_weight_files(folder) -> None:
             if not isinstance(weight_map, dict):
                 raise UserError(f"weights index {index} has no weight_map; the model directory is corrupt")
             for shard in weight_map.values():
-                check_plain_name(shard, index)
+                plain_file(Path(folder) / check_plain_name(shard, index))
 
 
 def _is_rate(key: str, value) -> bool:
