@@ -4,6 +4,8 @@ generic path (its default packing was chosen, then refused for a flag the user n
 
 import json
 
+from gptrain import run_layout
+
 from tests.conftest import run_cli
 from tests.helpers import train
 
@@ -93,11 +95,11 @@ def test_a_run_whose_checkpoints_were_removed_does_not_start_over_silently(tiny_
 
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
-    for step in (run / "checkpoints").glob("step-*"):
+    for step in run_layout.checkpoints_dir(run).glob("step-*"):
         shutil.rmtree(step)
     r = train(f"--data.path={data}", f"--train.output_dir={run}", "--train.max_steps=6", *TINY, "--train.batch_size=2",
               "--train.do_eval=false", "--train.precision=fp32", "--checkpoint.every=2", check=False)
     assert r.returncode == 2 and "names step-000004, which is gone" in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
-    assert not list((run / "checkpoints").glob("step-*"))  # nothing trained, nothing written over
+    assert not list(run_layout.checkpoints_dir(run).glob("step-*"))  # nothing trained, nothing written over
     said = restart_line(JobSpec(name="j", entry="trainer"), run)
     assert "latest names step-000004, which is gone" in said and "no checkpoint yet" not in said

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from gptrain import run_layout
+
 from gptrain.errors import UserError
 from tests.conftest import run_cli
 from tests.helpers import TINY, char_shards, make_dataset, train
@@ -158,7 +160,7 @@ def test_a_store_rewritten_to_match_changed_shards_is_refused(data, tmp_path):
     assert r.returncode == 2 and "meta.json is not the one pushed" in r.stderr, r.stdout + r.stderr
     r = run_cli("train", "--data.path=m", f"--train.output_dir={tmp_path / 'o'}", "--train.max_steps=1", *TINY,
                 f"--data.cache_dir={tmp_path / 'cache'}")
-    assert r.returncode == 2 and "is not the one pushed" in r.stderr and not (tmp_path / "o" / "checkpoints").exists()
+    assert r.returncode == 2 and "is not the one pushed" in r.stderr and not run_layout.checkpoints_dir(tmp_path / "o").exists()
     # a worker on a host without gptrain.db: the pin comes with its environment
     from gptrain.data.remote_shards import open_remote
 
