@@ -27,30 +27,9 @@ def one_line(r, *words):
         assert w in lines[0], (w, lines[0])
 
 
-@pytest.fixture
-def silent_server():
-    """A server that accepts every connection and never sends a byte: its URL."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen(64)
-    held = []
-
-    def serve():
-        while True:
-            try:
-                held.append(s.accept()[0])
-            except OSError:
-                return
-    threading.Thread(target=serve, daemon=True).start()
-    yield f"http://127.0.0.1:{s.getsockname()[1]}"
-    s.close()
-    for c in held:
-        c.close()
-
-
-@pytest.fixture
-def stalling_server():
-    """A server that sends its headers and the body's first bytes, then nothing more: its URL."""
+def _server(answer=None):
+    """A server that accepts every connection and, after `answer(conn)` (nothing by default),
+    never sends another byte: (its URL, close)."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen(64)
@@ -64,16 +43,37 @@ def stalling_server():
                 return
             held.append(conn)
             try:
-                conn.recv(65536)
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\n"
-                             + b"the start of a corpus\n" * 4)
+                if answer:
+                    answer(conn)
             except OSError:
                 pass
     threading.Thread(target=serve, daemon=True).start()
-    yield f"http://127.0.0.1:{s.getsockname()[1]}"
-    s.close()
-    for c in held:
-        c.close()
+
+    def close():
+        s.close()
+        for c in held:
+            c.close()
+    return f"http://127.0.0.1:{s.getsockname()[1]}", close
+
+
+@pytest.fixture
+def silent_server():
+    """A server that accepts every connection and never sends a byte: its URL."""
+    url, close = _server()
+    yield url
+    close()
+
+
+@pytest.fixture
+def stalling_server():
+    """A server that sends its headers and the body's first bytes, then nothing more: its URL."""
+    def headers_then_silence(conn):
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1000000\r\n\r\n"
+                     + b"the start of a corpus\n" * 4)
+    url, close = _server(headers_then_silence)
+    yield url
+    close()
 
 
 def test_a_text_url_that_goes_silent_mid_body_is_one_line(stalling_server, tiny_run, tmp_path):

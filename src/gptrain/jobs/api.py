@@ -28,6 +28,7 @@ from gptrain.jobs.engines.options import OPTIONS as ENGINE_OPTIONS  # noqa: F401
 from gptrain.jobs.engines.options import shown as engine_options_shown
 from gptrain.jobs.submission import Request  # noqa: F401 (for the faces)
 from gptrain.jobs.records import known  # noqa: F401 (a job named: its record, or one line)
+from gptrain.jobs.progress import how_far, last_train  # noqa: F401 (the jobs table's progress, ETA and stalls)
 from gptrain.jobs.sessions import (  # noqa: F401 (`gptrain session`: a shell in a job's environment)
     attach as attach_session, check_is_session, is_session, names as session_names, parse_duration, run as run_in_session,
     jupyter_of as session_jupyter, start as start_session, wait_ready as wait_session)
@@ -340,7 +341,6 @@ def refresh_all(force: bool = False) -> dict[str, dict]:
 
 
 _rows: dict = {}
-_tails: dict[str, tuple] = {}
 
 
 def rows(state: str | None = None, force: bool = False) -> list[dict]:
@@ -361,49 +361,6 @@ def rows(state: str | None = None, force: bool = False) -> list[dict]:
                                  **how_far(last.get("progress") or {}, row["state"])})
     _rows[state] = (now, out)
     return out
-
-
-STALL_AFTER_S = 60.0  # no train record for this long past the expected one: the job is stalled
-STALL_INTERVALS = 3  # ... and for this many of its usual intervals between records
-
-
-def how_far(progress: dict, state: str, now: float | None = None) -> dict:
-    """The jobs table's total_steps, eta_s (seconds left, counted from the last logged step's
-    time and estimate; only while the job runs) and stalled_s: while it runs, the seconds since
-    its last train record once that is well past the next one's due (STALL_AFTER_S, and
-    STALL_INTERVALS of its usual interval; with one record, its projected end passed by
-    STALL_AFTER_S), when the ETA would say 0s or count down a job that makes no step."""
-    total, eta, at, interval = (progress.get(k) for k in ("total_steps", "eta_s", "time", "interval_s"))
-    now = time.time() if now is None else now
-    left = stalled = None
-    if state == "running" and at is not None:
-        quiet = now - at
-        if interval:  # records come every `interval`: the next is due well before this
-            due = max(STALL_AFTER_S, STALL_INTERVALS * interval)
-        else:  # one record: its projected end
-            due = eta + STALL_AFTER_S if eta is not None else None
-        if due is not None and quiet > due:
-            stalled = quiet
-        elif eta is not None:
-            left = max(0.0, at + eta - now)
-    return {"total_steps": int(total) if total is not None else None, "eta_s": left, "stalled_s": stalled}
-
-
-def last_train(name: str) -> dict:
-    """The job's latest train record (jobs/progress.py), read again only when its metrics.jsonl
-    changed: a table of 1,000 jobs reads no whole file."""
-    from gptrain.jobs import progress
-
-    d = folder.job_dir(name)
-    path = progress.jsonl_path(d)
-    if path is None:  # nothing, or a HF Trainer's state: few such jobs, read each time
-        return progress.latest(d).get("train", {})
-    st = path.stat()
-    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
-    cached = _tails.get(name)
-    if cached is None or cached[0] != key:
-        cached = _tails[name] = (key, progress.from_jsonl(path).get("train", {}))
-    return cached[1]
 
 
 # ---- logs -------------------------------------------------------------------------------------

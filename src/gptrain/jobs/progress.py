@@ -12,9 +12,10 @@ Read, without torch, from the first of:
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
-from gptrain.jobs.folder import metrics_files
+from gptrain.jobs.folder import job_dir, metrics_files
 from gptrain.jobs.found import ROOTS
 from gptrain.jobs.metrics_file import MetricsFile
 from gptrain.weights import hf
@@ -82,3 +83,44 @@ def summary(job_dir, started: float | None, ended: float | None, now: float) -> 
         out["best_checkpoint"] = best.name
     return out
 
+
+_tails: dict[str, tuple] = {}  # job -> (its metrics.jsonl's identity, its last train record)
+STALL_AFTER_S = 60.0  # no train record for this long past the expected one: the job is stalled
+STALL_INTERVALS = 3  # ... and for this many of its usual intervals between records
+
+
+def how_far(progress: dict, state: str, now: float | None = None) -> dict:
+    """The jobs table's total_steps, eta_s (seconds left, counted from the last logged step's
+    time and estimate; only while the job runs) and stalled_s: while it runs, the seconds since
+    its last train record once that is well past the next one's due (STALL_AFTER_S, and
+    STALL_INTERVALS of its usual interval; with one record, its projected end passed by
+    STALL_AFTER_S), when the ETA would say 0s or count down a job that makes no step."""
+    total, eta, at, interval = (progress.get(k) for k in ("total_steps", "eta_s", "time", "interval_s"))
+    now = time.time() if now is None else now
+    left = stalled = None
+    if state == "running" and at is not None:
+        quiet = now - at
+        if interval:  # records come every `interval`: the next is due well before this
+            due = max(STALL_AFTER_S, STALL_INTERVALS * interval)
+        else:  # one record: its projected end
+            due = eta + STALL_AFTER_S if eta is not None else None
+        if due is not None and quiet > due:
+            stalled = quiet
+        elif eta is not None:
+            left = max(0.0, at + eta - now)
+    return {"total_steps": int(total) if total is not None else None, "eta_s": left, "stalled_s": stalled}
+
+
+def last_train(name: str) -> dict:
+    """The job's latest train record, read again only when its metrics.jsonl
+    changed: a table of 1,000 jobs reads no whole file."""
+    d = job_dir(name)
+    path = jsonl_path(d)
+    if path is None:  # nothing, or a HF Trainer's state: few such jobs, read each time
+        return latest(d).get("train", {})
+    st = path.stat()
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    cached = _tails.get(name)
+    if cached is None or cached[0] != key:
+        cached = _tails[name] = (key, from_jsonl(path).get("train", {}))
+    return cached[1]
